@@ -1,0 +1,89 @@
+/* nvfp4-mla ABI 1: argument structs of the record operations (write, gather, attend).
+ *
+ * Every struct starts with `struct_size` (sizeof as the host compiled it: older hosts pass smaller
+ * structs, and the plugin reads only what they carry). `flags` and `reserved` fields must be zero;
+ * a bit or field this version does not know is NVFP4_MLA_ERR_INVALID_ARGUMENT, never ignored.
+ * Shapes are written as comments on each field; T = tokens written, N = records gathered,
+ * n_q = query tokens, h = heads. All tensors of one call live on the context's device.
+ */
+#ifndef NVFP4_MLA_OPS_H
+#define NVFP4_MLA_OPS_H
+
+#include "nvfp4_mla_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The paged cache of one layer, shared by every operation:
+ *   cache: [num_blocks, block_size, record_bytes] u8,
+ *          strides {block_stride >= block_size * record_bytes, record_bytes, 1} (bytes),
+ *          record_bytes = 368 or 432 to match `layout`; num_blocks * block_size < 2^31.
+ *   CUDA caches: base and block_stride multiples of 16 bytes (records are read in 16-byte units). */
+
+/* write: quantise T tokens into their cache slots (record-format.md section 4). */
+typedef struct nvfp4_mla_write_args {
+    uint32_t struct_size;   /* sizeof(nvfp4_mla_write_args_t) as the host compiled it */
+    uint32_t layout;        /* NVFP4_MLA_LAYOUT_* */
+    uint32_t scale_mode;    /* NVFP4_MLA_SCALE_*; PER_TOKEN requires the 368 layout */
+    uint32_t flags;         /* zero */
+    float outer_scale;      /* STATIC: layer scale s, a normal float with finite 1/s (1.0 =
+                               uncalibrated); PER_TOKEN: must be 0 */
+    uint32_t reserved0;     /* zero */
+    nvfp4_mla_tensor_t kv_c;         /* [T, 512] bf16 or f16, inner stride 1, row stride >= 512 */
+    nvfp4_mla_tensor_t k_pe;         /* [T, 64] same dtype as kv_c, inner stride 1 */
+    nvfp4_mla_tensor_t slot_mapping; /* [T] i64; slot < 0 or >= capacity: skipped, nothing written */
+    nvfp4_mla_tensor_t cache;        /* [num_blocks, block_size, record_bytes] u8 (see above) */
+    float *capture_max_abs;  /* optional [1] f32 on the cache's device: max-reduced with max |kv_c|
+                                over the finite latent values of the tokens written (skipped slots
+                                excluded); the host initialises it (0 or a running value) */
+    uint64_t *nonfinite_count; /* optional [1] u64 on the cache's device: incremented by the number of
+                                  NaN/Inf values (latent and RoPE) of the tokens written */
+    void *stream;            /* cudaStream_t for CUDA tensors (NULL = legacy default); NULL on CPU */
+    uint64_t reserved[4];    /* zero */
+} nvfp4_mla_write_args_t;
+
+/* gather: dequantise N records to dense bf16 rows (record-format.md section 5). */
+typedef struct nvfp4_mla_gather_args {
+    uint32_t struct_size;   /* sizeof(nvfp4_mla_gather_args_t) as the host compiled it */
+    uint32_t layout;        /* NVFP4_MLA_LAYOUT_* */
+    uint32_t scale_mode;    /* NVFP4_MLA_SCALE_* */
+    uint32_t flags;         /* zero */
+    float outer_scale;      /* STATIC: layer scale s (1.0 = uncalibrated); PER_TOKEN: must be 0 */
+    uint32_t reserved0;     /* zero */
+    nvfp4_mla_tensor_t cache; /* [num_blocks, block_size, record_bytes] u8 (see above) */
+    nvfp4_mla_tensor_t slots; /* [N] i32; -1 = none (row of zeros); other values in [0, capacity) */
+    nvfp4_mla_tensor_t out;   /* [N, 576] bf16 (512 latent then 64 RoPE), inner stride 1,
+                                 row stride >= 576 */
+    void *stream;             /* cudaStream_t for CUDA tensors; NULL on CPU */
+    uint64_t reserved[4];     /* zero */
+} nvfp4_mla_gather_args_t;
+
+/* attend: sparse MLA attention over each query's top-k records, read straight from the cache.
+ * out[q, j] = sum_k softmax_k(sm_scale * <q[q, j], key_k>) * latent_k over the valid entries k of
+ * slots[q, :] (the first valid_len[q] entries, minus the -1 ones); key = [latent, rope] (576).
+ * lse[q, j] = natural log of sum_k exp(sm_scale * score_k); -inf (and out = 0) when no entry is
+ * valid. Duplicate slots count as often as they appear. */
+typedef struct nvfp4_mla_attend_args {
+    uint32_t struct_size;   /* sizeof(nvfp4_mla_attend_args_t) as the host compiled it */
+    uint32_t layout;        /* NVFP4_MLA_LAYOUT_* */
+    uint32_t scale_mode;    /* NVFP4_MLA_SCALE_* */
+    uint32_t flags;         /* zero */
+    float outer_scale;      /* STATIC: layer scale s; PER_TOKEN: must be 0 */
+    float sm_scale;         /* softmax scale applied to the raw scores, finite and > 0 */
+    nvfp4_mla_tensor_t q;         /* [n_q, h, 576] bf16, inner stride 1; h in 1..128 */
+    nvfp4_mla_tensor_t slots;     /* [n_q, topk] i32, inner stride 1; -1 = unused entry */
+    nvfp4_mla_tensor_t valid_len; /* optional [n_q] i32 in [0, topk] (data NULL = all topk) */
+    nvfp4_mla_tensor_t cache;     /* [num_blocks, block_size, record_bytes] u8 (see above) */
+    nvfp4_mla_tensor_t out;       /* [n_q, h, 512] bf16, inner stride 1 */
+    nvfp4_mla_tensor_t lse;       /* optional [n_q, h] f32 (data NULL = not written) */
+    nvfp4_mla_tensor_t workspace; /* [bytes] u8 scratch on the device, at least what
+                                     attend_workspace_bytes reports (data NULL when that is 0) */
+    void *stream;                 /* cudaStream_t for CUDA tensors; NULL on CPU */
+    uint64_t reserved[4];         /* zero */
+} nvfp4_mla_attend_args_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NVFP4_MLA_OPS_H */

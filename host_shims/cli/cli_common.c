@@ -1,0 +1,226 @@
+/* Loader, files, tensors and codec flags shared by the subcommands (see cli.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_fail(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "nvfp4-mla %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int cli_host_open(cli_host_t *host, const char *plugin) {
+    memset(host, 0, sizeof *host);
+    char message[1024];
+    if (nvfp4_mla_loader_open(&host->loader, plugin, message, sizeof message) != NVFP4_MLA_LOAD_OK) {
+        fprintf(stderr, "nvfp4-mla: %s\n", message);
+        return 1;
+    }
+    host->table = host->loader.table;
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    if (host->table->init(&init, &host->cpu) != NVFP4_MLA_OK) {
+        fprintf(stderr, "nvfp4-mla: init on the CPU failed: %s\n", host->table->last_error());
+        nvfp4_mla_loader_close(&host->loader);
+        return 1;
+    }
+    return 0;
+}
+
+void cli_host_close(cli_host_t *host) {
+    if (host->table && host->cpu) {
+        host->table->shutdown(host->cpu);
+    }
+    nvfp4_mla_loader_close(&host->loader);
+}
+
+int cli_read_file(const char *cmd, const char *path, uint8_t **data, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        return cli_fail(cmd, "cannot open %s: %s", path, strerror(errno));
+    }
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) {
+            break;
+        }
+        uint8_t *bigger = realloc(buf, cap * 2);
+        if (!bigger) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = bigger;
+        cap *= 2;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (!buf || failed) {
+        free(buf);
+        return cli_fail(cmd, "cannot read %s", path);
+    }
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+int cli_write_file(const char *cmd, const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        return cli_fail(cmd, "cannot create %s: %s", path, strerror(errno));
+    }
+    size_t n = fwrite(data, 1, len, f);
+    if (fclose(f) != 0 || n != len) {
+        return cli_fail(cmd, "cannot write %s", path);
+    }
+    return 0;
+}
+
+nvfp4_mla_tensor_t cli_tensor_2d(void *data, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride) {
+    nvfp4_mla_tensor_t t = {data, dtype, 2, {rows, cols, 0, 0}, {row_stride, 1, 0, 0}, NVFP4_MLA_DEVICE_CPU, 0};
+    return t;
+}
+
+nvfp4_mla_tensor_t cli_tensor_1d(void *data, int32_t dtype, int64_t n) {
+    nvfp4_mla_tensor_t t = {data, dtype, 1, {n, 0, 0, 0}, {1, 0, 0, 0}, NVFP4_MLA_DEVICE_CPU, 0};
+    return t;
+}
+
+#define CLI_BLOCK 64
+
+int64_t cli_cache_bytes(int64_t tokens, int32_t record_bytes) {
+    return (tokens + CLI_BLOCK - 1) / CLI_BLOCK * CLI_BLOCK * record_bytes;
+}
+
+nvfp4_mla_tensor_t cli_cache_tensor(uint8_t *data, int64_t tokens, int32_t record_bytes) {
+    int64_t blocks = (tokens + CLI_BLOCK - 1) / CLI_BLOCK;
+    nvfp4_mla_tensor_t t = {data, NVFP4_MLA_DTYPE_U8, 3, {blocks, CLI_BLOCK, record_bytes, 0},
+                            {CLI_BLOCK * record_bytes, record_bytes, 1, 0}, NVFP4_MLA_DEVICE_CPU, 0};
+    return t;
+}
+
+int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out) {
+    if (!value) {
+        return cli_fail(cmd, "%s needs a value", flag);
+    }
+    if (strcmp(flag, "--layout") == 0) {
+        if (strcmp(value, "368") == 0) {
+            out->layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
+            out->record_bytes = NVFP4_MLA_RECORD_BYTES_368;
+        } else if (strcmp(value, "432") == 0) {
+            out->layout = NVFP4_MLA_LAYOUT_BF16_ROPE_432;
+            out->record_bytes = NVFP4_MLA_RECORD_BYTES_432;
+        } else {
+            return cli_fail(cmd, "--layout is \"%s\", must be 368 or 432", value);
+        }
+    } else if (strcmp(flag, "--mode") == 0) {
+        if (strcmp(value, "per-token") == 0) {
+            out->scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
+        } else if (strcmp(value, "static") == 0) {
+            out->scale_mode = NVFP4_MLA_SCALE_STATIC;
+        } else {
+            return cli_fail(cmd, "--mode is \"%s\", must be per-token or static", value);
+        }
+    } else if (strcmp(flag, "--scale") == 0) {
+        char *end;
+        errno = 0;
+        out->scale = strtof(value, &end);
+        if (errno || *end || end == value) {
+            return cli_fail(cmd, "--scale is \"%s\", not a number", value);
+        }
+    } else {
+        return cli_fail(cmd, "unknown flag %s", flag);
+    }
+    return 0;
+}
+
+int cli_check_codec_flags(const char *cmd, cli_codec_flags_t *f, int need_mode) {
+    if (!f->layout) {
+        return cli_fail(cmd, "--layout 368|432 is required");
+    }
+    if (need_mode && !f->scale_mode) {
+        return cli_fail(cmd, "--mode per-token|static is required");
+    }
+    if (f->scale_mode == NVFP4_MLA_SCALE_PER_TOKEN) {
+        if (f->scale != 0.0f) {
+            return cli_fail(cmd, "--scale applies to --mode static only");
+        }
+    } else if (f->scale == 0.0f) {
+        f->scale = 1.0f; /* uncalibrated */
+    }
+    return 0;
+}
+
+int cli_encode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
+               uint8_t *records) {
+    int64_t *slots = malloc((size_t)(count ? count : 1) * sizeof *slots);
+    uint8_t *cache = calloc(1, (size_t)cli_cache_bytes(count, f->record_bytes) + 1);
+    if (!slots || !cache) {
+        free(slots);
+        free(cache);
+        return cli_fail(cmd, "out of memory for %lld tokens", (long long)count);
+    }
+    for (int64_t t = 0; t < count; t++) {
+        slots[t] = t;
+    }
+    nvfp4_mla_write_args_t w = {
+        .struct_size = sizeof w,
+        .layout = f->layout,
+        .scale_mode = f->scale_mode,
+        .outer_scale = f->scale_mode == NVFP4_MLA_SCALE_STATIC ? f->scale : 0.0f,
+        .kv_c = cli_tensor_2d((void *)tokens, NVFP4_MLA_DTYPE_BF16, count, NVFP4_MLA_LATENT_DIM, 576),
+        .k_pe = cli_tensor_2d((void *)(tokens + NVFP4_MLA_LATENT_DIM), NVFP4_MLA_DTYPE_BF16, count,
+                              NVFP4_MLA_ROPE_DIM, 576),
+        .slot_mapping = cli_tensor_1d(slots, NVFP4_MLA_DTYPE_I64, count),
+        .cache = cli_cache_tensor(cache, count, f->record_bytes),
+    };
+    int rc = 0;
+    if (host->table->write(host->cpu, &w) != NVFP4_MLA_OK) {
+        rc = cli_fail(cmd, "%s", host->table->last_error());
+    } else {
+        memcpy(records, cache, (size_t)(count * f->record_bytes)); /* one block after another: slot order */
+    }
+    free(slots);
+    free(cache);
+    return rc;
+}
+
+int cli_decode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, const uint8_t *records, int64_t count,
+               uint16_t *rows) {
+    int32_t *slots = malloc((size_t)(count ? count : 1) * sizeof *slots);
+    uint8_t *cache = calloc(1, (size_t)cli_cache_bytes(count, f->record_bytes) + 1);
+    if (!slots || !cache) {
+        free(slots);
+        free(cache);
+        return cli_fail(cmd, "out of memory for %lld records", (long long)count);
+    }
+    memcpy(cache, records, (size_t)(count * f->record_bytes));
+    for (int64_t t = 0; t < count; t++) {
+        slots[t] = (int32_t)t;
+    }
+    nvfp4_mla_gather_args_t g = {
+        .struct_size = sizeof g,
+        .layout = f->layout,
+        .scale_mode = f->scale_mode,
+        .outer_scale = f->scale_mode == NVFP4_MLA_SCALE_STATIC ? f->scale : 0.0f,
+        .cache = cli_cache_tensor(cache, count, f->record_bytes),
+        .slots = cli_tensor_1d(slots, NVFP4_MLA_DTYPE_I32, count),
+        .out = cli_tensor_2d(rows, NVFP4_MLA_DTYPE_BF16, count, 576, 576),
+    };
+    int rc = 0;
+    if (host->table->gather(host->cpu, &g) != NVFP4_MLA_OK) {
+        rc = cli_fail(cmd, "%s", host->table->last_error());
+    }
+    free(slots);
+    free(cache);
+    return rc;
+}

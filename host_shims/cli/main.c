@@ -1,0 +1,43 @@
+/* nvfp4-mla: the command-line host of the plugin. Every subcommand reaches the plugin through the
+ * C loader and the ABI table only, so whatever it shows, a runtime can call. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *usage;
+} commands[] = {
+    {"probe", cli_probe, "probe [--plugin P] [--json] [--model-dir D] [--cache-dtype T]  load and describe a plugin"},
+    {"encode", cli_encode_cmd, "encode --layout 368|432 --mode per-token|static [--scale S] IN OUT  bf16 [T,576] -> records"},
+    {"decode", cli_decode_cmd, "decode --layout 368|432 --mode per-token|static [--scale S] IN OUT  records -> bf16 [T,576]"},
+    {"inspect", cli_inspect_cmd, "inspect --layout 368|432 [--tokens N] IN  scales and code statistics of a record file"},
+    {"quality", cli_quality_cmd, "quality [--scales FILE] [--tokens N] [--seed S] [--json]  reconstruction error per layer and mode"},
+    {"calibrate", cli_calibrate_cmd, "calibrate --out FILE [--model M] ... CAPTURE...  envelope of captures -> v1 scales file"},
+    {"demo", cli_demo_cmd, "demo [--scales FILE]  the codec end to end on generated latents (the README's main job)"},
+    {"bench", cli_bench_cmd, "bench [--json FILE] [--quick]  GPU benchmark against same-run memory ceilings"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: nvfp4-mla COMMAND [ARGS]\n  (the plugin comes from --plugin P or NVFP4_MLA_PLUGIN)\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        fprintf(out, "  nvfp4-mla %s\n", commands[i].usage);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            return commands[i].run(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "nvfp4-mla: unknown command \"%s\"\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

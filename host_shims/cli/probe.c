@@ -1,0 +1,174 @@
+/* nvfp4-mla probe: load a plugin as a runtime does and say what it is, what it can do, and whether
+ * it serves the cache configuration in this environment. Exit 0 when it does, 1 when refused. */
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void log_to_stderr(void *user, int32_t level, const char *message) {
+    (void)user;
+    fprintf(stderr, "[%s] %s\n", level <= NVFP4_MLA_LOG_ERROR ? "error" : level == NVFP4_MLA_LOG_WARN ? "warn" : "info",
+            message);
+}
+
+static cJSON *caps_json(uint64_t bits) {
+    cJSON *list = cJSON_CreateArray();
+    for (int b = 0; b < 64; b++) {
+        if (bits & (UINT64_C(1) << b)) {
+            cJSON_AddItemToArray(list, cJSON_CreateString(nvfp4_mla_loader_cap_name(UINT64_C(1) << b)));
+        }
+    }
+    return list;
+}
+
+static void print_caps(const char *title, uint64_t bits) {
+    printf("%-22s", title);
+    for (int b = 0; b < 64; b++) {
+        if (bits & (UINT64_C(1) << b)) {
+            printf(" %s", nvfp4_mla_loader_cap_name(UINT64_C(1) << b));
+        }
+    }
+    printf("\n");
+}
+
+/* Runtime capabilities of a context on (type, index); 0 bits and a note when init fails. */
+static uint64_t runtime_caps(const nvfp4_mla_plugin_t *t, int32_t type, int32_t index, char *note, size_t size) {
+    nvfp4_mla_init_args_t init = {sizeof init, type, index, 0, NULL, {0}};
+    nvfp4_mla_context_t *ctx = NULL;
+    if (t->init(&init, &ctx) != NVFP4_MLA_OK) {
+        snprintf(note, size, "%s", t->last_error());
+        return 0;
+    }
+    nvfp4_mla_context_info_t info = {.struct_size = sizeof info};
+    uint64_t bits = 0;
+    if (t->context_info(ctx, &info) == NVFP4_MLA_OK) {
+        bits = info.capability_bits;
+        snprintf(note, size, "%s", info.device_name);
+    }
+    t->shutdown(ctx);
+    return bits;
+}
+
+int cli_probe(int argc, char **argv) {
+    const char *plugin = NULL, *model_dir = NULL, *dtype = "nvfp4_ds_mla";
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (i + 1 < argc && strcmp(argv[i], "--plugin") == 0) {
+            plugin = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "--model-dir") == 0) {
+            model_dir = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "--cache-dtype") == 0) {
+            dtype = argv[++i];
+        } else {
+            return cli_fail("probe", "unknown or incomplete argument %s", argv[i]);
+        }
+    }
+    nvfp4_mla_loader_t loader;
+    char message[1024];
+    int load = nvfp4_mla_loader_open(&loader, plugin, message, sizeof message);
+    if (load != NVFP4_MLA_LOAD_OK) {
+        if (json) {
+            printf("{\"loaded\": false, \"reason\": \"%s\"}\n", load == NVFP4_MLA_LOAD_DISABLED ? "disabled" : "refused");
+        }
+        return cli_fail("probe", "%s", message);
+    }
+    const nvfp4_mla_plugin_t *t = loader.table;
+    uint64_t compiled = nvfp4_mla_loader_table_caps(&loader);
+    char cpu_note[256], cuda_note[512];
+    uint64_t cpu_bits = runtime_caps(t, NVFP4_MLA_DEVICE_CPU, 0, cpu_note, sizeof cpu_note);
+    uint64_t cuda_bits = runtime_caps(t, NVFP4_MLA_DEVICE_CUDA, 0, cuda_note, sizeof cuda_note);
+
+    /* The decision for the configuration in this environment. */
+    nvfp4_mla_host_desc_t host = {sizeof host, 0, "nvfp4-mla probe", json ? NULL : log_to_stderr, NULL};
+    nvfp4_mla_config_request_t req = {sizeof req, 0, dtype, model_dir, NULL, &host, {0}};
+    nvfp4_mla_config_t *cfg = NULL;
+    nvfp4_mla_config_info_t info = {.struct_size = sizeof info};
+    int refused = 0;
+    char decision[8192];
+    if (!NVFP4_MLA_TABLE_HAS(t, config_destroy)) {
+        refused = 1;
+        snprintf(decision, sizeof decision, "plugin %s has no configuration entries (config.cache_identity)", loader.path);
+    } else if (t->config_create(&req, &cfg) != NVFP4_MLA_OK) {
+        refused = 1;
+        snprintf(decision, sizeof decision, "configuration refused: %s", t->last_error());
+    } else {
+        t->config_info(cfg, &info);
+        nvfp4_mla_requirement_t want = {info.layout, info.scale_mode, 0,
+                                        info.scale_source != NVFP4_MLA_SCALE_SOURCE_NONE};
+        refused = info.is_nvfp4 && nvfp4_mla_loader_require(&loader, &want, compiled, decision, sizeof decision) != 0;
+        if (!info.is_nvfp4) {
+            snprintf(decision, sizeof decision, "cache dtype %s does not use the plugin", dtype);
+        }
+    }
+
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "loaded", 1);
+        cJSON_AddStringToObject(o, "path", loader.path);
+        char abi[32];
+        snprintf(abi, sizeof abi, "%u.%u", t->header.abi_major, t->header.abi_minor);
+        cJSON_AddStringToObject(o, "abi", abi);
+        snprintf(abi, sizeof abi, "%d.%d", NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR);
+        cJSON_AddStringToObject(o, "host_abi", abi);
+        cJSON_AddStringToObject(o, "version", t->version);
+        cJSON_AddStringToObject(o, "git_revision", t->git_revision);
+        cJSON_AddStringToObject(o, "cuda_archs", t->cuda_archs);
+        cJSON *caps = cJSON_AddArrayToObject(o, "capabilities");
+        for (uint32_t i = 0; i < t->capability_count; i++) {
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddStringToObject(c, "name", t->capabilities[i].name);
+            cJSON_AddNumberToObject(c, "revision", t->capabilities[i].revision);
+            cJSON_AddItemToArray(caps, c);
+        }
+        cJSON_AddItemToObject(o, "runtime_cpu", caps_json(cpu_bits));
+        cJSON_AddItemToObject(o, "runtime_cuda0", caps_json(cuda_bits));
+        cJSON_AddStringToObject(o, "cuda0_note", cuda_note);
+        if (cfg) {
+            cJSON_AddStringToObject(o, "cache_identity", info.identity);
+            cJSON_AddNumberToObject(o, "scale_source", info.scale_source);
+            cJSON_AddStringToObject(o, "scale_source_path", info.scale_source_path);
+            cJSON_AddNumberToObject(o, "calibrated_layers", info.num_layers);
+        }
+        cJSON_AddBoolToObject(o, "accepted", !refused);
+        cJSON_AddStringToObject(o, "decision", decision);
+        char *text = cJSON_Print(o);
+        printf("%s\n", text);
+        free(text);
+        cJSON_Delete(o);
+    } else {
+        printf("plugin                %s\n", loader.path);
+        printf("ABI                   %u.%u (host %d.%d), table %u bytes\n", t->header.abi_major, t->header.abi_minor,
+               NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR, t->header.struct_size);
+        printf("build                 %s %s (git %s), CUDA archs: %s\n", t->plugin_name, t->version, t->git_revision,
+               t->cuda_archs[0] ? t->cuda_archs : "none");
+        printf("capabilities          ");
+        for (uint32_t i = 0; i < t->capability_count; i++) {
+            printf("%s%s r%u", i ? ", " : "", t->capabilities[i].name, t->capabilities[i].revision);
+        }
+        printf("\n");
+        print_caps("runtime (cpu)", cpu_bits);
+        print_caps("runtime (cuda:0)", cuda_bits);
+        if (!cuda_bits) {
+            printf("                      (%s)\n", cuda_note);
+        }
+        if (cfg) {
+            printf("cache dtype           %s\n", dtype);
+            printf("cache identity        %s\n", info.identity);
+            printf("outer scales          source %u%s%s, %u calibrated layers\n", info.scale_source,
+                   info.scale_source_path[0] ? " from " : "", info.scale_source_path, info.num_layers);
+        }
+        printf("decision              %s: %s\n", refused ? "REFUSED" : "accepted", decision);
+    }
+    if (cfg) {
+        t->config_destroy(cfg);
+    }
+    nvfp4_mla_loader_close(&loader);
+    if (refused) {
+        fprintf(stderr, "nvfp4-mla probe: %s\n", decision);
+    }
+    return refused;
+}

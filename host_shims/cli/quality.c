@@ -1,0 +1,152 @@
+/* nvfp4-mla quality: reconstruction error per layer and mode on synthetic latents that follow the
+ * real per-layer max_abs profile (performance.md, "Quality"). Modes: outer scale 1.0, static
+ * calibrated (scales through the plugin's configuration), per-token, and the 656-byte FP8 record. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "synth.h"
+
+#define DEFAULT_SCALES "tests/data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json"
+
+enum { MODE_IDENTITY, MODE_STATIC, MODE_PER_TOKEN, MODE_FP8_656, MODES };
+static const char *const mode_names[MODES] = {"outer-1.0", "static", "per-token", "fp8-656"};
+
+/* Per-layer static scales, asked of the plugin exactly as a runtime would. */
+static int layer_scales(cli_host_t *host, const char *path, int layers, float *scales) {
+    char env_file[4200];
+    snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", path);
+    const char *env[] = {env_file, "KV_FP8_ROPE=1", NULL};
+    nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, env, NULL, {0}};
+    nvfp4_mla_config_t *cfg;
+    if (host->table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
+        return cli_fail("quality", "%s", host->table->last_error());
+    }
+    for (int l = 0; l < layers; l++) {
+        host->table->config_layer_scale(cfg, (uint32_t)l, &scales[l]);
+    }
+    host->table->config_destroy(cfg);
+    return 0;
+}
+
+/* All four modes on one layer's tokens. */
+static int measure_layer(cli_host_t *host, const uint16_t *tokens, int64_t count, float scale, synth_error_t *err) {
+    cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_RECORD_BYTES_368, NVFP4_MLA_SCALE_STATIC, 1.0f};
+    if (synth_measure_nvfp4(host, &f, tokens, count, &err[MODE_IDENTITY])) {
+        return 1;
+    }
+    f.scale = scale;
+    if (synth_measure_nvfp4(host, &f, tokens, count, &err[MODE_STATIC])) {
+        return 1;
+    }
+    f.scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
+    f.scale = 0.0f;
+    if (synth_measure_nvfp4(host, &f, tokens, count, &err[MODE_PER_TOKEN])) {
+        return 1;
+    }
+    synth_measure_fp8_656(tokens, count, &err[MODE_FP8_656]);
+    return 0;
+}
+
+int cli_quality_cmd(int argc, char **argv) {
+    const char *plugin = NULL, *path = DEFAULT_SCALES, *json_path = NULL;
+    long count = 512;
+    unsigned long long seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            return cli_fail("quality", "%s needs a value", argv[i]);
+        } else if (strcmp(argv[i], "--plugin") == 0) {
+            plugin = v;
+        } else if (strcmp(argv[i], "--scales") == 0) {
+            path = v;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json_path = v;
+        } else if (strcmp(argv[i], "--tokens") == 0) {
+            count = strtol(v, NULL, 10);
+        } else if (strcmp(argv[i], "--seed") == 0) {
+            seed = strtoull(v, NULL, 10);
+        } else {
+            return cli_fail("quality", "unknown flag %s", argv[i]);
+        }
+        i++;
+    }
+    if (count < 2 || count > 65536) {
+        return cli_fail("quality", "--tokens must be in [2, 65536]");
+    }
+    double *max_abs;
+    int layers;
+    if (synth_load_profile("quality", path, &max_abs, &layers)) {
+        return 1;
+    }
+    cli_host_t host;
+    float *scales = malloc((size_t)layers * sizeof *scales);
+    uint16_t *tokens = malloc((size_t)count * 576 * sizeof *tokens);
+    if (cli_host_open(&host, plugin)) {
+        free(max_abs);
+        free(scales);
+        free(tokens);
+        return 1;
+    }
+    int rc = layer_scales(&host, path, layers, scales);
+    FILE *json = json_path && !rc ? fopen(json_path, "w") : NULL;
+    if (json_path && !rc && !json) {
+        rc = cli_fail("quality", "cannot create %s", json_path);
+    }
+    if (json) {
+        fprintf(json, "{\"scales_file\": \"%s\", \"tokens_per_layer\": %ld, \"seed\": %llu, \"layers\": [\n", path, count, seed);
+    }
+    for (int heavy = 0; heavy < 2 && !rc; heavy++) {
+        synth_rng_t rng = {seed * 1000003u + (uint64_t)heavy};
+        double sum[MODES] = {0}, worst[MODES] = {0}, sum_median[MODES] = {0};
+        printf("\n%s latents, %ld tokens per layer: relative RMS error | median per-token error | zero tokens\n",
+               heavy ? "Student-t (nu=3)" : "Gaussian", count);
+        printf("%5s %9s |", "layer", "max_abs");
+        for (int m = 0; m < MODES; m++) printf(" %9s", mode_names[m]);
+        printf(" |");
+        for (int m = 0; m < MODES; m++) printf(" %9s", mode_names[m]);
+        printf(" | %9s %9s\n", "1.0-zero", "1.0-subn");
+        for (int l = 0; l < layers && !rc; l++) {
+            synth_error_t err[MODES];
+            synth_layer(&rng, max_abs[l], heavy, count, tokens);
+            if ((rc = measure_layer(&host, tokens, count, scales[l], err))) {
+                break;
+            }
+            printf("%5d %9.4g |", l, max_abs[l]);
+            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * err[m].layer_rel_rms);
+            printf(" |");
+            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * err[m].median_token_rel);
+            printf(" | %8.1f%% %8.1f%%\n", 100 * err[MODE_IDENTITY].zero_tokens, 100 * err[MODE_IDENTITY].subnormal_groups);
+            for (int m = 0; m < MODES; m++) {
+                sum[m] += err[m].layer_rel_rms;
+                sum_median[m] += err[m].median_token_rel;
+                worst[m] = err[m].layer_rel_rms > worst[m] ? err[m].layer_rel_rms : worst[m];
+                if (json) {
+                    fprintf(json, "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
+                                  "\"median_token_rel\": %.6f, \"zero_tokens\": %.6f, \"subnormal_groups\": %.6f}",
+                            heavy || l || m ? ",\n" : "", heavy ? "student-t3" : "gaussian", l, max_abs[l], mode_names[m],
+                            err[m].layer_rel_rms, err[m].median_token_rel, err[m].zero_tokens, err[m].subnormal_groups);
+                }
+            }
+        }
+        if (!rc) {
+            printf("%15s |", "mean");
+            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * sum[m] / layers);
+            printf(" |");
+            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * sum_median[m] / layers);
+            printf("\n%15s |", "worst layer");
+            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * worst[m]);
+            printf("\n");
+        }
+    }
+    if (json) {
+        fprintf(json, "\n]}\n");
+        fclose(json);
+    }
+    cli_host_close(&host);
+    free(max_abs);
+    free(scales);
+    free(tokens);
+    return rc;
+}

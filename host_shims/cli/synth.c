@@ -1,0 +1,177 @@
+/* Synthetic latents and error measurement (see synth.h). */
+#include "synth.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp_codes.h"
+
+static uint64_t next_u64(synth_rng_t *rng) { /* splitmix64: small, well mixed, reproducible */
+    uint64_t z = (rng->state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static double uniform01(synth_rng_t *rng) {
+    return ((double)(next_u64(rng) >> 11) + 0.5) * 0x1p-53;
+}
+
+double synth_normal(synth_rng_t *rng) {
+    return sqrt(-2.0 * log(uniform01(rng))) * cos(6.283185307179586 * uniform01(rng));
+}
+
+static double student_t3(synth_rng_t *rng) {
+    double chi2 = 0;
+    for (int k = 0; k < 3; k++) {
+        double z = synth_normal(rng);
+        chi2 += z * z;
+    }
+    return synth_normal(rng) / sqrt(chi2 / 3.0);
+}
+
+void synth_layer(synth_rng_t *rng, double amax, int heavy, int64_t count, uint16_t *tokens) {
+    double channel[512];
+    for (int j = 0; j < 512; j++) {
+        channel[j] = exp(0.5 * synth_normal(rng));
+    }
+    double *raw = malloc((size_t)count * 512 * sizeof *raw);
+    double peak = 0;
+    for (int64_t t = 0; t < count; t++) {
+        double norm = exp(synth_normal(rng));
+        for (int j = 0; j < 512; j++) {
+            double v = (heavy ? student_t3(rng) : synth_normal(rng)) * channel[j] * norm;
+            raw[t * 512 + j] = v;
+            peak = fmax(peak, fabs(v));
+        }
+    }
+    for (int64_t t = 0; t < count; t++) {
+        uint16_t *row = tokens + t * 576;
+        for (int j = 0; j < 512; j++) {
+            row[j] = nvfp4_f32_to_bf16((float)(raw[t * 512 + j] / peak * amax));
+        }
+        for (int j = 0; j < 64; j++) {
+            row[512 + j] = nvfp4_f32_to_bf16((float)synth_normal(rng));
+        }
+    }
+    free(raw);
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Errors of decoded latents `got` (f32 [count, 512]) against the bf16 input. */
+static void score(const uint16_t *tokens, const float *got, int64_t count, synth_error_t *err) {
+    double num = 0, den = 0;
+    double *per_token = malloc((size_t)count * sizeof *per_token);
+    int64_t nonzero = 0, lost = 0;
+    for (int64_t t = 0; t < count; t++) {
+        double tn = 0, td = 0, out_norm = 0;
+        for (int j = 0; j < 512; j++) {
+            double x = nvfp4_bf16_to_f32(tokens[t * 576 + j]);
+            double d = got[t * 512 + j] - x;
+            tn += d * d;
+            td += x * x;
+            out_norm += (double)got[t * 512 + j] * got[t * 512 + j];
+        }
+        num += tn;
+        den += td;
+        per_token[t] = td > 0 ? sqrt(tn / td) : 0;
+        nonzero += td > 0;
+        lost += td > 0 && out_norm == 0;
+    }
+    qsort(per_token, (size_t)count, sizeof *per_token, compare_double);
+    err->layer_rel_rms = den > 0 ? sqrt(num / den) : 0;
+    err->median_token_rel = count ? per_token[count / 2] : 0;
+    err->zero_tokens = nonzero ? (double)lost / (double)nonzero : 0;
+    free(per_token);
+}
+
+int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
+                        synth_error_t *err) {
+    uint8_t *records = malloc((size_t)(count * f->record_bytes));
+    uint16_t *rows = malloc((size_t)count * 576 * sizeof *rows);
+    float *got = calloc((size_t)count * 512 + 1, sizeof *got);
+    int rc = !records || !rows || !got;
+    if (!rc) {
+        rc = cli_encode("quality", host, f, tokens, count, records) || cli_decode("quality", host, f, records, count, rows);
+    }
+    if (!rc) {
+        int64_t subnormal = 0;
+        for (int64_t t = 0; t < count; t++) {
+            for (int g = 0; g < 32; g++) {
+                uint8_t code = records[t * f->record_bytes + 256 + g] & 0x7F;
+                subnormal += code >= 1 && code <= 7;
+            }
+            for (int j = 0; j < 512; j++) {
+                got[t * 512 + j] = nvfp4_bf16_to_f32(rows[t * 576 + j]);
+            }
+        }
+        score(tokens, got, count, err);
+        err->subnormal_groups = count ? (double)subnormal / (double)(count * 32) : 0;
+    }
+    free(records);
+    free(rows);
+    free(got);
+    return rc;
+}
+
+void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t *err) {
+    float *got = calloc((size_t)count * 512 + 1, sizeof *got);
+    if (!got) {
+        memset(err, 0, sizeof *err);
+        return;
+    }
+    for (int64_t t = 0; t < count; t++) {
+        for (int tile = 0; tile < 4; tile++) {
+            const uint16_t *x = tokens + t * 576 + tile * 128;
+            float amax = 0;
+            for (int j = 0; j < 128; j++) {
+                float a = nvfp4_abs(nvfp4_bf16_to_f32(x[j]));
+                amax = nvfp4_is_finite(a) && a > amax ? a : amax;
+            }
+            float scale = amax / 448.0f;
+            scale = scale < NVFP4_FLT_MIN ? NVFP4_FLT_MIN : scale; /* max(tile_amax / 448, FLT_MIN) */
+            for (int j = 0; j < 128; j++) {
+                uint8_t code = nvfp4_e4m3_encode(nvfp4_bf16_to_f32(x[j]) / scale);
+                got[t * 512 + tile * 128 + j] = nvfp4_e4m3_decode(code) * scale;
+            }
+        }
+    }
+    score(tokens, got, count, err);
+    err->subnormal_groups = 0;
+    free(got);
+}
+
+int synth_load_profile(const char *cmd, const char *path, double **max_abs, int *layers) {
+    uint8_t *text;
+    size_t len;
+    if (cli_read_file(cmd, path, &text, &len)) {
+        return 1;
+    }
+    cJSON *root = cJSON_ParseWithLength((const char *)text, len);
+    free(text);
+    const cJSON *array = cJSON_GetObjectItemCaseSensitive(root, "max_abs");
+    int n = cJSON_GetArraySize(array);
+    if (!cJSON_IsArray(array) || n < 1) {
+        cJSON_Delete(root);
+        return cli_fail(cmd, "%s: no \"max_abs\" array to take the magnitude profile from", path);
+    }
+    *max_abs = malloc((size_t)n * sizeof **max_abs);
+    int l = 0;
+    for (const cJSON *item = array->child; item; item = item->next) {
+        if (!cJSON_IsNumber(item) || !(item->valuedouble > 0)) {
+            free(*max_abs);
+            cJSON_Delete(root);
+            return cli_fail(cmd, "%s: \"max_abs\"[%d] is not a positive number", path, l);
+        }
+        (*max_abs)[l++] = item->valuedouble;
+    }
+    *layers = n;
+    cJSON_Delete(root);
+    return 0;
+}

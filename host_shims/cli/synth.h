@@ -1,0 +1,40 @@
+/* Synthetic latents and reconstruction-error measurement, shared by `quality` and `demo`.
+ *
+ * Latents follow performance.md: per layer, Gaussian or Student-t (nu = 3) values with a fixed
+ * per-channel magnitude spread (log-normal, sigma 0.5) and a per-token norm spread (log-normal,
+ * sigma 1), scaled so that the layer's largest |value| equals the real max_abs of that layer. */
+#ifndef NVFP4_MLA_CLI_SYNTH_H
+#define NVFP4_MLA_CLI_SYNTH_H
+
+#include <stdint.h>
+
+#include "cli.h"
+
+typedef struct synth_rng {
+    uint64_t state;
+} synth_rng_t;
+
+double synth_normal(synth_rng_t *rng);
+
+/* Fills tokens [count, 576] bf16 for one layer of largest |latent| = amax. */
+void synth_layer(synth_rng_t *rng, double amax, int heavy_tailed, int64_t count, uint16_t *tokens);
+
+/* What a mode did to one layer's tokens. */
+typedef struct synth_error {
+    double layer_rel_rms;      /* ||x_hat - x|| / ||x|| over the layer */
+    double median_token_rel;   /* median over tokens of ||x_hat_t - x_t|| / ||x_t|| */
+    double zero_tokens;        /* fraction of non-zero tokens decoded to all zeros */
+    double subnormal_groups;   /* fraction of group scales that are E4M3 subnormal (NVFP4 modes) */
+} synth_error_t;
+
+/* Round trip through the plugin (write then gather) in one NVFP4 mode. */
+int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens, int64_t count,
+                        synth_error_t *err);
+
+/* Round trip through the 656-byte fp8_ds_mla record (record-format.md section 8), encoded here. */
+void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t *err);
+
+/* The real per-layer max_abs profile from a v1 calibration file (the caller frees *max_abs). */
+int synth_load_profile(const char *cmd, const char *path, double **max_abs, int *layers);
+
+#endif

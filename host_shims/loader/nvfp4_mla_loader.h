@@ -1,0 +1,71 @@
+/* The C host loader: find the nvfp4-mla plugin, check it, and decide whether it can serve the
+ * cache configuration this host wants (design.md, "Flow of one request").
+ *
+ * Selection: NVFP4_MLA_PLUGIN (read with secure_getenv) is a path to the .so, or a folder holding
+ * libnvfp4_mla.so; "none" disables the plugin. The loader dlopen()s with RTLD_NOW|RTLD_LOCAL, looks
+ * up the one entry symbol, and checks magic, ABI major and the minimum table size before the host
+ * reads anything else. `require` names the plugin path, both ABI versions and every missing
+ * capability when it refuses. Thread rules: open/close once per process (not concurrently with each
+ * other); require and the table's [any-thread] members from any thread.
+ */
+#ifndef NVFP4_MLA_LOADER_H
+#define NVFP4_MLA_LOADER_H
+
+#include <stddef.h>
+
+#include "nvfp4_mla.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NVFP4_MLA_PLUGIN_FILE "libnvfp4_mla.so"
+
+/* Outcome of open: the plugin is usable, deliberately off, not selected, or refused. */
+#define NVFP4_MLA_LOAD_OK 0
+#define NVFP4_MLA_LOAD_DISABLED 1     /* selection is "none" */
+#define NVFP4_MLA_LOAD_NOT_SELECTED 2 /* no selection: NVFP4_MLA_PLUGIN unset or empty */
+#define NVFP4_MLA_LOAD_FAILED 3       /* missing file, not a plugin, wrong ABI: see the message */
+
+typedef struct nvfp4_mla_loader {
+    void *handle;                     /* dlopen handle; owned, released by close */
+    const nvfp4_mla_plugin_t *table;  /* the plugin's table; valid until close */
+    char path[4096];                  /* the file that was (or would have been) opened */
+} nvfp4_mla_loader_t;
+
+/* Opens the plugin named by `selection` (NULL: NVFP4_MLA_PLUGIN). On anything but LOAD_OK the loader
+ * holds nothing and `message` (always NUL-terminated, may be NULL) says why. */
+int nvfp4_mla_loader_open(nvfp4_mla_loader_t *loader, const char *selection, char *message, size_t message_size);
+
+/* dlclose()s the plugin; safe on a loader that holds nothing. The host first shuts down every
+ * context and destroys every configuration it made. */
+void nvfp4_mla_loader_close(nvfp4_mla_loader_t *loader);
+
+/* The cache configuration a host wants served. */
+typedef struct nvfp4_mla_requirement {
+    uint32_t layout;         /* NVFP4_MLA_LAYOUT_* */
+    uint32_t scale_mode;     /* NVFP4_MLA_SCALE_* */
+    uint64_t extra_caps;     /* further NVFP4_MLA_CAP_* bits the host will call (e.g. OP_ATTEND) */
+    int user_requested;      /* 1: the user asked for this mode: refuse loudly if anything is missing */
+} nvfp4_mla_requirement_t;
+
+/* The capability bits `want` needs: layout, mode (per-token: the writer's per_token_scale and the
+ * readers' latent_scale_per_token; static: static_outer), write and gather, and extra_caps. */
+uint64_t nvfp4_mla_requirement_caps(const nvfp4_mla_requirement_t *want);
+
+/* The bits a table really offers: its capability bits, minus operations its struct_size cannot hold. */
+uint64_t nvfp4_mla_loader_table_caps(const nvfp4_mla_loader_t *loader);
+
+/* Accepts (0) or refuses (-1) `want` against `available` (the table's compiled bits from
+ * nvfp4_mla_loader_table_caps, or a context's runtime bits after init). A refusal's message names the
+ * plugin path, the plugin's and the host's ABI versions and each missing capability. */
+int nvfp4_mla_loader_require(const nvfp4_mla_loader_t *loader, const nvfp4_mla_requirement_t *want, uint64_t available,
+                             char *message, size_t message_size);
+
+/* Name of a capability bit known to this host's header ("unknown" otherwise). */
+const char *nvfp4_mla_loader_cap_name(uint64_t bit);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,101 @@
+/* Kernel-side argument structs and the backend dispatch table of the record operations.
+ *
+ * The plugin validates the host's ABI structs (plugin/validate_*.c) and lowers them to these flat
+ * structs: raw pointers, strides in elements or bytes as named, nothing left to check. Each
+ * operation has one struct shared by its CPU twin (`..._cpu`, always built, the test oracle) and its
+ * CUDA implementation (`..._cuda`); `nvfp4_mla_backend_ops_t` picks one per context, the way
+ * PipeWire's audio-conversion ops pick an implementation once.
+ */
+#ifndef NVFP4_MLA_KERNELS_CODEC_H
+#define NVFP4_MLA_KERNELS_CODEC_H
+
+#include <stdint.h>
+
+#include "nvfp4_mla_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Record byte offsets (record-format.md section 2). */
+#define NVFP4_REC_PAYLOAD_OFF 0     /* [0,256) 512 E2M1 codes */
+#define NVFP4_REC_GROUP_SCALE_OFF 256 /* [256,288) 32 E4M3 group scales */
+#define NVFP4_REC_ROPE_SCALE_OFF 288  /* [288,292) f32 RoPE scale (368) */
+#define NVFP4_REC_TOKEN_SCALE_OFF 292 /* [292,296) f32 s_t (368, per-token) */
+#define NVFP4_REC_ROPE_OFF 304        /* [304,368) 64 E4M3 or [304,432) 64 bf16 */
+#define NVFP4_GROUPS 32
+#define NVFP4_GROUP_SIZE 16
+#define NVFP4_GATHER_ROW 576          /* bf16 values per gathered row: 512 latent + 64 RoPE */
+
+typedef struct nvfp4_mla_write_kernel_args {
+    const void *kv_c;             /* [T, 512] bf16|f16, rows kv_c_row_stride elements apart */
+    const void *k_pe;             /* [T, 64] same dtype, rows k_pe_row_stride elements apart */
+    const int64_t *slot_mapping;  /* [T] slot ids, slot_stride elements apart */
+    uint8_t *cache;               /* [num_blocks, block_size, record_bytes] */
+    float *capture_max_abs;       /* optional [1]: max-reduced with max |kv_c| of written tokens */
+    uint64_t *nonfinite_count;    /* optional [1]: += NaN/Inf inputs of written tokens */
+    void *stream;                 /* cudaStream_t (CUDA); unused on the CPU */
+    int64_t num_tokens;           /* T >= 0 */
+    int64_t kv_c_row_stride;      /* elements, >= 512 */
+    int64_t k_pe_row_stride;      /* elements, >= 64 */
+    int64_t slot_stride;          /* elements, >= 0 */
+    int64_t block_stride;         /* bytes, >= block_size * record_bytes */
+    int64_t block_size;           /* tokens per block, >= 1 */
+    int64_t capacity;             /* num_blocks * block_size < 2^31 */
+    int32_t input_is_f16;         /* 0: bf16, 1: fp16 */
+    int32_t record_bytes;         /* 368 or 432 */
+    int32_t per_token;            /* 1: per-token outer scale (368 only) */
+    float outer_scale;            /* static mode s (1.0 = uncalibrated); unused per-token */
+} nvfp4_mla_write_kernel_args_t;
+
+typedef struct nvfp4_mla_gather_kernel_args {
+    const uint8_t *cache;         /* [num_blocks, block_size, record_bytes] */
+    const int32_t *slots;         /* [N], slot_stride elements apart; -1 = zeros */
+    uint16_t *out;                /* [N, 576] bf16, rows out_row_stride elements apart */
+    void *stream;                 /* cudaStream_t (CUDA); unused on the CPU */
+    int64_t num_rows;             /* N >= 0 */
+    int64_t slot_stride;          /* elements */
+    int64_t out_row_stride;       /* elements, >= 576 */
+    int64_t block_stride;         /* bytes */
+    int64_t block_size;           /* tokens per block */
+    int64_t capacity;             /* num_blocks * block_size; the kernel treats slots outside
+                                     [0, capacity) other than -1 as zeros (validated on the CPU) */
+    int32_t record_bytes;         /* 368 or 432 */
+    int32_t per_token;            /* 1: outer scale from each record's s_t */
+    float outer_scale;            /* static mode s */
+    int32_t reserved;
+} nvfp4_mla_gather_kernel_args_t;
+
+/* Status of a kernel call: 0 = OK, else an NVFP4_MLA_ERR_* code; details through the message
+ * buffer (kernels cannot reach the plugin's thread-local error). */
+typedef struct nvfp4_mla_kernel_result {
+    int32_t status;
+    char message[240];
+} nvfp4_mla_kernel_result_t;
+
+typedef struct nvfp4_mla_backend_ops {
+    const char *name; /* "cpu" or "cuda" */
+    void (*write)(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+    void (*gather)(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+} nvfp4_mla_backend_ops_t;
+
+/* The CPU twins (kernels/write_cpu.c, kernels/gather_cpu.c). */
+void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+void nvfp4_mla_gather_cpu(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+
+/* Encode one token into one record (the writer's body, exposed for tests and tools that build
+ * records without a cache). `latent` [512] and `rope` [64] are f32 already converted from the
+ * input; `rope_bf16` [64] holds the input's RoPE as bf16 for the 432 layout. Returns the number of
+ * non-finite inputs seen. */
+uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, const uint16_t *rope_bf16,
+                                     int32_t record_bytes, int32_t per_token, float outer_scale,
+                                     uint8_t *record);
+
+/* Decode one record into 576 bf16 values (latent then RoPE). */
+void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
+                                 float outer_scale, uint16_t *row);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NVFP4_MLA_KERNELS_CODEC_H */

@@ -1,0 +1,53 @@
+/* The gather reader on the CPU: records back to dense bf16 rows (record-format.md section 5).
+ *
+ * The oracle of the CUDA gather and of attention's dequantisation: value = (e2m1 * e4m3) * outer
+ * in binary32 (the first product is exact), then bf16 with round-to-nearest-even. Slot -1 gives a
+ * row of zeros. Tested by round trips and golden records in tests/test_codec_*.c.
+ */
+#include <string.h>
+
+#include "codec.h"
+#include "fp_codes.h"
+
+void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
+                                 float outer_scale, uint16_t *row) {
+    float outer = outer_scale;
+    if (per_token) {
+        memcpy(&outer, record + NVFP4_REC_TOKEN_SCALE_OFF, sizeof outer);
+    }
+    for (int g = 0; g < NVFP4_GROUPS; g++) {
+        float d = nvfp4_e4m3_decode(record[NVFP4_REC_GROUP_SCALE_OFF + g]);
+        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+            uint8_t byte = record[8 * g + i / 2];
+            uint8_t code = (uint8_t)((i & 1) ? byte >> 4 : byte & 0xF);
+            float v = nvfp4_mul_rn(nvfp4_mul_rn(nvfp4_e2m1_decode(code), d), outer);
+            row[g * NVFP4_GROUP_SIZE + i] = nvfp4_f32_to_bf16(v);
+        }
+    }
+    uint16_t *rope_out = row + NVFP4_MLA_LATENT_DIM;
+    if (record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
+        float r;
+        memcpy(&r, record + NVFP4_REC_ROPE_SCALE_OFF, sizeof r);
+        for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
+            rope_out[j] = nvfp4_f32_to_bf16(nvfp4_mul_rn(nvfp4_e4m3_decode(record[NVFP4_REC_ROPE_OFF + j]), r));
+        }
+    } else {
+        memcpy(rope_out, record + NVFP4_REC_ROPE_OFF, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
+    }
+}
+
+void nvfp4_mla_gather_cpu(const nvfp4_mla_gather_kernel_args_t *a, nvfp4_mla_kernel_result_t *result) {
+    for (int64_t n = 0; n < a->num_rows; n++) {
+        int64_t slot = a->slots[n * a->slot_stride];
+        uint16_t *row = a->out + n * a->out_row_stride;
+        if (slot < 0 || slot >= a->capacity) {
+            memset(row, 0, NVFP4_GATHER_ROW * sizeof(uint16_t));
+            continue;
+        }
+        const uint8_t *record =
+            a->cache + (slot / a->block_size) * a->block_stride + (slot % a->block_size) * a->record_bytes;
+        nvfp4_mla_decode_record_cpu(record, a->record_bytes, a->per_token, a->outer_scale, row);
+    }
+    result->status = 0;
+    result->message[0] = '\0';
+}

@@ -1,0 +1,60 @@
+/* Checks shared by every entry: versioned argument structs and tensor descriptors.
+ *
+ * Every message names the operation and the argument ("write: kv_c: shape[1] is 500, must be
+ * 512"), because the host reads it through last_error() far from the call site.
+ */
+#ifndef NVFP4_MLA_PLUGIN_ARGS_H
+#define NVFP4_MLA_PLUGIN_ARGS_H
+
+#include <stddef.h>
+
+#include "nvfp4_mla.h"
+
+/* Copies a host struct of `host_size` bytes into `dst` (our `known_size` bytes, zero-filled past
+ * what the host passed). Older hosts pass smaller structs (>= `min_size`, the 1.0 size); newer ones
+ * larger structs whose unknown tail must be zero. */
+nvfp4_mla_status_t nvfp4_copy_versioned(void *dst, size_t known_size, size_t min_size, const void *src,
+                                        const char *what);
+
+/* Expected element type(s) and rank of a tensor argument. */
+typedef struct nvfp4_tensor_rule {
+    const char *op;      /* "write", "gather", "attend" */
+    const char *name;    /* argument name, e.g. "kv_c" */
+    int32_t dtype;       /* required NVFP4_MLA_DTYPE_* */
+    int32_t alt_dtype;   /* a second accepted dtype, or 0 */
+    int32_t ndim;        /* required rank */
+    int32_t device_type; /* the context's device */
+    int32_t device_index;
+} nvfp4_tensor_rule_t;
+
+size_t nvfp4_dtype_size(int32_t dtype);
+const char *nvfp4_dtype_name(int32_t dtype);
+
+/* dtype, rank, non-negative shape/strides, device, non-NULL and naturally aligned data (when the
+ * tensor has elements). */
+nvfp4_mla_status_t nvfp4_check_tensor(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *rule);
+
+/* shape[dim] == want. */
+nvfp4_mla_status_t nvfp4_check_dim(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *rule, int dim,
+                                   int64_t want, const char *why);
+
+/* A row-major matrix [rows, cols] with unit inner stride and rows that do not overlap. */
+nvfp4_mla_status_t nvfp4_check_rows(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *rule, int64_t cols);
+
+/* The layout/mode/outer-scale combination shared by all operations. */
+nvfp4_mla_status_t nvfp4_check_mode(const char *op, uint32_t layout, uint32_t scale_mode, float outer_scale);
+
+/* The paged cache of one layer; fills record_bytes, block_size, block_stride (bytes), capacity. */
+typedef struct nvfp4_cache_geometry {
+    int32_t record_bytes;
+    int64_t block_size;
+    int64_t block_stride;
+    int64_t capacity;
+} nvfp4_cache_geometry_t;
+nvfp4_mla_status_t nvfp4_check_cache(const nvfp4_mla_tensor_t *cache, const nvfp4_tensor_rule_t *rule,
+                                     uint32_t layout, nvfp4_cache_geometry_t *geometry);
+
+/* flags and every reserved word zero. */
+nvfp4_mla_status_t nvfp4_check_zero(const char *op, const char *what, const void *p, size_t bytes);
+
+#endif

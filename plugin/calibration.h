@@ -1,0 +1,42 @@
+/* Static calibration files, format nvfp4_ds_mla_outer_scale_v1 (record-format.md section 7).
+ *
+ * A strict loader: exact format string, exact key case, no duplicate or unknown keys, exactly
+ * num_layers finite positive scales, max_abs consistent with them; every rejection names the key
+ * (and the byte offset for malformed JSON) and the file it came from.
+ */
+#ifndef NVFP4_MLA_PLUGIN_CALIBRATION_H
+#define NVFP4_MLA_PLUGIN_CALIBRATION_H
+
+#include <cJSON.h>
+#include <stddef.h>
+
+#include "nvfp4_mla.h"
+
+#define NVFP4_CALIBRATION_FORMAT "nvfp4_ds_mla_outer_scale_v1"
+#define NVFP4_CALIBRATION_DENOMINATOR 2688.0
+#define NVFP4_CALIBRATION_MAX_LAYERS 4096
+#define NVFP4_CALIBRATION_MAX_FILE_BYTES (4u << 20)
+/* max_abs[l] / 2688 and scales[l] may differ by float printing, never by more than this (relative). */
+#define NVFP4_CALIBRATION_REL_TOLERANCE 1e-6
+
+typedef struct nvfp4_calibration {
+    uint32_t num_layers; /* layers with a scale; later layers (a draft layer) use 1.0 */
+    float *scales;       /* [num_layers], owned; free with nvfp4_calibration_free */
+} nvfp4_calibration_t;
+
+/* Reads a whole file of at most max_bytes into a NUL-terminated heap buffer. ERR_IO names the file. */
+nvfp4_mla_status_t nvfp4_read_file(const char *path, size_t max_bytes, char **data, size_t *len);
+
+/* Parses JSON text (length-bounded, no NUL needed); `origin` names it in messages. On a syntax
+ * error the message gives the byte offset. The caller cJSON_Delete()s *root. */
+nvfp4_mla_status_t nvfp4_json_parse(const char *text, size_t len, const char *origin, cJSON **root);
+
+/* Validates a v1 object; on success fills *out (caller frees). */
+nvfp4_mla_status_t nvfp4_calibration_from_json(const cJSON *object, const char *origin, nvfp4_calibration_t *out);
+
+/* Reads, parses and validates a v1 file. */
+nvfp4_mla_status_t nvfp4_calibration_load_file(const char *path, nvfp4_calibration_t *out);
+
+void nvfp4_calibration_free(nvfp4_calibration_t *cal);
+
+#endif

@@ -1,0 +1,33 @@
+/* Which capabilities each backend really serves, in one place (design.md, ABI rule 4).
+ *
+ * A bit appears here only when the code behind it is finished and tested on that backend: the
+ * compiled table is the union over the backends this binary carries, a context's runtime set is
+ * its backend's set (and nothing of CUDA's when its device cannot run our fatbin).
+ */
+#ifndef NVFP4_MLA_PLUGIN_CAPABILITIES_H
+#define NVFP4_MLA_PLUGIN_CAPABILITIES_H
+
+#include "nvfp4_mla.h"
+
+/* Serves both backends: layouts, modes and the record operations implemented everywhere. */
+#define NVFP4_CAPS_CODEC                                                                               \
+    (NVFP4_MLA_CAP_LAYOUT_FP8_ROPE_368 | NVFP4_MLA_CAP_LAYOUT_BF16_ROPE_432 | NVFP4_MLA_CAP_SCALE_STATIC_OUTER |  \
+     NVFP4_MLA_CAP_WRITE_PER_TOKEN_SCALE | NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER |                    \
+     NVFP4_MLA_CAP_WRITE_CAPTURE_MAX_ABS)
+
+/* Needs no device at all. */
+#define NVFP4_CAPS_HOST_ONLY NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY
+
+#define NVFP4_CAPS_CPU (NVFP4_MLA_CAP_BACKEND_CPU | NVFP4_CAPS_CODEC | NVFP4_CAPS_HOST_ONLY)
+#define NVFP4_CAPS_CUDA (NVFP4_MLA_CAP_BACKEND_CUDA | NVFP4_CAPS_CODEC | NVFP4_CAPS_HOST_ONLY)
+
+#if NVFP4_MLA_HAVE_CUDA
+#define NVFP4_CAPS_COMPILED (NVFP4_CAPS_CPU | NVFP4_CAPS_CUDA)
+#else
+#define NVFP4_CAPS_COMPILED NVFP4_CAPS_CPU
+#endif
+
+/* Name of a capability bit ("unknown" for none), for messages (plugin/entry.c). */
+const char *nvfp4_capability_name(uint64_t bit);
+
+#endif

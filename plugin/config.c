@@ -1,0 +1,312 @@
+/* Cache-format configuration and the persistent-cache identity (see config.h).
+ *
+ * The identity string is byte-compatible with the serving stack that already writes these records:
+ * the dtype must be exactly nvfp4_ds_mla (after a "torch." prefix) to leave "vllm-default-v1"; the
+ * static digest is SHA-256 (OpenSSL's libcrypto) of the bytes that define the scales. Where the
+ * scales come from, in order: the environment's file, the checkpoint's config.json field (inline
+ * object or sidecar file), else 1.0 for every layer; the winner is logged and reported.
+ */
+#include "config.h"
+
+#include <openssl/sha.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "calibration.h"
+#include "errors.h"
+
+struct nvfp4_mla_config {
+    nvfp4_mla_config_info_t info; /* strings point into the arrays below */
+    char identity[160];
+    char source_path[4096];
+    nvfp4_calibration_t calibration;
+};
+
+/* The three settings, as read once from the environment or the host's snapshot. */
+typedef struct env_settings {
+    int dynamic_scale;
+    int fp8_rope;
+    char scales_file[4096];
+} env_settings_t;
+
+static const char *lookup(const char *const *environ, const char *name) {
+    if (!environ) {
+        return secure_getenv(name);
+    }
+    size_t n = strlen(name);
+    for (const char *const *e = environ; *e; e++) {
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') {
+            return *e + n + 1;
+        }
+    }
+    return NULL;
+}
+
+static nvfp4_mla_status_t read_settings(const char *const *environ, env_settings_t *s) {
+    const char *v = lookup(environ, NVFP4_ENV_DYNAMIC_SCALE);
+    s->dynamic_scale = v && strcmp(v, "1") == 0;
+    v = lookup(environ, NVFP4_ENV_FP8_ROPE);
+    s->fp8_rope = v && strcmp(v, "1") == 0;
+    v = lookup(environ, NVFP4_ENV_SCALES_FILE);
+    s->scales_file[0] = '\0';
+    if (v) {
+        while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') {
+            v++;
+        }
+        size_t len = strlen(v);
+        while (len && (v[len - 1] == ' ' || v[len - 1] == '\t' || v[len - 1] == '\n' || v[len - 1] == '\r')) {
+            len--;
+        }
+        if (len >= sizeof s->scales_file) {
+            return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s is longer than %zu bytes", NVFP4_ENV_SCALES_FILE,
+                              sizeof s->scales_file - 1);
+        }
+        memcpy(s->scales_file, v, len);
+        s->scales_file[len] = '\0';
+    }
+    return NVFP4_MLA_OK;
+}
+
+static void sha256_hex(const void *data, size_t len, char hex[65]) {
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    SHA256(data, len, digest);
+    for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) {
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    }
+}
+
+/* Loads a calibration file and sets the static identity from the digest of its bytes. */
+static nvfp4_mla_status_t load_static_file(nvfp4_mla_config_t *cfg, const char *path, const char *layout_name) {
+    char *text;
+    size_t len;
+    nvfp4_mla_status_t st = nvfp4_read_file(path, NVFP4_CALIBRATION_MAX_FILE_BYTES, &text, &len);
+    if (st) {
+        return st;
+    }
+    cJSON *root;
+    if (!(st = nvfp4_json_parse(text, len, path, &root))) {
+        st = nvfp4_calibration_from_json(root, path, &cfg->calibration);
+        cJSON_Delete(root);
+    }
+    if (!st) {
+        char hex[65];
+        sha256_hex(text, len, hex);
+        snprintf(cfg->identity, sizeof cfg->identity, "nvfp4_ds_mla:%s:static-calibrated-v1:%s", layout_name, hex);
+        snprintf(cfg->source_path, sizeof cfg->source_path, "%s", path);
+    }
+    free(text);
+    return st;
+}
+
+/* A sidecar path from config.json: relative, inside the model folder. */
+static nvfp4_mla_status_t sidecar_path(const char *model_dir, const char *config_path, const cJSON *file, char *out,
+                                       size_t out_size) {
+    if (!cJSON_IsString(file) || !file->valuestring[0]) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"%s\".\"file\" must be a non-empty string", config_path,
+                          NVFP4_CHECKPOINT_FIELD);
+    }
+    const char *rel = file->valuestring;
+    if (rel[0] == '/' || strcmp(rel, "..") == 0 || strncmp(rel, "../", 3) == 0 || strstr(rel, "/../") ||
+        (strlen(rel) >= 3 && strcmp(rel + strlen(rel) - 3, "/..") == 0)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
+                          "%s: \"%s\".\"file\" = \"%s\" must be a path relative to the model folder, inside it",
+                          config_path, NVFP4_CHECKPOINT_FIELD, rel);
+    }
+    if ((size_t)snprintf(out, out_size, "%s/%s", model_dir, rel) >= out_size) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: sidecar path is too long", config_path);
+    }
+    return NVFP4_MLA_OK;
+}
+
+/* The checkpoint's field: absent (nothing to do), an inline v1 object, or {"file": "..."}. */
+static nvfp4_mla_status_t load_checkpoint(nvfp4_mla_config_t *cfg, const char *model_dir, const char *layout_name) {
+    char config_path[4096];
+    if ((size_t)snprintf(config_path, sizeof config_path, "%s/config.json", model_dir) >= sizeof config_path) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "model_dir is too long");
+    }
+    char *text;
+    size_t len;
+    nvfp4_mla_status_t st = nvfp4_read_file(config_path, NVFP4_CONFIG_JSON_MAX_BYTES, &text, &len);
+    if (st) {
+        return st;
+    }
+    cJSON *root;
+    if ((st = nvfp4_json_parse(text, len, config_path, &root))) {
+        free(text);
+        return st;
+    }
+    const cJSON *field = cJSON_GetObjectItemCaseSensitive(root, NVFP4_CHECKPOINT_FIELD);
+    if (!field) {
+        cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_NONE;
+    } else if (!cJSON_IsObject(field)) {
+        st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"%s\" must be an object (the v1 calibration or {\"file\": ...})",
+                        config_path, NVFP4_CHECKPOINT_FIELD);
+    } else if (cJSON_GetObjectItemCaseSensitive(field, "file")) {
+        const cJSON *file = cJSON_GetObjectItemCaseSensitive(field, "file");
+        char path[4096 + 64];
+        if (cJSON_GetArraySize(field) != 1) {
+            st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"%s\" with \"file\" must have no other key", config_path,
+                            NVFP4_CHECKPOINT_FIELD);
+        } else if (!(st = sidecar_path(model_dir, config_path, file, path, sizeof path)) &&
+                   !(st = load_static_file(cfg, path, layout_name))) {
+            cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_FILE;
+        }
+    } else {
+        char origin[4200];
+        snprintf(origin, sizeof origin, "%s: \"%s\"", config_path, NVFP4_CHECKPOINT_FIELD);
+        if (!(st = nvfp4_calibration_from_json(field, origin, &cfg->calibration))) {
+            /* The inline object has no bytes of its own: the digest covers the whole config.json,
+             * which separates caches at least as finely as the scales do. */
+            char hex[65];
+            sha256_hex(text, len, hex);
+            snprintf(cfg->identity, sizeof cfg->identity, "nvfp4_ds_mla:%s:static-calibrated-v1:%s", layout_name, hex);
+            snprintf(cfg->source_path, sizeof cfg->source_path, "%s", config_path);
+            cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_INLINE;
+        }
+    }
+    cJSON_Delete(root);
+    free(text);
+    return st;
+}
+
+static const char *source_name(uint32_t source) {
+    switch (source) {
+    case NVFP4_MLA_SCALE_SOURCE_ENV_FILE: return "environment (" NVFP4_ENV_SCALES_FILE ")";
+    case NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_INLINE: return "checkpoint config.json (inline)";
+    case NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_FILE: return "checkpoint sidecar file";
+    case NVFP4_MLA_SCALE_SOURCE_PER_TOKEN: return "per-token (records carry s_t)";
+    default: return "none (every layer 1.0)";
+    }
+}
+
+/* Decides mode, layout, scales and identity for an NVFP4 cache. */
+static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_settings_t *s, const char *model_dir,
+                                          const nvfp4_mla_host_desc_t *host) {
+    if (s->dynamic_scale && s->scales_file[0]) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s=%s and %s=1 are mutually exclusive: pick static calibration or "
+                                                "per-token scales", NVFP4_ENV_SCALES_FILE, s->scales_file,
+                          NVFP4_ENV_DYNAMIC_SCALE);
+    }
+    if (s->dynamic_scale && !s->fp8_rope) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s=1 requires %s=1: per-token scales exist only in the 368-byte "
+                                                "fp8-rope record", NVFP4_ENV_DYNAMIC_SCALE, NVFP4_ENV_FP8_ROPE);
+    }
+    const char *layout_name = s->fp8_rope ? "fp8-rope-368" : "bf16-rope-432";
+    cfg->info.layout = s->fp8_rope ? NVFP4_MLA_LAYOUT_FP8_ROPE_368 : NVFP4_MLA_LAYOUT_BF16_ROPE_432;
+    cfg->info.scale_mode = s->dynamic_scale ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC;
+    nvfp4_mla_status_t st = NVFP4_MLA_OK;
+    if (s->dynamic_scale) {
+        snprintf(cfg->identity, sizeof cfg->identity, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+        cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_PER_TOKEN;
+    } else if (s->scales_file[0]) {
+        if ((st = load_static_file(cfg, s->scales_file, layout_name))) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", nvfp4_last_error());
+            return nvfp4_fail(st, "%s=%s cannot form a cache identity: %s", NVFP4_ENV_SCALES_FILE, s->scales_file,
+                              why);
+        }
+        cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_ENV_FILE;
+    } else if (model_dir && (st = load_checkpoint(cfg, model_dir, layout_name))) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", nvfp4_last_error());
+        return nvfp4_fail(st, "checkpoint calibration is present but unusable (no silent fallback to 1.0): %s", why);
+    }
+    if (!cfg->identity[0]) {
+        snprintf(cfg->identity, sizeof cfg->identity, NVFP4_IDENTITY_DEFAULT);
+    }
+    nvfp4_log(host, NVFP4_MLA_LOG_INFO, "nvfp4-mla: outer scales: %s%s%s (%u calibrated layers); cache identity %s",
+              source_name(cfg->info.scale_source), cfg->source_path[0] ? " from " : "", cfg->source_path,
+              cfg->calibration.num_layers, cfg->identity);
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *host_request, nvfp4_mla_config_t **out) {
+    nvfp4_clear_error();
+    if (!out) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_create: out is NULL");
+    }
+    *out = NULL;
+    nvfp4_mla_config_request_t req;
+    nvfp4_mla_status_t st =
+        nvfp4_copy_versioned(&req, sizeof req, sizeof req, host_request, "config_create: nvfp4_mla_config_request_t");
+    if (st || (st = nvfp4_check_zero("config_create", "flags", &req.flags, sizeof req.flags)) ||
+        (st = nvfp4_check_zero("config_create", "reserved", req.reserved, sizeof req.reserved))) {
+        return st;
+    }
+    if (!req.cache_dtype) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_create: cache_dtype is NULL");
+    }
+    nvfp4_mla_host_desc_t host = {0};
+    if (req.host && (st = nvfp4_copy_versioned(&host, sizeof host, sizeof host, req.host, "config_create: host"))) {
+        return st;
+    }
+    env_settings_t settings;
+    if ((st = read_settings(req.environ, &settings))) {
+        return st;
+    }
+    nvfp4_mla_config_t *cfg = calloc(1, sizeof *cfg);
+    if (!cfg) {
+        return nvfp4_fail(NVFP4_MLA_ERR_OUT_OF_MEMORY, "config_create: cannot allocate the configuration");
+    }
+    const char *dtype = req.cache_dtype;
+    if (strncmp(dtype, "torch.", 6) == 0) {
+        dtype += 6;
+    }
+    cfg->info.is_nvfp4 = strcmp(dtype, NVFP4_MLA_RECORD_FORMAT) == 0;
+    cfg->info.layout = settings.fp8_rope ? NVFP4_MLA_LAYOUT_FP8_ROPE_368 : NVFP4_MLA_LAYOUT_BF16_ROPE_432;
+    cfg->info.scale_mode = NVFP4_MLA_SCALE_STATIC;
+    if (cfg->info.is_nvfp4) {
+        st = configure_nvfp4(cfg, &settings, req.model_dir, &host);
+    } else {
+        snprintf(cfg->identity, sizeof cfg->identity, NVFP4_IDENTITY_DEFAULT);
+        if (settings.dynamic_scale || settings.scales_file[0]) {
+            nvfp4_log(&host, NVFP4_MLA_LOG_INFO, "nvfp4-mla: cache dtype %s is not %s; NVFP4 settings are ignored",
+                      req.cache_dtype, NVFP4_MLA_RECORD_FORMAT);
+        }
+    }
+    if (st) {
+        nvfp4_config_destroy(cfg);
+        return st;
+    }
+    cfg->info.struct_size = sizeof cfg->info;
+    cfg->info.num_layers = cfg->calibration.num_layers;
+    cfg->info.identity = cfg->identity;
+    cfg->info.scale_source_path = cfg->source_path;
+    *out = cfg;
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_config_info(const nvfp4_mla_config_t *cfg, nvfp4_mla_config_info_t *info) {
+    nvfp4_clear_error();
+    if (!cfg || !info) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_info: %s is NULL", cfg ? "info" : "config");
+    }
+    if (info->struct_size < sizeof *info) {
+        return nvfp4_fail(NVFP4_MLA_ERR_VERSION, "config_info: info->struct_size %u is smaller than %zu",
+                          info->struct_size, sizeof *info);
+    }
+    *info = cfg->info;
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_config_layer_scale(const nvfp4_mla_config_t *cfg, uint32_t layer, float *scale_out) {
+    nvfp4_clear_error();
+    if (!cfg || !scale_out) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_layer_scale: %s is NULL", cfg ? "scale_out" : "config");
+    }
+    if (cfg->info.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN) {
+        *scale_out = 0.0f;
+    } else {
+        *scale_out = layer < cfg->calibration.num_layers ? cfg->calibration.scales[layer] : 1.0f;
+    }
+    return NVFP4_MLA_OK;
+}
+
+void nvfp4_config_destroy(nvfp4_mla_config_t *cfg) {
+    if (cfg) {
+        nvfp4_calibration_free(&cfg->calibration);
+        free(cfg);
+    }
+}

@@ -1,0 +1,22 @@
+/* The cache-format configuration: one immutable object per process (record-format.md 6 and 7).
+ * Built from the environment (VLLM_NVFP4_MLA_DYNAMIC_SCALE, VLLM_NVFP4_MLA_SCALES_FILE,
+ * KV_FP8_ROPE), the cache dtype and the checkpoint; it fixes layout, mode, per-layer scales and the
+ * persistent-cache identity. */
+#ifndef NVFP4_MLA_PLUGIN_CONFIG_H
+#define NVFP4_MLA_PLUGIN_CONFIG_H
+
+#include "nvfp4_mla.h"
+
+#define NVFP4_ENV_DYNAMIC_SCALE "VLLM_NVFP4_MLA_DYNAMIC_SCALE"
+#define NVFP4_ENV_SCALES_FILE "VLLM_NVFP4_MLA_SCALES_FILE"
+#define NVFP4_ENV_FP8_ROPE "KV_FP8_ROPE"
+#define NVFP4_CHECKPOINT_FIELD "nvfp4_mla_outer_scales"
+#define NVFP4_IDENTITY_DEFAULT "vllm-default-v1"
+#define NVFP4_CONFIG_JSON_MAX_BYTES (16u << 20)
+
+nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *request, nvfp4_mla_config_t **out);
+nvfp4_mla_status_t nvfp4_config_info(const nvfp4_mla_config_t *config, nvfp4_mla_config_info_t *info);
+nvfp4_mla_status_t nvfp4_config_layer_scale(const nvfp4_mla_config_t *config, uint32_t layer, float *scale_out);
+void nvfp4_config_destroy(nvfp4_mla_config_t *config);
+
+#endif

@@ -1,0 +1,117 @@
+/* init / shutdown / context_info: a context per device (design.md, ABI rule 7). */
+#include "context.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "capabilities.h"
+#include "errors.h"
+
+static const nvfp4_mla_backend_ops_t cpu_ops = {"cpu", nvfp4_mla_write_cpu, nvfp4_mla_gather_cpu};
+
+static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx) {
+#if NVFP4_MLA_HAVE_CUDA
+    if (nvfp4_mla_cuda_probe(ctx->device_index, ctx->device_name, sizeof ctx->device_name, ctx->backend_note,
+                             sizeof ctx->backend_note) != 0) {
+        return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "init: CUDA device %d is unusable: %s (backend.cuda absent)",
+                          ctx->device_index, ctx->backend_note);
+    }
+    ctx->ops = &nvfp4_mla_cuda_ops;
+    ctx->capability_bits = NVFP4_CAPS_CUDA;
+    return NVFP4_MLA_OK;
+#else
+    snprintf(ctx->backend_note, sizeof ctx->backend_note, "this build has no CUDA backend (built with -Dcuda=disabled or no toolkit)");
+    return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "init: CUDA device %d requested, but %s", ctx->device_index,
+                      ctx->backend_note);
+#endif
+}
+
+nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *host_args, nvfp4_mla_context_t **out) {
+    if (!out) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "init: out is NULL");
+    }
+    *out = NULL;
+    nvfp4_mla_init_args_t args;
+    nvfp4_mla_status_t st =
+        nvfp4_copy_versioned(&args, sizeof args, sizeof args, host_args, "init: nvfp4_mla_init_args_t");
+    if (st || (st = nvfp4_check_zero("init", "flags", &args.flags, sizeof args.flags)) ||
+        (st = nvfp4_check_zero("init", "reserved", args.reserved, sizeof args.reserved))) {
+        return st;
+    }
+    nvfp4_mla_context_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        return nvfp4_fail(NVFP4_MLA_ERR_OUT_OF_MEMORY, "init: cannot allocate a context");
+    }
+    ctx->device_type = args.device_type;
+    ctx->device_index = args.device_index;
+    if (args.host && (st = nvfp4_copy_versioned(&ctx->host, sizeof ctx->host, sizeof ctx->host, args.host,
+                                                "init: host (nvfp4_mla_host_desc_t)"))) {
+        free(ctx);
+        return st;
+    }
+    if (args.device_type == NVFP4_MLA_DEVICE_CPU) {
+        if (args.device_index != 0) {
+            free(ctx);
+            return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "init: device_index is %d, must be 0 for the CPU",
+                              args.device_index);
+        }
+        ctx->ops = &cpu_ops;
+        ctx->capability_bits = NVFP4_CAPS_CPU;
+        snprintf(ctx->device_name, sizeof ctx->device_name, "cpu");
+    } else if (args.device_type == NVFP4_MLA_DEVICE_CUDA) {
+        if (args.device_index < 0) {
+            free(ctx);
+            return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "init: device_index is %d, must be >= 0",
+                              args.device_index);
+        }
+        if ((st = init_cuda(ctx))) {
+            nvfp4_log(&ctx->host, NVFP4_MLA_LOG_WARN, "nvfp4-mla: %s", nvfp4_last_error());
+            free(ctx);
+            return st;
+        }
+    } else {
+        free(ctx);
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "init: device_type is %d, must be 1 (cpu) or 2 (cuda)",
+                          args.device_type);
+    }
+    nvfp4_log(&ctx->host, NVFP4_MLA_LOG_DEBUG, "nvfp4-mla: context on %s", ctx->device_name);
+    *out = ctx;
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_context_shutdown(nvfp4_mla_context_t *ctx) {
+    free(ctx);
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_context_info_t *info) {
+    if (!ctx || !info) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "context_info: %s is NULL", ctx ? "info" : "ctx");
+    }
+    if (info->struct_size < sizeof(nvfp4_mla_context_info_t)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_VERSION, "context_info: info->struct_size %u is smaller than %zu",
+                          info->struct_size, sizeof(nvfp4_mla_context_info_t));
+    }
+    info->device_type = ctx->device_type;
+    info->device_index = ctx->device_index;
+    info->reserved0 = 0;
+    info->capability_bits = ctx->capability_bits;
+    info->device_name = ctx->device_name;
+    info->backend_note = ctx->backend_note;
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_context_require(const nvfp4_mla_context_t *ctx, const char *op, uint64_t need) {
+    if (!ctx) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", op);
+    }
+    uint64_t missing = need & ~ctx->capability_bits;
+    if (missing) {
+        uint64_t first = missing & (~missing + 1);
+        return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "%s: the %s context lacks capability %s", op, ctx->device_name,
+                          nvfp4_capability_name(first));
+    }
+    return NVFP4_MLA_OK;
+}

@@ -1,0 +1,216 @@
+/* write / gather / attend entries (see ops.h). Every check happens here, before any backend code
+ * runs, so that both backends see only arguments that cannot make them write out of bounds. */
+#include "ops.h"
+
+#include <string.h>
+
+#include "args.h"
+#include "capabilities.h"
+#include "context.h"
+#include "errors.h"
+
+static uint64_t mode_caps(uint32_t layout, uint32_t scale_mode) {
+    uint64_t need = layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368 ? NVFP4_MLA_CAP_LAYOUT_FP8_ROPE_368
+                                                            : NVFP4_MLA_CAP_LAYOUT_BF16_ROPE_432;
+    return need | (scale_mode == NVFP4_MLA_SCALE_PER_TOKEN ? 0 : NVFP4_MLA_CAP_SCALE_STATIC_OUTER);
+}
+
+static nvfp4_mla_status_t check_stream(const nvfp4_mla_context_t *ctx, const char *op, const void *stream) {
+    if (ctx->device_type == NVFP4_MLA_DEVICE_CPU && stream) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: stream must be NULL on a CPU context", op);
+    }
+    return NVFP4_MLA_OK;
+}
+
+/* A pointer the kernel writes one value through: aligned, on the context's device (by contract). */
+static nvfp4_mla_status_t check_scalar_out(const char *op, const char *name, const void *p, size_t align) {
+    if (p && ((uintptr_t)p % align)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: %s %p is not %zu-byte aligned", op, name, p, align);
+    }
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *host_args,
+                                     nvfp4_mla_write_kernel_args_t *k) {
+    nvfp4_mla_write_args_t a;
+    nvfp4_mla_status_t st = nvfp4_copy_versioned(&a, sizeof a, sizeof a, host_args, "write: nvfp4_mla_write_args_t");
+    if (st || (st = nvfp4_check_zero("write", "flags", &a.flags, sizeof a.flags)) ||
+        (st = nvfp4_check_zero("write", "reserved0", &a.reserved0, sizeof a.reserved0)) ||
+        (st = nvfp4_check_zero("write", "reserved", a.reserved, sizeof a.reserved)) ||
+        (st = nvfp4_check_mode("write", a.layout, a.scale_mode, a.outer_scale)) ||
+        (st = nvfp4_context_require(ctx, "write", NVFP4_MLA_CAP_OP_WRITE | mode_caps(a.layout, a.scale_mode) |
+                                                      (a.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN
+                                                           ? NVFP4_MLA_CAP_WRITE_PER_TOKEN_SCALE
+                                                           : 0))) ||
+        (st = check_stream(ctx, "write", a.stream))) {
+        return st;
+    }
+    nvfp4_tensor_rule_t r = {"write", "kv_c", NVFP4_MLA_DTYPE_BF16, NVFP4_MLA_DTYPE_F16, 2, ctx->device_type,
+                             ctx->device_index};
+    if ((st = nvfp4_check_tensor(&a.kv_c, &r)) || (st = nvfp4_check_rows(&a.kv_c, &r, NVFP4_MLA_LATENT_DIM))) {
+        return st;
+    }
+    int64_t tokens = a.kv_c.shape[0];
+    r.name = "k_pe";
+    r.dtype = a.kv_c.dtype;
+    r.alt_dtype = 0;
+    if ((st = nvfp4_check_tensor(&a.k_pe, &r)) || (st = nvfp4_check_rows(&a.k_pe, &r, NVFP4_MLA_ROPE_DIM)) ||
+        (st = nvfp4_check_dim(&a.k_pe, &r, 0, tokens, "one RoPE row per kv_c row"))) {
+        return st;
+    }
+    r = (nvfp4_tensor_rule_t){"write", "slot_mapping", NVFP4_MLA_DTYPE_I64, 0, 1, ctx->device_type, ctx->device_index};
+    if ((st = nvfp4_check_tensor(&a.slot_mapping, &r)) ||
+        (st = nvfp4_check_dim(&a.slot_mapping, &r, 0, tokens, "one slot per kv_c row"))) {
+        return st;
+    }
+    r = (nvfp4_tensor_rule_t){"write", "cache", NVFP4_MLA_DTYPE_U8, 0, 3, ctx->device_type, ctx->device_index};
+    nvfp4_cache_geometry_t g;
+    if ((st = nvfp4_check_cache(&a.cache, &r, a.layout, &g)) ||
+        (st = check_scalar_out("write", "capture_max_abs", a.capture_max_abs, sizeof(float))) ||
+        (st = check_scalar_out("write", "nonfinite_count", a.nonfinite_count, sizeof(uint64_t)))) {
+        return st;
+    }
+    if (ctx->device_type == NVFP4_MLA_DEVICE_CUDA &&
+        (((uintptr_t)a.kv_c.data | (uintptr_t)a.k_pe.data) % 16 || a.kv_c.strides[0] % 8 || a.k_pe.strides[0] % 8)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "write: kv_c/k_pe on CUDA need 16-byte aligned bases and row strides that are multiples "
+                          "of 8 elements (got %p/%p, strides %lld/%lld)",
+                          a.kv_c.data, a.k_pe.data, (long long)a.kv_c.strides[0], (long long)a.k_pe.strides[0]);
+    }
+    *k = (nvfp4_mla_write_kernel_args_t){
+        .kv_c = a.kv_c.data,
+        .k_pe = a.k_pe.data,
+        .slot_mapping = a.slot_mapping.data,
+        .cache = a.cache.data,
+        .capture_max_abs = a.capture_max_abs,
+        .nonfinite_count = a.nonfinite_count,
+        .stream = a.stream,
+        .num_tokens = tokens,
+        .kv_c_row_stride = a.kv_c.strides[0],
+        .k_pe_row_stride = a.k_pe.strides[0],
+        .slot_stride = a.slot_mapping.strides[0],
+        .block_stride = g.block_stride,
+        .block_size = g.block_size,
+        .capacity = g.capacity,
+        .input_is_f16 = a.kv_c.dtype == NVFP4_MLA_DTYPE_F16,
+        .record_bytes = g.record_bytes,
+        .per_token = a.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN,
+        .outer_scale = a.outer_scale,
+    };
+    return NVFP4_MLA_OK;
+}
+
+/* Slot ids of a CPU gather are checked here (a CUDA gather cannot read them without a sync, so
+ * its kernel turns out-of-range ids into zero rows instead). */
+static nvfp4_mla_status_t check_cpu_slots(const nvfp4_mla_gather_kernel_args_t *k) {
+    for (int64_t n = 0; n < k->num_rows; n++) {
+        int32_t slot = k->slots[n * k->slot_stride];
+        if (slot != -1 && (slot < 0 || slot >= k->capacity)) {
+            return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                              "gather: slots[%lld] = %d is neither -1 nor in [0, %lld) (the cache's capacity)",
+                              (long long)n, slot, (long long)k->capacity);
+        }
+    }
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_lower_gather(const nvfp4_mla_context_t *ctx, const nvfp4_mla_gather_args_t *host_args,
+                                      nvfp4_mla_gather_kernel_args_t *k) {
+    nvfp4_mla_gather_args_t a;
+    nvfp4_mla_status_t st =
+        nvfp4_copy_versioned(&a, sizeof a, sizeof a, host_args, "gather: nvfp4_mla_gather_args_t");
+    if (st || (st = nvfp4_check_zero("gather", "flags", &a.flags, sizeof a.flags)) ||
+        (st = nvfp4_check_zero("gather", "reserved0", &a.reserved0, sizeof a.reserved0)) ||
+        (st = nvfp4_check_zero("gather", "reserved", a.reserved, sizeof a.reserved)) ||
+        (st = nvfp4_check_mode("gather", a.layout, a.scale_mode, a.outer_scale)) ||
+        (st = nvfp4_context_require(ctx, "gather", NVFP4_MLA_CAP_OP_GATHER | mode_caps(a.layout, a.scale_mode))) ||
+        (st = check_stream(ctx, "gather", a.stream))) {
+        return st;
+    }
+    nvfp4_tensor_rule_t r = {"gather", "cache", NVFP4_MLA_DTYPE_U8, 0, 3, ctx->device_type, ctx->device_index};
+    nvfp4_cache_geometry_t g;
+    if ((st = nvfp4_check_cache(&a.cache, &r, a.layout, &g))) {
+        return st;
+    }
+    r = (nvfp4_tensor_rule_t){"gather", "slots", NVFP4_MLA_DTYPE_I32, 0, 1, ctx->device_type, ctx->device_index};
+    if ((st = nvfp4_check_tensor(&a.slots, &r))) {
+        return st;
+    }
+    int64_t rows = a.slots.shape[0];
+    r = (nvfp4_tensor_rule_t){"gather", "out", NVFP4_MLA_DTYPE_BF16, 0, 2, ctx->device_type, ctx->device_index};
+    if ((st = nvfp4_check_tensor(&a.out, &r)) || (st = nvfp4_check_rows(&a.out, &r, NVFP4_GATHER_ROW)) ||
+        (st = nvfp4_check_dim(&a.out, &r, 0, rows, "one row per slot"))) {
+        return st;
+    }
+    if (ctx->device_type == NVFP4_MLA_DEVICE_CUDA && (((uintptr_t)a.out.data % 16) || a.out.strides[0] % 8)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "gather: out on CUDA needs a 16-byte aligned base and a row stride that is a multiple of "
+                          "8 elements (got %p, stride %lld)", a.out.data, (long long)a.out.strides[0]);
+    }
+    *k = (nvfp4_mla_gather_kernel_args_t){
+        .cache = a.cache.data,
+        .slots = a.slots.data,
+        .out = a.out.data,
+        .stream = a.stream,
+        .num_rows = rows,
+        .slot_stride = a.slots.strides[0],
+        .out_row_stride = a.out.strides[0],
+        .block_stride = g.block_stride,
+        .block_size = g.block_size,
+        .capacity = g.capacity,
+        .record_bytes = g.record_bytes,
+        .per_token = a.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN,
+        .outer_scale = a.outer_scale,
+    };
+    if (ctx->device_type == NVFP4_MLA_DEVICE_CPU) {
+        return check_cpu_slots(k);
+    }
+    return NVFP4_MLA_OK;
+}
+
+static nvfp4_mla_status_t finish(const char *op, const nvfp4_mla_kernel_result_t *res) {
+    if (res->status) {
+        return nvfp4_fail(res->status, "%s: %s", op, res->message);
+    }
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_op_write(nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *args) {
+    nvfp4_clear_error();
+    nvfp4_mla_write_kernel_args_t k;
+    nvfp4_mla_status_t st = nvfp4_lower_write(ctx, args, &k);
+    if (st) {
+        return st;
+    }
+    nvfp4_mla_kernel_result_t res = {0, ""};
+    ctx->ops->write(&k, &res);
+    return finish("write", &res);
+}
+
+nvfp4_mla_status_t nvfp4_op_gather(nvfp4_mla_context_t *ctx, const nvfp4_mla_gather_args_t *args) {
+    nvfp4_clear_error();
+    nvfp4_mla_gather_kernel_args_t k;
+    nvfp4_mla_status_t st = nvfp4_lower_gather(ctx, args, &k);
+    if (st) {
+        return st;
+    }
+    nvfp4_mla_kernel_result_t res = {0, ""};
+    ctx->ops->gather(&k, &res);
+    return finish("gather", &res);
+}
+
+nvfp4_mla_status_t nvfp4_op_attend_workspace_bytes(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args,
+                                                   uint64_t *bytes_out) {
+    nvfp4_clear_error();
+    (void)args;
+    if (bytes_out) {
+        *bytes_out = 0;
+    }
+    return nvfp4_context_require(ctx, "attend_workspace_bytes", NVFP4_MLA_CAP_OP_ATTEND);
+}
+
+nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args) {
+    nvfp4_clear_error();
+    (void)args;
+    return nvfp4_context_require(ctx, "attend", NVFP4_MLA_CAP_OP_ATTEND);
+}
