@@ -37,16 +37,6 @@ static const nvfp4_mla_capability_t compiled[] = {
 #endif
 };
 
-const char *nvfp4_capability_name(uint64_t bit) {
-#define NVFP4_NAME_OF(b, name)                                                                                 \
-    if (bit == (b)) {                                                                                          \
-        return name;                                                                                           \
-    }
-    NVFP4_MLA_FOR_EACH_CAPABILITY(NVFP4_NAME_OF)
-#undef NVFP4_NAME_OF
-    return "unknown";
-}
-
 static const nvfp4_mla_plugin_t table = {
     .header = {NVFP4_MLA_ABI_MAGIC, sizeof(nvfp4_mla_plugin_t), NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR, 0},
     .plugin_name = "nvfp4-mla",

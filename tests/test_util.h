@@ -1,0 +1,66 @@
+/* Helpers shared by the CPU test executables: tensors, a CPU context, token builders. */
+#ifndef NVFP4_MLA_TEST_UTIL_H
+#define NVFP4_MLA_TEST_UTIL_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp_codes.h"
+#include "nvfp4_mla.h"
+
+static inline nvfp4_mla_tensor_t tu_tensor(void *data, int32_t dtype, int ndim, const int64_t *shape,
+                                           const int64_t *strides) {
+    nvfp4_mla_tensor_t t = {data, dtype, ndim, {0}, {0}, NVFP4_MLA_DEVICE_CPU, 0};
+    for (int d = 0; d < ndim; d++) {
+        t.shape[d] = shape[d];
+        t.strides[d] = strides[d];
+    }
+    return t;
+}
+
+static inline nvfp4_mla_tensor_t tu_rows(void *data, int32_t dtype, int64_t rows, int64_t cols, int64_t stride) {
+    return tu_tensor(data, dtype, 2, (int64_t[]){rows, cols}, (int64_t[]){stride, 1});
+}
+
+static inline nvfp4_mla_tensor_t tu_vec(void *data, int32_t dtype, int64_t n) {
+    return tu_tensor(data, dtype, 1, (int64_t[]){n}, (int64_t[]){1});
+}
+
+static inline nvfp4_mla_tensor_t tu_cache(uint8_t *data, int64_t blocks, int64_t block_size, int32_t record_bytes,
+                                          int64_t block_stride) {
+    return tu_tensor(data, NVFP4_MLA_DTYPE_U8, 3, (int64_t[]){blocks, block_size, record_bytes},
+                     (int64_t[]){block_stride, record_bytes, 1});
+}
+
+/* A token as bf16 [576]: latent then RoPE, from f32 values (exactly representable ones in tests). */
+typedef struct tu_token {
+    uint16_t v[576];
+} tu_token_t;
+
+static inline void tu_set(tu_token_t *t, int i, float x) {
+    t->v[i] = nvfp4_f32_to_bf16(x);
+}
+
+static inline float tu_f32_at(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline uint32_t tu_bits_at(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline int tu_all_zero(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (p[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+#endif
