@@ -43,7 +43,7 @@ nvfp4_mla_status_t nvfp4_json_parse(const char *text, size_t len, const char *or
     *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!*root) {
         size_t offset = end && end >= text ? (size_t)(end - text) : 0;
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: malformed JSON at byte offset %zu", origin, offset);
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: malformed JSON near byte offset %zu", origin, offset);
     }
     /* Anything but whitespace after the value is an error too (cJSON stops at the value's end). */
     for (const char *p = end; p && p < text + len; p++) {

@@ -1,0 +1,285 @@
+/* Cache-format configuration, calibration files and the cache identity (record-format.md 6, 7). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "calibration.h"
+#include "config.h"
+#include "errors.h"
+
+#define REAL_FILE "glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json"
+#define REAL_SHA "52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"
+
+static char data_dir[2048];
+static char tmp_dir[] = "/tmp/nvfp4_cfg_XXXXXX";
+
+static const char *data_path(const char *name) {
+    static char path[3][4096];
+    static int next;
+    char *p = path[next++ % 3];
+    snprintf(p, 4096, "%s/%s", data_dir, name);
+    return p;
+}
+
+static const char *tmp_file(const char *name, const char *text) {
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    FILE *f = fopen(path, "wb");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *d = getenv("NVFP4_MLA_TEST_DATA");
+    snprintf(data_dir, sizeof data_dir, "%s", d ? d : "tests/data");
+    return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+/* Creates a configuration from an environment snapshot; returns the status, fills info. */
+static nvfp4_mla_status_t make(const char *dtype, const char *model_dir, const char *const *env, nvfp4_mla_config_t **cfg,
+                               nvfp4_mla_config_info_t *info) {
+    nvfp4_mla_config_request_t req = {sizeof req, 0, dtype, model_dir, env, NULL, {0}};
+    nvfp4_mla_status_t st = nvfp4_config_create(&req, cfg);
+    if (st == NVFP4_MLA_OK) {
+        info->struct_size = sizeof *info;
+        assert_int_equal(nvfp4_config_info(*cfg, info), NVFP4_MLA_OK);
+    }
+    return st;
+}
+
+static void expect_identity(const char *dtype, const char *model_dir, const char *const *env, const char *want) {
+    nvfp4_mla_config_t *cfg;
+    nvfp4_mla_config_info_t info;
+    if (make(dtype, model_dir, env, &cfg, &info) != NVFP4_MLA_OK) {
+        fail_msg("config for %s refused: %s", dtype, nvfp4_last_error());
+    }
+    assert_string_equal(info.identity, want);
+    nvfp4_config_destroy(cfg);
+}
+
+static void expect_refusal(const char *dtype, const char *model_dir, const char *const *env, nvfp4_mla_status_t status,
+                           const char *needle) {
+    nvfp4_mla_config_t *cfg = (nvfp4_mla_config_t *)1;
+    nvfp4_mla_config_info_t info;
+    assert_int_equal(make(dtype, model_dir, env, &cfg, &info), status);
+    assert_null(cfg);
+    if (!strstr(nvfp4_last_error(), needle)) {
+        fail_msg("message \"%s\" lacks \"%s\"", nvfp4_last_error(), needle);
+    }
+}
+
+static void identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4(void **state) {
+    (void)state;
+    const char *none[] = {NULL};
+    const char *fp8_rope[] = {"KV_FP8_ROPE=1", NULL};
+    const char *dynamic[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "KV_FP8_ROPE=1", NULL};
+    expect_identity("fp8", NULL, none, "vllm-default-v1");
+    expect_identity("torch.float8_e4m3fn", NULL, dynamic, "vllm-default-v1");
+    expect_identity("fp8_ds_mla", NULL, dynamic, "vllm-default-v1");
+    expect_identity("nvfp4_ds_mla", NULL, none, "vllm-default-v1");
+    expect_identity("nvfp4_ds_mla", NULL, fp8_rope, "vllm-default-v1");
+    expect_identity("torch.nvfp4_ds_mla", data_path("model_plain"), fp8_rope, "vllm-default-v1");
+}
+
+static void identity_should_name_layout_and_mode(void **state) {
+    (void)state;
+    char file_env[4200];
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=  %s \t", data_path(REAL_FILE));
+    const char *dynamic[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "KV_FP8_ROPE=1", NULL};
+    const char *static368[] = {file_env, "KV_FP8_ROPE=1", NULL};
+    const char *static432[] = {file_env, "KV_FP8_ROPE=0", NULL};
+    expect_identity("nvfp4_ds_mla", NULL, dynamic, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+    expect_identity("nvfp4_ds_mla", NULL, static368, "nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:" REAL_SHA);
+    expect_identity("torch.nvfp4_ds_mla", NULL, static432, "nvfp4_ds_mla:bf16-rope-432:static-calibrated-v1:" REAL_SHA);
+}
+
+static void identity_should_change_with_one_byte_of_the_scales_file(void **state) {
+    (void)state;
+    char *text;
+    size_t len;
+    assert_int_equal(nvfp4_read_file(data_path(REAL_FILE), 1 << 22, &text, &len), NVFP4_MLA_OK);
+    char *hook = strstr(text, "\"hook\": \"mla.py");
+    assert_non_null(hook);
+    hook[9] = 'M'; /* "mla.py" -> "Mla.py": still a valid file, other bytes */
+    char env[2][4200];
+    snprintf(env[0], sizeof env[0], "VLLM_NVFP4_MLA_SCALES_FILE=%s", tmp_file("edited.json", text));
+    free(text);
+    const char *edited[] = {env[0], "KV_FP8_ROPE=1", NULL};
+    nvfp4_mla_config_t *cfg;
+    nvfp4_mla_config_info_t info;
+    assert_int_equal(make("nvfp4_ds_mla", NULL, edited, &cfg, &info), NVFP4_MLA_OK);
+    assert_non_null(strstr(info.identity, "static-calibrated-v1:"));
+    assert_null(strstr(info.identity, REAL_SHA));
+    nvfp4_config_destroy(cfg);
+}
+
+static void configuration_should_fail_closed_on_conflicts_and_missing_files(void **state) {
+    (void)state;
+    char file_env[4200];
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
+    const char *both[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "KV_FP8_ROPE=1", file_env, NULL};
+    const char *dyn432[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", NULL};
+    const char *missing[] = {"VLLM_NVFP4_MLA_SCALES_FILE=/nonexistent/scales.json", "KV_FP8_ROPE=1", NULL};
+    expect_refusal("nvfp4_ds_mla", NULL, both, NVFP4_MLA_ERR_CONFIG, "are mutually exclusive");
+    expect_refusal("nvfp4_ds_mla", NULL, dyn432, NVFP4_MLA_ERR_CONFIG,
+                   "VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 requires KV_FP8_ROPE=1");
+    expect_refusal("nvfp4_ds_mla", NULL, missing, NVFP4_MLA_ERR_IO,
+                   "VLLM_NVFP4_MLA_SCALES_FILE=/nonexistent/scales.json cannot form a cache identity: cannot open "
+                   "/nonexistent/scales.json");
+}
+
+static void scales_should_come_from_override_then_checkpoint_then_one(void **state) {
+    (void)state;
+    char file_env[4200];
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
+    const char *override[] = {file_env, "KV_FP8_ROPE=1", NULL};
+    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
+    struct {
+        const char *model, *const *env;
+        uint32_t source;
+        float layer1;
+    } cases[] = {
+        {"model_inline", override, NVFP4_MLA_SCALE_SOURCE_ENV_FILE, (float)(0.021728515625 / 2688)},
+        {"model_inline", plain, NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_INLINE, (float)(2.0 / 2688)},
+        {"model_sidecar", plain, NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_FILE, (float)(4.0 / 2688)},
+        {"model_plain", plain, NVFP4_MLA_SCALE_SOURCE_NONE, 1.0f},
+        {NULL, plain, NVFP4_MLA_SCALE_SOURCE_NONE, 1.0f},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        nvfp4_mla_config_t *cfg;
+        nvfp4_mla_config_info_t info;
+        assert_int_equal(make("nvfp4_ds_mla", cases[c].model ? data_path(cases[c].model) : NULL, cases[c].env, &cfg, &info),
+                         NVFP4_MLA_OK);
+        assert_int_equal(info.scale_source, cases[c].source);
+        float s;
+        assert_int_equal(nvfp4_config_layer_scale(cfg, 1, &s), NVFP4_MLA_OK);
+        assert_true(s == cases[c].layer1);
+        assert_int_equal(nvfp4_config_layer_scale(cfg, 78, &s), NVFP4_MLA_OK); /* draft layer */
+        assert_true(s == 1.0f);
+        if (cases[c].source == NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_FILE) {
+            assert_non_null(strstr(info.scale_source_path, "model_sidecar/calib/scales.json"));
+        }
+        nvfp4_config_destroy(cfg);
+    }
+    expect_refusal("nvfp4_ds_mla", data_path("model_broken"), plain, NVFP4_MLA_ERR_IO,
+                   "checkpoint calibration is present but unusable (no silent fallback to 1.0): cannot open");
+}
+
+static void sidecar_paths_should_stay_inside_the_model_folder(void **state) {
+    (void)state;
+    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
+    const char *bad[] = {"{\"nvfp4_mla_outer_scales\": {\"file\": \"/etc/passwd\"}}",
+                         "{\"nvfp4_mla_outer_scales\": {\"file\": \"../x.json\"}}",
+                         "{\"nvfp4_mla_outer_scales\": {\"file\": \"a/../../x.json\"}}",
+                         "{\"nvfp4_mla_outer_scales\": 7}",
+                         "{\"nvfp4_mla_outer_scales\": {\"file\": \"x.json\", \"extra\": 1}}"};
+    const char *needles[] = {"must be a path relative to the model folder", "must be a path relative",
+                             "must be a path relative", "must be an object", "must have no other key"};
+    for (int i = 0; i < 5; i++) {
+        tmp_file("config.json", bad[i]);
+        expect_refusal("nvfp4_ds_mla", tmp_dir, plain, NVFP4_MLA_ERR_CONFIG, needles[i]);
+    }
+}
+
+/* A v1 document with one field replaced (by text substitution of `key`'s line). */
+static nvfp4_mla_status_t load_variant(const char *key_line, const char *replacement) {
+    const char *base = "{\"format\": \"nvfp4_ds_mla_outer_scale_v1\",\n\"num_layers\": 2,\n\"latent_dim\": 512,\n"
+                       "\"denominator\": 2688.0,\n\"max_abs\": [0.5, 2.0],\n\"scales\": [0.00018601190476190475, "
+                       "0.000744047619047619]\n}";
+    char text[2048];
+    const char *at = key_line ? strstr(base, key_line) : NULL;
+    if (at) {
+        const char *eol = strchr(at, '\n');
+        if (!eol) eol = at + strlen(at) - 2;
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - base), base, replacement, eol);
+    } else {
+        snprintf(text, sizeof text, "%s", base);
+    }
+    nvfp4_calibration_t cal;
+    nvfp4_mla_status_t st = nvfp4_calibration_load_file(tmp_file("variant.json", text), &cal);
+    nvfp4_calibration_free(&cal);
+    return st;
+}
+
+static void loader_should_reject_each_invalid_field_by_name(void **state) {
+    (void)state;
+    assert_int_equal(load_variant(NULL, NULL), NVFP4_MLA_OK);
+    struct {
+        const char *line, *replacement, *needle;
+    } cases[] = {
+        {"\"format\"", "\"format\": \"nvfp4_ds_mla_outer_scale_v2\",", "\"format\" must be \"nvfp4_ds_mla_outer_scale_v1\""},
+        {"\"format\"", "\"Format\": \"nvfp4_ds_mla_outer_scale_v1\",", "unknown key \"Format\""},
+        {"\"num_layers\"", "\"num_layers\": 3,", "\"scales\" has 2 entries, \"num_layers\" says 3"},
+        {"\"num_layers\"", "\"num_layers\": 2.5,", "\"num_layers\" must be an integer"},
+        {"\"latent_dim\"", "\"latent_dim\": 576,", "\"latent_dim\" is 576, must be 512"},
+        {"\"denominator\"", "\"denominator\": 2048.0,", "\"denominator\" must be the number 2688.0"},
+        {"\"scales\"", "\"scales\": [0.00018601190476190475, 1e999]", "\"scales\"[1] = inf must be finite"},
+        {"\"scales\"", "\"scales\": [-0.00018601190476190475, 0.1]", "\"scales\"[0] = -0.000186012 must be finite, positive"},
+        {"\"scales\"", "\"scales\": [0, 0.1]", "\"scales\"[0] = 0 must be finite, positive"},
+        {"\"scales\"", "\"scales\": [true, 0.1]", "\"scales\"[0] is not a number"},
+        {"\"scales\"", "\"scales\": [1e-300, 0.1]", "must be finite, positive and a normal float"},
+        {"\"max_abs\"", "\"max_abs\": [0.5, 3.0],", "\"max_abs\"[1] = 3 disagrees with \"scales\"[1]"},
+        {"\"max_abs\"", "\"scales\": [1, 2],", "key \"scales\" appears more than once"},
+        {"\"latent_dim\"", "\"latent_dim\": 512,, ", "malformed JSON near byte offset 78"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        nvfp4_mla_status_t st = load_variant(cases[c].line, cases[c].replacement);
+        assert_int_equal(st, NVFP4_MLA_ERR_CONFIG);
+        if (!strstr(nvfp4_last_error(), cases[c].needle) || !strstr(nvfp4_last_error(), "variant.json")) {
+            fail_msg("case %zu: message \"%s\" lacks \"%s\" or the file name", c, nvfp4_last_error(), cases[c].needle);
+        }
+    }
+}
+
+static void real_production_file_should_load(void **state) {
+    (void)state;
+    nvfp4_calibration_t cal;
+    assert_int_equal(nvfp4_calibration_load_file(data_path(REAL_FILE), &cal), NVFP4_MLA_OK);
+    assert_int_equal(cal.num_layers, 78);
+    assert_true(cal.scales[0] == (float)(0.04833984375 / 2688));
+    float lo = cal.scales[0], hi = cal.scales[0];
+    for (uint32_t l = 0; l < cal.num_layers; l++) lo = fminf(lo, cal.scales[l]), hi = fmaxf(hi, cal.scales[l]);
+    assert_true(hi / lo > 200 && hi / lo < 260); /* the 240x range of the spec */
+    nvfp4_calibration_free(&cal);
+}
+
+static void log_sink(void *user, int32_t level, const char *message) {
+    if (level == NVFP4_MLA_LOG_INFO) snprintf((char *)user, 1024, "%s", message);
+}
+
+static void source_should_be_reported_through_the_log_callback(void **state) {
+    (void)state;
+    char seen[1024] = "";
+    nvfp4_mla_host_desc_t host = {sizeof host, 0, "test", log_sink, seen};
+    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
+    nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", data_path("model_sidecar"), plain, &host, {0}};
+    nvfp4_mla_config_t *cfg;
+    assert_int_equal(nvfp4_config_create(&req, &cfg), NVFP4_MLA_OK);
+    assert_non_null(strstr(seen, "outer scales: checkpoint sidecar file from"));
+    assert_non_null(strstr(seen, "(2 calibrated layers)"));
+    nvfp4_config_destroy(cfg);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4),
+        cmocka_unit_test(identity_should_name_layout_and_mode),
+        cmocka_unit_test(identity_should_change_with_one_byte_of_the_scales_file),
+        cmocka_unit_test(configuration_should_fail_closed_on_conflicts_and_missing_files),
+        cmocka_unit_test(scales_should_come_from_override_then_checkpoint_then_one),
+        cmocka_unit_test(sidecar_paths_should_stay_inside_the_model_folder),
+        cmocka_unit_test(loader_should_reject_each_invalid_field_by_name),
+        cmocka_unit_test(real_production_file_should_load),
+        cmocka_unit_test(source_should_be_reported_through_the_log_callback),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
