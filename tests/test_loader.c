@@ -1,0 +1,201 @@
+/* The C host loader against the compatibility matrix of mock plugins and the real plugin:
+ * each case asserts the decision and the words of its message. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "nvfp4_mla_loader.h"
+
+static char mock_dir[2048], real_plugin[2048];
+
+static const char *mock_path(const char *name) {
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/libmock_%s.so", mock_dir, name);
+    return path;
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *m = getenv("NVFP4_MLA_MOCK_DIR"), *p = getenv("NVFP4_MLA_PLUGIN_PATH");
+    if (!m || !p) return -1;
+    snprintf(mock_dir, sizeof mock_dir, "%s", m);
+    snprintf(real_plugin, sizeof real_plugin, "%s", p);
+    return 0;
+}
+
+static void assert_contains(const char *text, const char *needle) {
+    if (!strstr(text, needle)) fail_msg("\"%s\" lacks \"%s\"", text, needle);
+}
+
+static const nvfp4_mla_requirement_t per_token = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 0, 1};
+static const nvfp4_mla_requirement_t static368 = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, 0, 0};
+
+static void loader_should_accept_a_current_plugin(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("current"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), 0);
+    assert_contains(msg, "serves per-token scales on fp8_rope_368");
+    nvfp4_mla_loader_close(&l);
+}
+
+static void loader_should_mask_members_an_older_minor_lacks(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("old_minor"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    uint64_t caps = nvfp4_mla_loader_table_caps(&l);
+    assert_true(caps & NVFP4_MLA_CAP_OP_GATHER);
+    assert_false(caps & NVFP4_MLA_CAP_OP_ATTEND); /* the bit is set, the member is not in the table */
+    nvfp4_mla_requirement_t attend = static368;
+    attend.extra_caps = NVFP4_MLA_CAP_OP_ATTEND;
+    assert_int_equal(nvfp4_mla_loader_require(&l, &static368, caps, msg, sizeof msg), 0);
+    assert_int_equal(nvfp4_mla_loader_require(&l, &attend, caps, msg, sizeof msg), -1);
+    assert_contains(msg, "missing op.attend");
+    nvfp4_mla_loader_close(&l);
+}
+
+static void loader_should_accept_a_future_minor_and_ignore_unknown_capabilities(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("future_minor"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    assert_contains(msg, "(ABI 1.7, host ABI 1.0) loaded");
+    assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), 0);
+    assert_string_equal(l.table->capabilities[1].name, "future.capability");
+    assert_string_equal(nvfp4_mla_loader_cap_name(UINT64_C(1) << 40), "unknown");
+    nvfp4_mla_loader_close(&l);
+}
+
+static void loader_should_refuse_with_the_reason(void **state) {
+    (void)state;
+    struct {
+        const char *selection, *needle;
+        int outcome;
+    } cases[] = {
+        {"future_major", "does not export nvfp4_mla_plugin_v1 (host ABI 1.0); it implements ABI major 2 only",
+         NVFP4_MLA_LOAD_FAILED},
+        {"wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.0)", NVFP4_MLA_LOAD_FAILED},
+        {"bad_magic", "refused: wrong magic (0x12345678, expected 0x4d34464e)", NVFP4_MLA_LOAD_FAILED},
+        {"null_entry", "refused: its entry returned no table", NVFP4_MLA_LOAD_FAILED},
+        {"tiny_table", "refused: table too small (struct_size 16 <", NVFP4_MLA_LOAD_FAILED},
+        {"not_a_plugin", "it is not an nvfp4-mla plugin", NVFP4_MLA_LOAD_FAILED},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        nvfp4_mla_loader_t l;
+        char msg[2048];
+        assert_int_equal(nvfp4_mla_loader_open(&l, mock_path(cases[c].selection), msg, sizeof msg), cases[c].outcome);
+        assert_contains(msg, cases[c].needle);
+        assert_contains(msg, mock_path(cases[c].selection));
+        assert_null(l.table);
+        assert_null(l.handle);
+    }
+}
+
+static void loader_should_name_every_missing_capability(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("no_per_token"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), -1);
+    assert_contains(msg, mock_path("no_per_token"));
+    assert_contains(msg, "(ABI 1.0, host ABI 1.0) cannot serve per-token scales on fp8_rope_368 (requested by the "
+                         "configuration): missing write.per_token_scale, read.latent_scale_per_token");
+    assert_int_equal(nvfp4_mla_loader_require(&l, &static368, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), 0);
+    nvfp4_mla_loader_close(&l);
+}
+
+static void loader_should_handle_selection_by_environment(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    setenv("NVFP4_MLA_PLUGIN", "none", 1);
+    assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_DISABLED);
+    assert_contains(msg, "disabled (NVFP4_MLA_PLUGIN=none)");
+    unsetenv("NVFP4_MLA_PLUGIN");
+    assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_NOT_SELECTED);
+    assert_contains(msg, "set NVFP4_MLA_PLUGIN");
+    setenv("NVFP4_MLA_PLUGIN", "/nonexistent/libnvfp4_mla.so", 1);
+    assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_FAILED);
+    assert_contains(msg, "cannot load nvfp4-mla plugin /nonexistent/libnvfp4_mla.so:");
+    char folder[2048];
+    snprintf(folder, sizeof folder, "%s", real_plugin);
+    *strrchr(folder, '/') = '\0';
+    setenv("NVFP4_MLA_PLUGIN", folder, 1); /* a folder holding libnvfp4_mla.so */
+    assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    assert_contains(l.path, "/libnvfp4_mla.so");
+    nvfp4_mla_loader_close(&l);
+    unsetenv("NVFP4_MLA_PLUGIN");
+}
+
+static void real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    const nvfp4_mla_plugin_t *t = l.table;
+    assert_string_equal(t->status_string(NVFP4_MLA_ERR_UNSUPPORTED), "NVFP4_MLA_ERR_UNSUPPORTED");
+    assert_string_equal(t->record_format, "nvfp4_ds_mla");
+    for (int round = 0; round < 50; round++) {
+        nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+        nvfp4_mla_context_t *a = NULL, *b = NULL;
+        assert_int_equal(t->init(&init, &a), NVFP4_MLA_OK);
+        assert_int_equal(t->init(&init, &b), NVFP4_MLA_OK);
+        assert_ptr_not_equal(a, b);
+        nvfp4_mla_context_info_t info = {.struct_size = sizeof info};
+        assert_int_equal(t->context_info(b, &info), NVFP4_MLA_OK);
+        assert_true(info.capability_bits & NVFP4_MLA_CAP_BACKEND_CPU);
+        assert_string_equal(info.device_name, "cpu");
+        assert_int_equal(t->shutdown(a), NVFP4_MLA_OK);
+        assert_int_equal(t->shutdown(b), NVFP4_MLA_OK);
+    }
+    /* attend is not built yet: the frozen UNSUPPORTED status and no capability. */
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_context_t *c;
+    assert_int_equal(t->init(&init, &c), NVFP4_MLA_OK);
+    nvfp4_mla_attend_args_t attend = {.struct_size = sizeof attend};
+    assert_int_equal(t->attend(c, &attend), NVFP4_MLA_ERR_UNSUPPORTED);
+    assert_contains(t->last_error(), "attend: the cpu context lacks capability op.attend");
+    assert_false(t->capability_bits & NVFP4_MLA_CAP_OP_ATTEND);
+    t->shutdown(c);
+    /* A per-token configuration is refused by this build: the readers lack latent_scale_per_token. */
+    assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), -1);
+    assert_contains(msg, "missing read.latent_scale_per_token");
+    nvfp4_mla_loader_close(&l);
+}
+
+static void real_plugin_should_report_cuda_absent_without_a_usable_device(void **state) {
+    (void)state;
+    if (getenv("NVFP4_MLA_EXPECT_GPU")) {
+        skip(); /* the gpu suite covers a machine with a device */
+    }
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    nvfp4_mla_context_t *c = (nvfp4_mla_context_t *)1;
+    assert_int_equal(l.table->init(&init, &c), NVFP4_MLA_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_contains(l.table->last_error(), "init: CUDA device 0");
+    nvfp4_mla_loader_close(&l);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(loader_should_accept_a_current_plugin),
+        cmocka_unit_test(loader_should_mask_members_an_older_minor_lacks),
+        cmocka_unit_test(loader_should_accept_a_future_minor_and_ignore_unknown_capabilities),
+        cmocka_unit_test(loader_should_refuse_with_the_reason),
+        cmocka_unit_test(loader_should_name_every_missing_capability),
+        cmocka_unit_test(loader_should_handle_selection_by_environment),
+        cmocka_unit_test(real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts),
+        cmocka_unit_test(real_plugin_should_report_cuda_absent_without_a_usable_device),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
