@@ -46,6 +46,8 @@ typedef struct nvfp4_mla_write_kernel_args {
     int32_t record_bytes;         /* 368 or 432 */
     int32_t per_token;            /* 1: per-token outer scale (368 only) */
     float outer_scale;            /* static mode s (1.0 = uncalibrated); unused per-token */
+    int32_t device_index;         /* CUDA ordinal of every pointer above; 0 on the CPU */
+    int32_t reserved;
 } nvfp4_mla_write_kernel_args_t;
 
 typedef struct nvfp4_mla_gather_kernel_args {
@@ -63,7 +65,7 @@ typedef struct nvfp4_mla_gather_kernel_args {
     int32_t record_bytes;         /* 368 or 432 */
     int32_t per_token;            /* 1: outer scale from each record's s_t */
     float outer_scale;            /* static mode s */
-    int32_t reserved;
+    int32_t device_index;         /* CUDA ordinal of every pointer above; 0 on the CPU */
 } nvfp4_mla_gather_kernel_args_t;
 
 /* Status of a kernel call: 0 = OK, else an NVFP4_MLA_ERR_* code; details through the message

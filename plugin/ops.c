@@ -96,6 +96,7 @@ nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4
         .record_bytes = g.record_bytes,
         .per_token = a.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN,
         .outer_scale = a.outer_scale,
+        .device_index = ctx->device_index,
     };
     return NVFP4_MLA_OK;
 }
@@ -161,6 +162,7 @@ nvfp4_mla_status_t nvfp4_lower_gather(const nvfp4_mla_context_t *ctx, const nvfp
         .record_bytes = g.record_bytes,
         .per_token = a.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN,
         .outer_scale = a.outer_scale,
+        .device_index = ctx->device_index,
     };
     if (ctx->device_type == NVFP4_MLA_DEVICE_CPU) {
         return check_cpu_slots(k);

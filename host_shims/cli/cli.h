@@ -8,6 +8,10 @@
 
 #include "nvfp4_mla_loader.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* An open plugin and a CPU context on it. */
 typedef struct cli_host {
     nvfp4_mla_loader_t loader;
@@ -61,4 +65,7 @@ int cli_calibrate_cmd(int argc, char **argv);
 int cli_demo_cmd(int argc, char **argv);
 int cli_bench_cmd(int argc, char **argv);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

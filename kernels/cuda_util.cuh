@@ -1,0 +1,41 @@
+/* Small helpers of the CUDA launchers: a device guard and launch checking into a kernel result. */
+#ifndef NVFP4_MLA_CUDA_UTIL_CUH
+#define NVFP4_MLA_CUDA_UTIL_CUH
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "codec.h"
+
+/* Makes `device` current for the launch and restores the caller's device afterwards, so a host
+ * thread driving several GPUs keeps its own notion of the current device. */
+struct nvfp4_device_guard {
+    int previous = -1;
+    cudaError_t error = cudaSuccess;
+    explicit nvfp4_device_guard(int device) {
+        error = cudaGetDevice(&previous);
+        if (error == cudaSuccess && previous != device) {
+            error = cudaSetDevice(device);
+        } else {
+            previous = -1;
+        }
+    }
+    ~nvfp4_device_guard() {
+        if (previous >= 0) {
+            cudaSetDevice(previous);
+        }
+    }
+};
+
+static inline void nvfp4_cuda_result(nvfp4_mla_kernel_result_t *result, cudaError_t error, const char *what) {
+    if (error == cudaSuccess) {
+        result->status = 0;
+        result->message[0] = '\0';
+    } else {
+        result->status = NVFP4_MLA_ERR_DEVICE;
+        snprintf(result->message, sizeof result->message, "%s: %s (%s)", what, cudaGetErrorString(error),
+                 cudaGetErrorName(error));
+    }
+}
+
+#endif
