@@ -118,17 +118,19 @@ NVFP4_HD float nvfp4_e4m3_decode(uint8_t code) {
 }
 
 /* E2M1 code of y / d without a division (record-format.md section 4, step 4): the magnitude index
- * is the number of exact thresholds m * d passed. d > 0 is a decoded group scale. */
+ * is the number of exact thresholds m * d passed (> at 0.25, 1.25, 2.5, 5; >= at 0.75, 1.75, 3.5).
+ * The thresholds increase, so three comparisons (a binary search) find that number. d > 0 is a
+ * decoded group scale; every m * d is exact in binary32. */
 NVFP4_HD uint8_t nvfp4_e2m1_encode(float y, float d) {
     if (y != y) {
         return 0;
     }
-    float a = nvfp4_abs(y);
-    uint32_t index = (uint32_t)(a > nvfp4_mul_rn(0.25f, d)) + (uint32_t)(a >= nvfp4_mul_rn(0.75f, d)) +
-                     (uint32_t)(a > nvfp4_mul_rn(1.25f, d)) + (uint32_t)(a >= nvfp4_mul_rn(1.75f, d)) +
-                     (uint32_t)(a > nvfp4_mul_rn(2.5f, d)) + (uint32_t)(a >= nvfp4_mul_rn(3.5f, d)) +
-                     (uint32_t)(a > nvfp4_mul_rn(5.0f, d));
-    uint32_t sign = (nvfp4_f32_bits(y) >> 28) & 0x8u;
+    const float a = nvfp4_abs(y);
+    uint32_t index = a >= nvfp4_mul_rn(1.75f, d) ? 4u : 0u;
+    index += a >= nvfp4_mul_rn(index ? 3.5f : 0.75f, d) ? 2u : 0u;
+    const float strict = index == 0 ? 0.25f : index == 2 ? 1.25f : index == 4 ? 2.5f : 5.0f;
+    index += a > nvfp4_mul_rn(strict, d) ? 1u : 0u;
+    const uint32_t sign = (nvfp4_f32_bits(y) >> 28) & 0x8u;
     return (uint8_t)(sign | index);
 }
 

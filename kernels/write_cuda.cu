@@ -4,10 +4,15 @@
  * 2g, 2g+1. The per-token amax and the RoPE amax are warp reductions; every arithmetic step is the
  * one of kernels/fp_codes.h (shared with the CPU twin) with __fmul_rn/__frcp_rn, so nothing is
  * contracted into an FMA (-fmad=false as well). Hopper has no E2M1 conversion instruction: the
- * threshold encoder is used everywhere. The record is assembled in shared memory and stored as 16-byte
- * words (368 = 23 x 16, 432 = 27 x 16). Tested byte-for-byte against the CPU writer in
- * tests/test_gpu_codec.c, under compute-sanitizer too.
+ * threshold encoder (three comparisons) is used everywhere; E4M3 codes use the hardware
+ * round-to-nearest-even saturating conversion, which equals the spec's E4M3_RN_SATFINITE on finite
+ * input. A token with any NaN/Inf input (rare) takes the general path, which filters non-finite
+ * values out of every maximum and counts them; the warp decides together, so the branch is uniform.
+ * The record is assembled in shared memory and stored as 16-byte words (368 = 23 x 16,
+ * 432 = 27 x 16). Tested byte-for-byte against the CPU writer in tests/test_gpu_codec.c, under
+ * compute-sanitizer too; timed by `nvfp4-mla bench`.
  */
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -16,21 +21,53 @@
 #include "fp_codes.h"
 
 #define WARPS_PER_BLOCK 8
+#define FULL 0xFFFFFFFFu
 
 static __device__ __forceinline__ float warp_max(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) {
-        v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+        v = fmaxf(v, __shfl_xor_sync(FULL, v, offset));
     }
     return v;
-}
-
-static __device__ __forceinline__ float load_input(uint16_t bits, int is_f16) {
-    return is_f16 ? nvfp4_f16_to_f32(bits) : nvfp4_bf16_to_f32(bits);
 }
 
 static __device__ __forceinline__ float finite_abs(float v) {
     float a = nvfp4_abs(v);
     return nvfp4_is_finite(a) ? a : 0.0f;
+}
+
+/* E4M3_RN_SATFINITE of a finite value (hardware cvt.rn.satfinite.e4m3x2.f32 on sm_89+). */
+static __device__ __forceinline__ uint8_t e4m3_finite(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+#else
+    return nvfp4_e4m3_encode(v);
+#endif
+}
+
+/* Steps 2-4 for this lane's group; `all_finite` says x (hence y, unless it overflows) has no NaN/Inf. */
+static __device__ __forceinline__ uint8_t encode_group(const float *x, float inv, bool all_finite, uint32_t *payload) {
+    float y[NVFP4_GROUP_SIZE];
+    float group_amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+        y[i] = nvfp4_mul_rn(x[i], inv);
+        group_amax = fmaxf(group_amax, all_finite ? nvfp4_abs(y[i]) : finite_abs(y[i]));
+    }
+    if (!nvfp4_is_finite(group_amax)) { /* x * inv overflowed: leave the infinities out (spec step 3) */
+        group_amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) group_amax = fmaxf(group_amax, finite_abs(y[i]));
+    }
+    const uint8_t code = e4m3_finite(nvfp4_mul_rn(group_amax, NVFP4_K6));
+    const float d = nvfp4_e4m3_decode(code);
+    payload[0] = payload[1] = 0;
+    if (d != 0.0f) {
+#pragma unroll
+        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+            payload[i >> 3] |= (uint32_t)nvfp4_e2m1_encode(y[i], d) << (4 * (i & 7));
+        }
+    }
+    return code;
 }
 
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_write_kernel(nvfp4_mla_write_kernel_args_t a) {
@@ -48,20 +85,39 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_write_kernel(nvfp4
 
     /* Load this lane's group (16 values) and its two RoPE values. */
     const uint16_t *row = (const uint16_t *)a.kv_c + t * a.kv_c_row_stride + lane * NVFP4_GROUP_SIZE;
-    uint4 raw[2] = {((const uint4 *)row)[0], ((const uint4 *)row)[1]};
-    const uint16_t *bits = (const uint16_t *)raw;
-    float x[NVFP4_GROUP_SIZE];
-    float amax = 0.0f;
-    uint32_t nonfinite = 0;
-    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
-        x[i] = load_input(bits[i], a.input_is_f16);
-        amax = fmaxf(amax, finite_abs(x[i]));
-        nonfinite += !nvfp4_is_finite(x[i]);
-    }
+    const uint4 raw[2] = {((const uint4 *)row)[0], ((const uint4 *)row)[1]};
+    const uint32_t *pairs = (const uint32_t *)raw;
     const uint32_t rope_pair = ((const uint32_t *)((const uint16_t *)a.k_pe + t * a.k_pe_row_stride))[lane];
-    float rope[2] = {load_input((uint16_t)(rope_pair & 0xFFFF), a.input_is_f16),
-                     load_input((uint16_t)(rope_pair >> 16), a.input_is_f16)};
-    nonfinite += !nvfp4_is_finite(rope[0]) + !nvfp4_is_finite(rope[1]);
+    float x[NVFP4_GROUP_SIZE], rope[2];
+    if (a.input_is_f16) {
+#pragma unroll
+        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) x[i] = nvfp4_f16_to_f32((uint16_t)(pairs[i >> 1] >> (16 * (i & 1))));
+        rope[0] = nvfp4_f16_to_f32((uint16_t)rope_pair);
+        rope[1] = nvfp4_f16_to_f32((uint16_t)(rope_pair >> 16));
+    } else {
+#pragma unroll
+        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) x[i] = __uint_as_float((i & 1) ? pairs[i >> 1] & 0xFFFF0000u : pairs[i >> 1] << 16);
+        rope[0] = __uint_as_float(rope_pair << 16);
+        rope[1] = __uint_as_float(rope_pair & 0xFFFF0000u);
+    }
+    /* x * 0 is NaN exactly for NaN/Inf x: one FMA per value detects a non-finite input. */
+    float amax = 0.0f, probe = fmaf(rope[0], 0.0f, rope[1] * 0.0f);
+#pragma unroll
+    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+        amax = fmaxf(amax, nvfp4_abs(x[i]));
+        probe = fmaf(x[i], 0.0f, probe);
+    }
+    const bool all_finite = __all_sync(FULL, probe == 0.0f);
+    uint32_t nonfinite = 0;
+    if (!all_finite) {
+        amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+            amax = fmaxf(amax, finite_abs(x[i]));
+            nonfinite += !nvfp4_is_finite(x[i]);
+        }
+        nonfinite += !nvfp4_is_finite(rope[0]) + !nvfp4_is_finite(rope[1]);
+    }
 
     /* Step 1: outer scale. */
     const float token_amax = warp_max(amax);
@@ -81,37 +137,28 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_write_kernel(nvfp4
     uint32_t payload[2] = {0, 0};
     uint8_t code = 0;
     if (!zero_token) {
-        float y[NVFP4_GROUP_SIZE];
-        float group_amax = 0.0f;
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
-            y[i] = nvfp4_mul_rn(x[i], inv);
-            group_amax = fmaxf(group_amax, finite_abs(y[i]));
-        }
-        code = (uint8_t)nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(group_amax, NVFP4_K6));
-        const float d = nvfp4_e4m3_decode(code);
-        if (d != 0.0f) {
-            for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
-                payload[i >> 3] |= (uint32_t)nvfp4_e2m1_encode(y[i], d) << (4 * (i & 7));
-            }
-        }
+        code = encode_group(x, inv, all_finite, payload);
     }
     ((uint2 *)rec)[lane] = make_uint2(payload[0], payload[1]);
     rec[NVFP4_REC_GROUP_SCALE_OFF + lane] = code;
 
     /* Step 5: RoPE. */
     if (a.record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
-        const float r = nvfp4_mul_rn(warp_max(fmaxf(finite_abs(rope[0]), finite_abs(rope[1]))), NVFP4_K448);
-        uint8_t c0 = 0, c1 = 0;
+        const float rope_amax = all_finite ? fmaxf(nvfp4_abs(rope[0]), nvfp4_abs(rope[1]))
+                                           : fmaxf(finite_abs(rope[0]), finite_abs(rope[1]));
+        const float r = nvfp4_mul_rn(warp_max(rope_amax), NVFP4_K448);
+        uint32_t codes = 0;
         if (!(r < NVFP4_FLT_MIN)) {
             const float inv_r = nvfp4_rcp_rn(r);
-            c0 = nvfp4_e4m3_encode(nvfp4_mul_rn(rope[0], inv_r));
-            c1 = nvfp4_e4m3_encode(nvfp4_mul_rn(rope[1], inv_r));
+            const float q0 = nvfp4_mul_rn(rope[0], inv_r), q1 = nvfp4_mul_rn(rope[1], inv_r);
+            codes = all_finite ? e4m3_finite(q0) | ((uint32_t)e4m3_finite(q1) << 8)
+                               : nvfp4_e4m3_encode(q0) | ((uint32_t)nvfp4_e4m3_encode(q1) << 8);
         }
         if (lane < 4) { /* [288,304): RoPE scale, s_t (0 when static or a zero token), zeros */
-            const float words[4] = {r < NVFP4_FLT_MIN ? 0.0f : r, zero_token ? 0.0f : s_t, 0.0f, 0.0f};
-            ((float *)(rec + NVFP4_REC_ROPE_SCALE_OFF))[lane] = words[lane];
+            const float word = lane == 0 ? (r < NVFP4_FLT_MIN ? 0.0f : r) : lane == 1 ? (zero_token ? 0.0f : s_t) : 0.0f;
+            ((float *)(rec + NVFP4_REC_ROPE_SCALE_OFF))[lane] = word;
         }
-        ((uint16_t *)(rec + NVFP4_REC_ROPE_OFF))[lane] = (uint16_t)(c0 | (c1 << 8));
+        ((uint16_t *)(rec + NVFP4_REC_ROPE_OFF))[lane] = (uint16_t)codes;
     } else {
         uint32_t pair = rope_pair;
         if (a.input_is_f16) {
@@ -124,20 +171,21 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_write_kernel(nvfp4
     }
     __syncwarp();
 
-    uint8_t *dst = a.cache + (slot / a.block_size) * a.block_stride + (slot % a.block_size) * a.record_bytes;
-    const int words = a.record_bytes / 16;
-    if (lane < words) {
+    /* capacity < 2^31, so the block arithmetic fits 32 bits (64-bit division is slow on GPUs). */
+    const uint32_t slot32 = (uint32_t)slot, bs = (uint32_t)a.block_size, block = slot32 / bs;
+    uint8_t *dst = a.cache + (int64_t)block * a.block_stride + (int64_t)(slot32 - block * bs) * a.record_bytes;
+    if (lane < a.record_bytes / 16) {
         ((uint4 *)dst)[lane] = ((const uint4 *)rec)[lane];
     }
 
     if (a.capture_max_abs && lane == 0 && token_amax > 0.0f) {
         atomicMax((int *)a.capture_max_abs, __float_as_int(token_amax)); /* non-negative floats order as ints */
     }
-    if (a.nonfinite_count) {
+    if (a.nonfinite_count && !all_finite) {
         for (int offset = 16; offset > 0; offset >>= 1) {
-            nonfinite += __shfl_xor_sync(0xFFFFFFFFu, nonfinite, offset);
+            nonfinite += __shfl_xor_sync(FULL, nonfinite, offset);
         }
-        if (lane == 0 && nonfinite) {
+        if (lane == 0) {
             atomicAdd((unsigned long long *)a.nonfinite_count, (unsigned long long)nonfinite);
         }
     }

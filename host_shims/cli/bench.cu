@@ -56,19 +56,19 @@ template <typename F> static double median_us(F launch, int warmup, int iters, c
 
 /* The ceiling of every reader: a plain gather of 368-byte records by index, one 16-byte chunk per
  * thread, 4 independent chunks in flight per thread. */
-__global__ void gather368_ceiling(const uint4 *cache, const int32_t *index, uint4 *out, int64_t n) {
-    const int64_t chunks = n * 23;
-    for (int64_t base = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; base < chunks;
-         base += (int64_t)gridDim.x * blockDim.x * 4) {
+__global__ void gather368_ceiling(const uint4 *cache, const int32_t *index, uint4 *out, int32_t n) {
+    const int32_t chunks = n * 23; /* 32-bit index arithmetic: division by 23 stays cheap */
+    const int32_t stride = gridDim.x * blockDim.x;
+    for (int32_t base = blockIdx.x * blockDim.x + threadIdx.x; base < chunks; base += 4 * stride) {
         uint4 v[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            int64_t c = base + k;
-            if (c < chunks) v[k] = cache[(int64_t)index[c / 23] * 23 + c % 23];
+            const int32_t c = base + k * stride;
+            if (c < chunks) v[k] = __ldg(&cache[(int64_t)__ldg(&index[c / 23]) * 23 + c % 23]);
         }
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            if (base + k < chunks) out[base + k] = v[k];
+            if (base + k * stride < chunks) out[base + k * stride] = v[k];
         }
     }
 }
@@ -154,7 +154,7 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
     CK(cudaMalloc(&d_index, N * 4));
     CK(cudaMalloc(&d_out, N * 576 * 2));
     CK(cudaMemcpy(d_index, index.data(), N * 4, cudaMemcpyHostToDevice));
-    us = median_us([&] { gather368_ceiling<<<132 * 8, 256, 0, s>>>((const uint4 *)cache, d_index, (uint4 *)d_out, N); },
+    us = median_us([&] { gather368_ceiling<<<132 * 16, 256, 0, s>>>((const uint4 *)cache, d_index, (uint4 *)d_out, (int32_t)N); },
                    3, 20, s);
     CK(cudaGetLastError());
     const double g368_tbps = (N * 368.0 * 2 + N * 4.0) / (us * 1e-6) / 1e12;
@@ -213,6 +213,20 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
             char name[64];
             snprintf(name, sizeof name, "write %s", mode_names[m]);
             add_row(name, T, us, T * 1528.0, copy_tbps, "copy", ok && launched);
+            if (T <= 512) {
+                /* Device time per launch without host enqueue latency: 100 launches in one graph. */
+                cudaGraph_t graph;
+                cudaGraphExec_t exec;
+                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                for (int k = 0; k < 100; k++) launched &= t->write(gpu, &w) == NVFP4_MLA_OK;
+                CK(cudaStreamEndCapture(s, &graph));
+                CK(cudaGraphInstantiate(&exec, graph, 0));
+                us = median_us([&] { CK(cudaGraphLaunch(exec, s)); }, 2, 20, s) / 100.0;
+                snprintf(name, sizeof name, "write %s (graph)", mode_names[m]);
+                add_row(name, T, us, T * 1528.0, copy_tbps, "copy", ok && launched);
+                cudaGraphExecDestroy(exec);
+                cudaGraphDestroy(graph);
+            }
         }
     }
 
