@@ -146,11 +146,12 @@ NVFP4_HD float nvfp4_bf16_to_f32(uint16_t h) {
     return nvfp4_bits_f32((uint32_t)h << 16);
 }
 
-/* Round to nearest even; NaN stays a quiet NaN with its sign. */
+/* Round to nearest even; NaN becomes the canonical 0x7FFF, as the hardware conversion
+ * (cvt.rn.bf16x2.f32) that the CUDA readers use gives it. */
 NVFP4_HD uint16_t nvfp4_f32_to_bf16(float v) {
     uint32_t u = nvfp4_f32_bits(v);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
-        return (uint16_t)((u >> 16) | 0x40u);
+        return 0x7FFF;
     }
     u += 0x7FFFu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);

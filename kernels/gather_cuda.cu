@@ -22,7 +22,7 @@
  * {0,1,2,3,4,6,8,12} (a nibble table in one word), times d/2 (exact: d >= 2^-9), with the sign. */
 static __device__ __forceinline__ float e2m1_times(uint32_t code, float half_d) {
     const float v = (float)((0xC8643210u >> (4 * (code & 7u))) & 0xFu) * half_d;
-    return __uint_as_float(__float_as_uint(v) | ((code & 8u) << 28));
+    return __uint_as_float(__float_as_uint(v) ^ ((code & 8u) << 28)); /* a sign flip, as e * d gives */
 }
 
 __global__ void __launch_bounds__(THREADS) nvfp4_gather_kernel(nvfp4_mla_gather_kernel_args_t a) {

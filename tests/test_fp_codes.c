@@ -149,6 +149,7 @@ static void f16_and_bf16_conversions_should_be_exact_for_every_pattern(void **st
     assert_int_equal(nvfp4_f32_to_bf16(1.00390625f), 0x3F80);      /* tie 1 + 2^-8: to even (1.0) */
     assert_int_equal(nvfp4_f32_to_bf16(1.01171875f), 0x3F82);      /* tie 1 + 3*2^-8: to even (up) */
     assert_int_equal(nvfp4_f32_to_bf16(0x1.fffffep127f), 0x7F80);  /* rounds to +inf */
+    assert_int_equal(nvfp4_f32_to_bf16(-NAN), 0x7FFF);              /* canonical NaN, as cvt.rn.bf16 */
 }
 
 int main(void) {
