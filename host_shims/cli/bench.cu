@@ -73,6 +73,17 @@ __global__ void gather368_ceiling(const uint4 *cache, const int32_t *index, uint
     }
 }
 
+/* The writer's memory ceiling: read each token's 1152 input bytes, write 368 bytes at its random
+ * slot, no arithmetic (one warp per token, 16-byte accesses, like the writer). */
+__global__ void scatter368_ceiling(const uint4 *in, const int64_t *slots, uint4 *cache, int32_t n) {
+    const int32_t t = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= n) return;
+    const uint4 a = __ldg(&in[(int64_t)t * 72 + lane]), b = __ldg(&in[(int64_t)t * 72 + 32 + lane]);
+    const uint4 c = lane < 8 ? __ldg(&in[(int64_t)t * 72 + 64 + lane]) : make_uint4(0, 0, 0, 0);
+    const uint4 v = make_uint4(a.x ^ b.y ^ c.z, a.y ^ b.z ^ c.w, a.z ^ b.w ^ c.x, a.w ^ b.x ^ c.y);
+    if (lane < 23) cache[__ldg(&slots[t]) * 23 + lane] = v;
+}
+
 static nvfp4_mla_tensor_t dev_tensor(void *p, int32_t dtype, int ndim, std::initializer_list<int64_t> shape,
                                      std::initializer_list<int64_t> strides) {
     nvfp4_mla_tensor_t t = {p, dtype, ndim, {0}, {0}, NVFP4_MLA_DEVICE_CUDA, 0};
@@ -106,10 +117,13 @@ static void add_row(const char *op, int64_t size, double us, double bytes, doubl
 }
 
 extern "C" int cli_bench_cmd(int argc, char **argv) {
-    const char *plugin = NULL, *json_path = NULL;
+    const char *plugin = NULL, *json_path = NULL, *only = "";
     int quick = 0;
+    int64_t only_tokens = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (i + 1 < argc && !strcmp(argv[i], "--only")) only = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--tokens")) only_tokens = atoll(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--json")) json_path = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--plugin")) plugin = argv[++i];
         else return cli_fail("bench", "unknown or incomplete argument %s", argv[i]);
@@ -179,6 +193,10 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
     std::vector<int64_t> ident(T_max);
     for (int64_t i = 0; i < T_max; i++) ident[i] = i;
     CK(cudaMemcpy(d_ident, ident.data(), T_max * 8, cudaMemcpyHostToDevice));
+    us = median_us([&] { scatter368_ceiling<<<(unsigned)(T_max / 8), 256, 0, s>>>((const uint4 *)d_tokens, d_slots, (uint4 *)cache, (int32_t)T_max); },
+                   3, 20, s);
+    CK(cudaGetLastError());
+    add_row("ceiling: scatter368", T_max, us, T_max * 1528.0, copy_tbps, "copy", -1);
     uint8_t *d_compact;
     CK(cudaMalloc(&d_compact, T_max * 368));
     std::vector<uint8_t> cpu_records(T_max * 368), gpu_records(T_max * 368);
@@ -188,6 +206,7 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
         const uint32_t mode = m ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
         const float scale = m ? 0.003f : 0.0f;
         for (int64_t T : sizes) {
+            if ((only[0] && strcmp(only, "write")) || (only_tokens && T != only_tokens)) continue;
             nvfp4_mla_write_args_t w = {};
             w.struct_size = sizeof w;
             w.layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
@@ -231,7 +250,7 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
     }
 
     /* ---- gather reader ---- */
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 2 && (!only[0] || !strcmp(only, "gather")); m++) {
         const uint32_t mode = m ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
         const float scale = m ? 0.003f : 0.0f;
         nvfp4_mla_gather_args_t g = {};
