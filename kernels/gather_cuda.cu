@@ -16,7 +16,8 @@
 #include "fp_codes.h"
 
 #define CHUNKS_PER_ROW 72
-#define THREADS 256
+#define ROWS_PER_BLOCK 4
+#define THREADS (ROWS_PER_BLOCK * CHUNKS_PER_ROW)
 
 /* Exact e2m1 * d for nibble `code`: twice the magnitudes {0,.5,1,1.5,2,3,4,6} are the integers
  * {0,1,2,3,4,6,8,12} (a nibble table in one word), times d/2 (exact: d >= 2^-9), with the sign. */
@@ -26,9 +27,9 @@ static __device__ __forceinline__ float e2m1_times(uint32_t code, float half_d) 
 }
 
 __global__ void __launch_bounds__(THREADS) nvfp4_gather_kernel(nvfp4_mla_gather_kernel_args_t a) {
-    const int64_t index = (int64_t)blockIdx.x * THREADS + threadIdx.x;
-    const int64_t n = index / CHUNKS_PER_ROW;
-    const int chunk = (int)(index - n * CHUNKS_PER_ROW);
+    /* A block is ROWS_PER_BLOCK rows of 72 chunks: 32-bit index arithmetic with constant divisors. */
+    const int64_t n = (int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / CHUNKS_PER_ROW;
+    const int chunk = (int)(threadIdx.x % CHUNKS_PER_ROW);
     if (n >= a.num_rows) {
         return;
     }
@@ -81,7 +82,7 @@ extern "C" void nvfp4_mla_gather_cuda(const nvfp4_mla_gather_kernel_args_t *args
         nvfp4_cuda_result(result, guard.error, "gather: selecting the context's device");
         return;
     }
-    const int64_t blocks = (args->num_rows * CHUNKS_PER_ROW + THREADS - 1) / THREADS;
+    const int64_t blocks = (args->num_rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     if (blocks > INT32_MAX) {
         result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
         snprintf(result->message, sizeof result->message, "gather: %lld rows exceed one launch",

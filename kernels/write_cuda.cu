@@ -44,6 +44,18 @@ static __device__ __forceinline__ uint8_t e4m3_finite(float v) {
 #endif
 }
 
+/* E2M1 code of a finite y against the group's seven exact thresholds t[k] = m_k * d (record-format.md
+ * step 4): the same three-comparison search as nvfp4_e2m1_encode, with the products made once per
+ * group instead of per element (the all-finite path: no NaN test needed). */
+static __device__ __forceinline__ uint32_t e2m1_finite(float y, const float *t) {
+    const float a = fabsf(y);
+    const bool upper = a >= t[3];                         /* >= 1.75 d */
+    const bool mid = a >= (upper ? t[5] : t[1]);          /* >= 3.5 d or >= 0.75 d */
+    const float strict = upper ? (mid ? t[6] : t[4]) : (mid ? t[2] : t[0]);
+    const uint32_t index = (upper ? 4u : 0u) | (mid ? 2u : 0u) | (a > strict ? 1u : 0u);
+    return index | ((__float_as_uint(y) >> 28) & 8u);
+}
+
 /* Steps 2-4 for this lane's group; `all_finite` says x (hence y, unless it overflows) has no NaN/Inf. */
 static __device__ __forceinline__ uint8_t encode_group(const float *x, float inv, bool all_finite, uint32_t *payload) {
     float y[NVFP4_GROUP_SIZE];
@@ -53,7 +65,8 @@ static __device__ __forceinline__ uint8_t encode_group(const float *x, float inv
         y[i] = nvfp4_mul_rn(x[i], inv);
         group_amax = fmaxf(group_amax, all_finite ? nvfp4_abs(y[i]) : finite_abs(y[i]));
     }
-    if (!nvfp4_is_finite(group_amax)) { /* x * inv overflowed: leave the infinities out (spec step 3) */
+    const bool overflowed = !nvfp4_is_finite(group_amax);
+    if (overflowed) { /* x * inv overflowed: leave the infinities out (spec step 3) */
         group_amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < NVFP4_GROUP_SIZE; i++) group_amax = fmaxf(group_amax, finite_abs(y[i]));
@@ -61,7 +74,16 @@ static __device__ __forceinline__ uint8_t encode_group(const float *x, float inv
     const uint8_t code = e4m3_finite(nvfp4_mul_rn(group_amax, NVFP4_K6));
     const float d = nvfp4_e4m3_decode(code);
     payload[0] = payload[1] = 0;
-    if (d != 0.0f) {
+    if (d == 0.0f) {
+        return code;
+    }
+    if (all_finite && !overflowed) {
+        const float t[7] = {nvfp4_mul_rn(0.25f, d), nvfp4_mul_rn(0.75f, d), nvfp4_mul_rn(1.25f, d),
+                            nvfp4_mul_rn(1.75f, d), nvfp4_mul_rn(2.5f, d),  nvfp4_mul_rn(3.5f, d),
+                            nvfp4_mul_rn(5.0f, d)};
+#pragma unroll
+        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) payload[i >> 3] |= e2m1_finite(y[i], t) << (4 * (i & 7));
+    } else {
 #pragma unroll
         for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
             payload[i >> 3] |= (uint32_t)nvfp4_e2m1_encode(y[i], d) << (4 * (i & 7));
