@@ -92,7 +92,7 @@ static __device__ __forceinline__ uint8_t encode_group(const float *x, float inv
     return code;
 }
 
-__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_write_kernel(nvfp4_mla_write_kernel_args_t a) {
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nvfp4_mla_write_kernel_args_t a) {
     __shared__ __align__(16) uint8_t staging[WARPS_PER_BLOCK][432];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t t = (int64_t)blockIdx.x * WARPS_PER_BLOCK + warp;
