@@ -56,38 +56,49 @@ static __device__ __forceinline__ uint32_t e2m1_finite(float y, const float *t) 
     return index | ((__float_as_uint(y) >> 28) & 8u);
 }
 
-/* Steps 2-4 for this lane's group; `all_finite` says x (hence y, unless it overflows) has no NaN/Inf. */
-static __device__ __forceinline__ uint8_t encode_group(const float *x, float inv, bool all_finite, uint32_t *payload) {
+/* Steps 2-4 for this lane's group, general case: every maximum leaves NaN/Inf out (spec step 3). */
+static __device__ __forceinline__ uint8_t encode_group_general(const float *x, float inv, uint32_t *payload) {
     float y[NVFP4_GROUP_SIZE];
     float group_amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
         y[i] = nvfp4_mul_rn(x[i], inv);
-        group_amax = fmaxf(group_amax, all_finite ? nvfp4_abs(y[i]) : finite_abs(y[i]));
+        group_amax = fmaxf(group_amax, finite_abs(y[i]));
     }
-    const bool overflowed = !nvfp4_is_finite(group_amax);
-    if (overflowed) { /* x * inv overflowed: leave the infinities out (spec step 3) */
-        group_amax = 0.0f;
+    const uint8_t code = (uint8_t)nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(group_amax, NVFP4_K6));
+    const float d = nvfp4_e4m3_decode(code);
+    payload[0] = payload[1] = 0;
+    if (d != 0.0f) {
 #pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) group_amax = fmaxf(group_amax, finite_abs(y[i]));
+        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+            payload[i >> 3] |= (uint32_t)nvfp4_e2m1_encode(y[i], d) << (4 * (i & 7));
+        }
+    }
+    return code;
+}
+
+/* Steps 2-4 for a group whose inputs are all finite (the common case): plain |y| maxima (a free
+ * operand modifier), hardware E4M3, thresholds made once. Falls back when x * inv overflows. */
+static __device__ __forceinline__ uint8_t encode_group_finite(const float *x, float inv, uint32_t *payload) {
+    float y[NVFP4_GROUP_SIZE];
+    float group_amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+        y[i] = nvfp4_mul_rn(x[i], inv);
+        group_amax = fmaxf(group_amax, fabsf(y[i]));
+    }
+    if (!nvfp4_is_finite(group_amax)) {
+        return encode_group_general(x, inv, payload);
     }
     const uint8_t code = e4m3_finite(nvfp4_mul_rn(group_amax, NVFP4_K6));
     const float d = nvfp4_e4m3_decode(code);
     payload[0] = payload[1] = 0;
-    if (d == 0.0f) {
-        return code;
-    }
-    if (all_finite && !overflowed) {
+    if (d != 0.0f) {
         const float t[7] = {nvfp4_mul_rn(0.25f, d), nvfp4_mul_rn(0.75f, d), nvfp4_mul_rn(1.25f, d),
                             nvfp4_mul_rn(1.75f, d), nvfp4_mul_rn(2.5f, d),  nvfp4_mul_rn(3.5f, d),
                             nvfp4_mul_rn(5.0f, d)};
 #pragma unroll
         for (int i = 0; i < NVFP4_GROUP_SIZE; i++) payload[i >> 3] |= e2m1_finite(y[i], t) << (4 * (i & 7));
-    } else {
-#pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
-            payload[i >> 3] |= (uint32_t)nvfp4_e2m1_encode(y[i], d) << (4 * (i & 7));
-        }
     }
     return code;
 }
@@ -126,7 +137,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nv
     float amax = 0.0f, probe = fmaf(rope[0], 0.0f, rope[1] * 0.0f);
 #pragma unroll
     for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
-        amax = fmaxf(amax, nvfp4_abs(x[i]));
+        amax = fmaxf(amax, fabsf(x[i]));
         probe = fmaf(x[i], 0.0f, probe);
     }
     const bool all_finite = __all_sync(FULL, probe == 0.0f);
@@ -159,14 +170,18 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nv
     uint32_t payload[2] = {0, 0};
     uint8_t code = 0;
     if (!zero_token) {
-        code = encode_group(x, inv, all_finite, payload);
+        if (all_finite) {
+            code = encode_group_finite(x, inv, payload);
+        } else {
+            code = encode_group_general(x, inv, payload);
+        }
     }
     ((uint2 *)rec)[lane] = make_uint2(payload[0], payload[1]);
     rec[NVFP4_REC_GROUP_SCALE_OFF + lane] = code;
 
     /* Step 5: RoPE. */
     if (a.record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
-        const float rope_amax = all_finite ? fmaxf(nvfp4_abs(rope[0]), nvfp4_abs(rope[1]))
+        const float rope_amax = all_finite ? fmaxf(fabsf(rope[0]), fabsf(rope[1]))
                                            : fmaxf(finite_abs(rope[0]), finite_abs(rope[1]));
         const float r = nvfp4_mul_rn(warp_max(rope_amax), NVFP4_K448);
         uint32_t codes = 0;
