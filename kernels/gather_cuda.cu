@@ -1,9 +1,11 @@
 /* The gather reader on CUDA: records by slot to bf16 rows, values identical to kernels/gather_cpu.c.
  *
- * One warp per ROWS_PER_WARP rows: for each, lane g decodes latent group g (8 payload bytes, one scale code, the outer scale)
+ * One warp per row: lane g decodes latent group g (8 payload bytes, one scale code, the outer scale)
  * into 16 bf16 values, two 16-byte stores; lanes 0..7 also write the RoPE chunk g (8 codes times
  * the RoPE scale for 368, a 16-byte copy for 432). The slot, address and outer scale are worked out
  * once per lane instead of once per 8 values (the kernel is instruction-bound: ncu, BENCHMARKS.md).
+ * Two rows per warp with all loads issued first measured slower (168-176 vs 162 us at N = 256k:
+ * more registers, lower occupancy), so one row per warp it is.
  * E2M1 values come from a nibble table, products are binary32 in the CPU twin's order, bf16 pairs
  * come from the hardware round-to-nearest-even conversion. Slot -1, and any slot outside
  * [0, capacity) (which the plugin cannot check on the host without a sync), give zeros.
@@ -17,7 +19,6 @@
 #include "fp_codes.h"
 
 #define WARPS_PER_BLOCK 8
-#define ROWS_PER_WARP 1 /* 2 measured slower: 168.5 vs 162 us at N = 256k (48 vs 40 registers) */
 
 /* Exact e2m1 * d for nibble `code`: twice the magnitudes {0,.5,1,1.5,2,3,4,6} are the integers
  * {0,1,2,3,4,6,8,12} (a nibble table in one word), times d/2 (exact: d >= 2^-9), with the sign. */
@@ -31,95 +32,54 @@ static __device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
     return *(const uint32_t *)&pair;
 }
 
-/* Where row n's record is, or NULL for a zero row (slot -1 or outside the cache). */
-static __device__ __forceinline__ const uint8_t *record_of(const nvfp4_mla_gather_kernel_args_t &a, int64_t slot) {
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp4_mla_gather_kernel_args_t a) {
+    const int64_t n = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    const uint32_t lane = threadIdx.x & 31u;
+    if (n >= a.num_rows) {
+        return;
+    }
+    uint4 *out = (uint4 *)(a.out + n * a.out_row_stride);
+    const int64_t slot = a.slots[n * a.slot_stride];
     if (slot < 0 || slot >= a.capacity) {
-        return NULL;
+        out[2 * lane] = out[2 * lane + 1] = make_uint4(0, 0, 0, 0);
+        if (lane < 8) out[64 + lane] = make_uint4(0, 0, 0, 0);
+        return;
     }
     /* capacity < 2^31: 32-bit block arithmetic (64-bit division is slow on GPUs). */
     const uint32_t slot32 = (uint32_t)slot, bs = (uint32_t)a.block_size, block = slot32 / bs;
-    return a.cache + (int64_t)block * a.block_stride + (int64_t)(slot32 - block * bs) * a.record_bytes;
-}
+    const uint8_t *rec = a.cache + (int64_t)block * a.block_stride + (int64_t)(slot32 - block * bs) * a.record_bytes;
 
-/* This lane's share of one row: latent group `lane` (16 values), and RoPE chunk `lane` for lanes < 8. */
-struct lane_loads {
-    float outer, half_d, r;
-    uint2 codes, rope_codes;
-    uint4 rope_bf16;
-};
-
-static __device__ __forceinline__ lane_loads load_lane(const nvfp4_mla_gather_kernel_args_t &a, const uint8_t *rec,
-                                                       uint32_t lane) {
-    lane_loads l;
-    l.outer = a.per_token ? __ldg((const float *)(rec + NVFP4_REC_TOKEN_SCALE_OFF)) : a.outer_scale;
-    l.half_d = 0.5f * nvfp4_e4m3_decode(__ldg(rec + NVFP4_REC_GROUP_SCALE_OFF + lane));
-    l.codes = __ldg((const uint2 *)rec + lane);
-    if (lane < 8 && a.record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
-        l.r = __ldg((const float *)(rec + NVFP4_REC_ROPE_SCALE_OFF));
-        l.rope_codes = __ldg((const uint2 *)(rec + NVFP4_REC_ROPE_OFF) + lane);
-    } else if (lane < 8) {
-        l.rope_bf16 = __ldg((const uint4 *)(rec + NVFP4_REC_ROPE_OFF) + lane);
-    }
-    return l;
-}
-
-static __device__ __forceinline__ void store_lane(const nvfp4_mla_gather_kernel_args_t &a, const lane_loads &l,
-                                                  uint4 *out, uint32_t lane) {
+    const float outer = a.per_token ? __ldg((const float *)(rec + NVFP4_REC_TOKEN_SCALE_OFF)) : a.outer_scale;
+    const float half_d = 0.5f * nvfp4_e4m3_decode(__ldg(rec + NVFP4_REC_GROUP_SCALE_OFF + lane));
+    const uint2 codes = __ldg((const uint2 *)rec + lane);
     uint4 v[2];
     uint32_t *words = (uint32_t *)v;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         /* (e2m1 * d) * outer in binary32, then bf16 round-to-nearest-even: the CPU twin's order. */
-        const uint32_t byte = ((i < 4 ? l.codes.x : l.codes.y) >> (8 * (i & 3))) & 0xFFu;
-        words[i] = bf16_pair(nvfp4_mul_rn(e2m1_times(byte, l.half_d), l.outer),
-                             nvfp4_mul_rn(e2m1_times(byte >> 4, l.half_d), l.outer));
+        const uint32_t byte = ((i < 4 ? codes.x : codes.y) >> (8 * (i & 3))) & 0xFFu;
+        words[i] = bf16_pair(nvfp4_mul_rn(e2m1_times(byte, half_d), outer),
+                             nvfp4_mul_rn(e2m1_times(byte >> 4, half_d), outer));
     }
     out[2 * lane] = v[0];
     out[2 * lane + 1] = v[1];
+
     if (lane < 8) {
-        uint4 rope = l.rope_bf16;
+        uint4 rope;
         if (a.record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
+            const float r = __ldg((const float *)(rec + NVFP4_REC_ROPE_SCALE_OFF));
+            const uint2 c = __ldg((const uint2 *)(rec + NVFP4_REC_ROPE_OFF) + lane);
             uint32_t *w = (uint32_t *)&rope;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const uint32_t pair = ((i < 2 ? l.rope_codes.x : l.rope_codes.y) >> (16 * (i & 1))) & 0xFFFFu;
-                w[i] = bf16_pair(nvfp4_mul_rn(nvfp4_e4m3_decode((uint8_t)pair), l.r),
-                                 nvfp4_mul_rn(nvfp4_e4m3_decode((uint8_t)(pair >> 8)), l.r));
+                const uint32_t pair = ((i < 2 ? c.x : c.y) >> (16 * (i & 1))) & 0xFFFFu;
+                w[i] = bf16_pair(nvfp4_mul_rn(nvfp4_e4m3_decode((uint8_t)pair), r),
+                                 nvfp4_mul_rn(nvfp4_e4m3_decode((uint8_t)(pair >> 8)), r));
             }
+        } else {
+            rope = __ldg((const uint4 *)(rec + NVFP4_REC_ROPE_OFF) + lane);
         }
         out[64 + lane] = rope;
-    }
-}
-
-static __device__ __forceinline__ void store_zero_lane(uint4 *out, uint32_t lane) {
-    out[2 * lane] = out[2 * lane + 1] = make_uint4(0, 0, 0, 0);
-    if (lane < 8) out[64 + lane] = make_uint4(0, 0, 0, 0);
-}
-
-/* Each warp does ROWS_PER_WARP rows, issuing every row's loads before any row's arithmetic, so that
- * more independent loads are in flight (short records: kernel-notes.md). */
-__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp4_mla_gather_kernel_args_t a) {
-    const int64_t first = ((int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5)) * ROWS_PER_WARP;
-    const uint32_t lane = threadIdx.x & 31u;
-    const uint8_t *rec[ROWS_PER_WARP];
-#pragma unroll
-    for (int k = 0; k < ROWS_PER_WARP; k++) {
-        rec[k] = first + k < a.num_rows ? record_of(a, a.slots[(first + k) * a.slot_stride]) : NULL;
-    }
-    lane_loads loads[ROWS_PER_WARP];
-#pragma unroll
-    for (int k = 0; k < ROWS_PER_WARP; k++) {
-        if (rec[k]) loads[k] = load_lane(a, rec[k], lane);
-    }
-#pragma unroll
-    for (int k = 0; k < ROWS_PER_WARP; k++) {
-        if (first + k >= a.num_rows) break;
-        uint4 *out = (uint4 *)(a.out + (first + k) * a.out_row_stride);
-        if (rec[k]) {
-            store_lane(a, loads[k], out, lane);
-        } else {
-            store_zero_lane(out, lane);
-        }
     }
 }
 
@@ -133,8 +93,7 @@ extern "C" void nvfp4_mla_gather_cuda(const nvfp4_mla_gather_kernel_args_t *args
         nvfp4_cuda_result(result, guard.error, "gather: selecting the context's device");
         return;
     }
-    const int64_t rows_per_block = WARPS_PER_BLOCK * ROWS_PER_WARP;
-    const int64_t blocks = (args->num_rows + rows_per_block - 1) / rows_per_block;
+    const int64_t blocks = (args->num_rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
     if (blocks > INT32_MAX) {
         result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
         snprintf(result->message, sizeof result->message, "gather: %lld rows exceed one launch",
