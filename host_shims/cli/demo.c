@@ -75,8 +75,8 @@ int cli_demo_cmd(int argc, char **argv) {
     int rc = 0;
     printf("\n%d Gaussian tokens per layer, 368-byte records, encode -> inspect -> decode on the CPU backend\n",
            DEMO_TOKENS);
-    printf("%5s %8s %-10s %12s %12s %12s %12s\n", "layer", "max_abs", "mode", "rel RMS", "median tok", "zero tokens",
-           "subnormal gs");
+    printf("%5s %8s %-10s %11s %11s %12s %13s %12s\n", "layer", "max_abs", "mode", "rel RMS", "median tok",
+           "zero tokens", "subnormal gs", "zero gs");
     for (int p = 0; p < 3 && !rc; p++) {
         int l = picks[p];
         float scale;
@@ -93,14 +93,15 @@ int cli_demo_cmd(int argc, char **argv) {
             cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_RECORD_BYTES_368, modes[m].mode, modes[m].scale};
             synth_error_t e;
             if (!(rc = synth_measure_nvfp4(&host, &f, tokens, DEMO_TOKENS, &e))) {
-                printf("%5d %8.4g %-10s %11.2f%% %11.2f%% %11.1f%% %11.1f%%\n", l, max_abs[l], modes[m].name,
-                       100 * e.layer_rel_rms, 100 * e.median_token_rel, 100 * e.zero_tokens, 100 * e.subnormal_groups);
+                printf("%5d %8.4g %-10s %10.2f%% %10.2f%% %11.1f%% %12.1f%% %11.1f%%\n", l, max_abs[l], modes[m].name,
+                       100 * e.layer_rel_rms, 100 * e.median_token_rel, 100 * e.zero_tokens, 100 * e.subnormal_groups,
+                       100 * e.zero_groups);
             }
         }
         synth_error_t e;
         synth_measure_fp8_656(tokens, DEMO_TOKENS, &e);
-        printf("%5d %8.4g %-10s %11.2f%% %11.2f%% %11.1f%% %12s\n", l, max_abs[l], "fp8-656", 100 * e.layer_rel_rms,
-               100 * e.median_token_rel, 100 * e.zero_tokens, "-");
+        printf("%5d %8.4g %-10s %10.2f%% %10.2f%% %11.1f%% %13s %12s\n", l, max_abs[l], "fp8-656", 100 * e.layer_rel_rms,
+               100 * e.median_token_rel, 100 * e.zero_tokens, "-", "-");
     }
     host.table->config_destroy(cfg);
     if (!rc) {

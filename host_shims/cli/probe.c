@@ -13,6 +13,13 @@ static void log_to_stderr(void *user, int32_t level, const char *message) {
             message);
 }
 
+static const char *source_name(uint32_t source) {
+    static const char *const names[] = {"none (every layer 1.0)", "environment (VLLM_NVFP4_MLA_SCALES_FILE)",
+                                        "checkpoint config.json (inline)", "checkpoint sidecar file",
+                                        "per-token (records carry s_t)"};
+    return source < sizeof names / sizeof names[0] ? names[source] : "unknown";
+}
+
 static cJSON *caps_json(uint64_t bits) {
     cJSON *list = cJSON_CreateArray();
     for (int b = 0; b < 64; b++) {
@@ -129,7 +136,7 @@ int cli_probe(int argc, char **argv) {
         cJSON_AddStringToObject(o, "cuda0_note", cuda_note);
         if (cfg) {
             cJSON_AddStringToObject(o, "cache_identity", info.identity);
-            cJSON_AddNumberToObject(o, "scale_source", info.scale_source);
+            cJSON_AddStringToObject(o, "scale_source", source_name(info.scale_source));
             cJSON_AddStringToObject(o, "scale_source_path", info.scale_source_path);
             cJSON_AddNumberToObject(o, "calibrated_layers", info.num_layers);
         }
@@ -158,7 +165,7 @@ int cli_probe(int argc, char **argv) {
         if (cfg) {
             printf("cache dtype           %s\n", dtype);
             printf("cache identity        %s\n", info.identity);
-            printf("outer scales          source %u%s%s, %u calibrated layers\n", info.scale_source,
+            printf("outer scales          %s%s%s, %u calibrated layers\n", source_name(info.scale_source),
                    info.scale_source_path[0] ? " from " : "", info.scale_source_path, info.num_layers);
         }
         printf("decision              %s: %s\n", refused ? "REFUSED" : "accepted", decision);

@@ -101,11 +101,12 @@ int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *f, const uint
         rc = cli_encode("quality", host, f, tokens, count, records) || cli_decode("quality", host, f, records, count, rows);
     }
     if (!rc) {
-        int64_t subnormal = 0;
+        int64_t subnormal = 0, zero = 0;
         for (int64_t t = 0; t < count; t++) {
             for (int g = 0; g < 32; g++) {
                 uint8_t code = records[t * f->record_bytes + 256 + g] & 0x7F;
                 subnormal += code >= 1 && code <= 7;
+                zero += code == 0;
             }
             for (int j = 0; j < 512; j++) {
                 got[t * 512 + j] = nvfp4_bf16_to_f32(rows[t * 576 + j]);
@@ -113,6 +114,7 @@ int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *f, const uint
         }
         score(tokens, got, count, err);
         err->subnormal_groups = count ? (double)subnormal / (double)(count * 32) : 0;
+        err->zero_groups = count ? (double)zero / (double)(count * 32) : 0;
     }
     free(records);
     free(rows);
@@ -143,7 +145,7 @@ void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t 
         }
     }
     score(tokens, got, count, err);
-    err->subnormal_groups = 0;
+    err->subnormal_groups = err->zero_groups = 0;
     free(got);
 }
 

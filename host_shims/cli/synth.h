@@ -25,6 +25,7 @@ typedef struct synth_error {
     double median_token_rel;   /* median over tokens of ||x_hat_t - x_t|| / ||x_t|| */
     double zero_tokens;        /* fraction of non-zero tokens decoded to all zeros */
     double subnormal_groups;   /* fraction of group scales that are E4M3 subnormal (NVFP4 modes) */
+    double zero_groups;        /* fraction of group scales that are zero (NVFP4 modes) */
 } synth_error_t;
 
 /* Round trip through the plugin (write then gather) in one NVFP4 mode. */
