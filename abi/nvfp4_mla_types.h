@@ -90,6 +90,17 @@ typedef int32_t nvfp4_mla_status_t;
     X(NVFP4_MLA_CAP_WRITE_CAPTURE_MAX_ABS, "write.capture_max_abs")                                 \
     X(NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY, "config.cache_identity")
 
+/* Name of one capability bit known to this header, "unknown" otherwise (a host-side convenience). */
+static inline const char *nvfp4_mla_capability_name(uint64_t bit) {
+#define NVFP4_MLA_NAME_OF_(b, name)                                                                 \
+    if (bit == (b)) {                                                                               \
+        return name;                                                                                \
+    }
+    NVFP4_MLA_FOR_EACH_CAPABILITY(NVFP4_MLA_NAME_OF_)
+#undef NVFP4_MLA_NAME_OF_
+    return "unknown";
+}
+
 typedef struct nvfp4_mla_capability {
     const char *name;  /* e.g. "write.per_token_scale"; static storage owned by the plugin */
     uint32_t revision; /* bumped when the capability's behaviour grows; 1 is the first */

@@ -198,19 +198,25 @@ nvfp4_mla_status_t nvfp4_calibration_from_json(const cJSON *object, const char *
     return NVFP4_MLA_OK;
 }
 
+nvfp4_mla_status_t nvfp4_calibration_from_text(const char *text, size_t len, const char *origin,
+                                               nvfp4_calibration_t *out) {
+    cJSON *root;
+    nvfp4_mla_status_t st = nvfp4_json_parse(text, len, origin, &root);
+    if (!st) {
+        st = nvfp4_calibration_from_json(root, origin, out);
+        cJSON_Delete(root);
+    }
+    return st;
+}
+
 nvfp4_mla_status_t nvfp4_calibration_load_file(const char *path, nvfp4_calibration_t *out) {
     char *text;
     size_t len;
     nvfp4_mla_status_t st = nvfp4_read_file(path, NVFP4_CALIBRATION_MAX_FILE_BYTES, &text, &len);
-    if (st) {
-        return st;
+    if (!st) {
+        st = nvfp4_calibration_from_text(text, len, path, out);
+        free(text);
     }
-    cJSON *root;
-    if (!(st = nvfp4_json_parse(text, len, path, &root))) {
-        st = nvfp4_calibration_from_json(root, path, out);
-        cJSON_Delete(root);
-    }
-    free(text);
     return st;
 }
 

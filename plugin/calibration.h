@@ -34,6 +34,10 @@ nvfp4_mla_status_t nvfp4_json_parse(const char *text, size_t len, const char *or
 /* Validates a v1 object; on success fills *out (caller frees). */
 nvfp4_mla_status_t nvfp4_calibration_from_json(const cJSON *object, const char *origin, nvfp4_calibration_t *out);
 
+/* Parses and validates v1 JSON text (length-bounded); `origin` names it in messages. */
+nvfp4_mla_status_t nvfp4_calibration_from_text(const char *text, size_t len, const char *origin,
+                                               nvfp4_calibration_t *out);
+
 /* Reads, parses and validates a v1 file. */
 nvfp4_mla_status_t nvfp4_calibration_load_file(const char *path, nvfp4_calibration_t *out);
 

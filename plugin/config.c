@@ -85,12 +85,7 @@ static nvfp4_mla_status_t load_static_file(nvfp4_mla_config_t *cfg, const char *
     if (st) {
         return st;
     }
-    cJSON *root;
-    if (!(st = nvfp4_json_parse(text, len, path, &root))) {
-        st = nvfp4_calibration_from_json(root, path, &cfg->calibration);
-        cJSON_Delete(root);
-    }
-    if (!st) {
+    if (!(st = nvfp4_calibration_from_text(text, len, path, &cfg->calibration))) {
         char hex[65];
         sha256_hex(text, len, hex);
         snprintf(cfg->identity, sizeof cfg->identity, "nvfp4_ds_mla:%s:static-calibrated-v1:%s", layout_name, hex);

@@ -11,18 +11,7 @@
 #include "ops.h"
 #include "test_util.h"
 
-static nvfp4_mla_context_t *ctx;
-
-static int setup(void **state) {
-    (void)state;
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
-    return nvfp4_context_init(&init, &ctx);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    return nvfp4_context_shutdown(ctx);
-}
+#define ctx tu_cpu
 
 /* Writes one token into slot 0 of a one-record cache and returns the record. */
 static void encode_one(const tu_token_t *tok, uint32_t mode, float scale, uint32_t layout, uint8_t *record) {
@@ -187,5 +176,5 @@ int main(void) {
         cmocka_unit_test(per_token_writer_should_keep_a_240x_spread_out_of_subnormals),
         cmocka_unit_test(reader_should_decode_products_exactly),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_setup_cpu, tu_teardown_cpu);
 }

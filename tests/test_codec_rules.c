@@ -13,18 +13,7 @@
 #include "ops.h"
 #include "test_util.h"
 
-static nvfp4_mla_context_t *ctx;
-
-static int setup(void **state) {
-    (void)state;
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
-    return nvfp4_context_init(&init, &ctx);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    return nvfp4_context_shutdown(ctx);
-}
+#define ctx tu_cpu
 
 static uint64_t rng = 12345;
 static double gauss(void) {
@@ -336,5 +325,5 @@ int main(void) {
         cmocka_unit_test(gather_should_zero_unused_slots_and_reject_out_of_range),
         cmocka_unit_test(capture_should_max_reduce_over_written_tokens_only),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_setup_cpu, tu_teardown_cpu);
 }

@@ -63,4 +63,20 @@ static inline int tu_all_zero(const uint8_t *p, size_t n) {
     return 1;
 }
 
+/* A CPU context for the white-box tests (the plugin's internals, plugin/context.h). */
+#ifdef NVFP4_MLA_PLUGIN_CONTEXT_H
+static nvfp4_mla_context_t *tu_cpu;
+
+__attribute__((unused)) static int tu_setup_cpu(void **state) {
+    (void)state;
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    return nvfp4_context_init(&init, &tu_cpu);
+}
+
+__attribute__((unused)) static int tu_teardown_cpu(void **state) {
+    (void)state;
+    return nvfp4_context_shutdown(tu_cpu);
+}
+#endif
+
 #endif

@@ -19,13 +19,7 @@ static int say(char *message, size_t size, int result, const char *fmt, ...) {
 }
 
 const char *nvfp4_mla_loader_cap_name(uint64_t bit) {
-#define NVFP4_NAME_OF(b, name)                                                                                 \
-    if (bit == (b)) {                                                                                          \
-        return name;                                                                                           \
-    }
-    NVFP4_MLA_FOR_EACH_CAPABILITY(NVFP4_NAME_OF)
-#undef NVFP4_NAME_OF
-    return "unknown";
+    return nvfp4_mla_capability_name(bit);
 }
 
 /* A folder selection means the plugin file inside it. */
