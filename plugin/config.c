@@ -115,25 +115,20 @@ static nvfp4_mla_status_t sidecar_path(const char *model_dir, const char *config
     return NVFP4_MLA_OK;
 }
 
-/* The checkpoint's field: absent (nothing to do), an inline v1 object, or {"file": "..."}. */
-static nvfp4_mla_status_t load_checkpoint(nvfp4_mla_config_t *cfg, const char *model_dir, const char *layout_name) {
-    char config_path[4096];
-    if ((size_t)snprintf(config_path, sizeof config_path, "%s/config.json", model_dir) >= sizeof config_path) {
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "model_dir is too long");
-    }
-    char *text;
-    size_t len;
-    nvfp4_mla_status_t st = nvfp4_read_file(config_path, NVFP4_CONFIG_JSON_MAX_BYTES, &text, &len);
+/* The checkpoint's field in config.json text: absent (nothing to do), an inline v1 object, or
+ * {"file": "..."} naming a sidecar inside model_dir. */
+nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *cfg, const char *text, size_t len,
+                                              const char *model_dir, const char *config_path,
+                                              const char *layout_name) {
+    cJSON *root;
+    nvfp4_mla_status_t st = nvfp4_json_parse(text, len, config_path, &root);
     if (st) {
         return st;
     }
-    cJSON *root;
-    if ((st = nvfp4_json_parse(text, len, config_path, &root))) {
-        free(text);
-        return st;
-    }
-    const cJSON *field = cJSON_GetObjectItemCaseSensitive(root, NVFP4_CHECKPOINT_FIELD);
-    if (!field) {
+    const cJSON *field = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, NVFP4_CHECKPOINT_FIELD) : NULL;
+    if (!cJSON_IsObject(root)) {
+        st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: config.json must be a JSON object", config_path);
+    } else if (!field) {
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_NONE;
     } else if (!cJSON_IsObject(field)) {
         st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"%s\" must be an object (the v1 calibration or {\"file\": ...})",
@@ -162,7 +157,21 @@ static nvfp4_mla_status_t load_checkpoint(nvfp4_mla_config_t *cfg, const char *m
         }
     }
     cJSON_Delete(root);
-    free(text);
+    return st;
+}
+
+static nvfp4_mla_status_t load_checkpoint(nvfp4_mla_config_t *cfg, const char *model_dir, const char *layout_name) {
+    char config_path[4096];
+    if ((size_t)snprintf(config_path, sizeof config_path, "%s/config.json", model_dir) >= sizeof config_path) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "model_dir is too long");
+    }
+    char *text;
+    size_t len;
+    nvfp4_mla_status_t st = nvfp4_read_file(config_path, NVFP4_CONFIG_JSON_MAX_BYTES, &text, &len);
+    if (!st) {
+        st = nvfp4_checkpoint_from_text(cfg, text, len, model_dir, config_path, layout_name);
+        free(text);
+    }
     return st;
 }
 
@@ -215,6 +224,10 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
               source_name(cfg->info.scale_source), cfg->source_path[0] ? " from " : "", cfg->source_path,
               cfg->calibration.num_layers, cfg->identity);
     return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_config_t *nvfp4_config_new(void) {
+    return calloc(1, sizeof(nvfp4_mla_config_t));
 }
 
 nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *host_request, nvfp4_mla_config_t **out) {

@@ -19,4 +19,12 @@ nvfp4_mla_status_t nvfp4_config_info(const nvfp4_mla_config_t *config, nvfp4_mla
 nvfp4_mla_status_t nvfp4_config_layer_scale(const nvfp4_mla_config_t *config, uint32_t layer, float *scale_out);
 void nvfp4_config_destroy(nvfp4_mla_config_t *config);
 
+/* The checkpoint part alone, from config.json text (exposed for tests and the fuzzer): fills
+ * `config`'s scales, identity and source, or fails naming `config_path` and the key. `config` comes
+ * from nvfp4_config_new. */
+nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *config, const char *text, size_t len,
+                                              const char *model_dir, const char *config_path,
+                                              const char *layout_name);
+nvfp4_mla_config_t *nvfp4_config_new(void);
+
 #endif

@@ -33,6 +33,26 @@ static inline nvfp4_mla_tensor_t tu_cache(uint8_t *data, int64_t blocks, int64_t
                      (int64_t[]){block_stride, record_bytes, 1});
 }
 
+/* binary32 -> binary16 bits, round to nearest even (a test-side conversion, independent of the
+ * plugin's code; compilers without _Float16 need it). */
+static inline uint16_t tu_f32_to_f16(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, mag = u & 0x7FFFFFFFu;
+    if (mag > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);           /* NaN */
+    if (mag >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);          /* rounds past 65504: inf */
+    if (mag < 0x38800000u) {                                            /* f16 subnormal or zero */
+        float m;
+        memcpy(&m, &mag, 4);
+        double q = (double)m * 16777216.0;                               /* in units of 2^-24 */
+        double f = q - (double)(uint32_t)q;
+        uint32_t k = (uint32_t)q + (f > 0.5 || (f == 0.5 && ((uint32_t)q & 1u)));
+        return (uint16_t)(sign | k);
+    }
+    uint32_t rounded = mag + 0xFFFu + ((mag >> 13) & 1u) - 0x38000000u; /* rebias 127 -> 15 */
+    return (uint16_t)(sign | (rounded >> 13));
+}
+
 /* A token as bf16 [576]: latent then RoPE, from f32 values (exactly representable ones in tests). */
 typedef struct tu_token {
     uint16_t v[576];

@@ -53,7 +53,7 @@ int cli_quality_cmd(int argc, char **argv) {
     const char *plugin = NULL, *path = DEFAULT_SCALES, *json_path = NULL;
     long count = 512;
     unsigned long long seed = 1;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every flag takes a value */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
             return cli_fail("quality", "%s needs a value", argv[i]);
@@ -70,7 +70,6 @@ int cli_quality_cmd(int argc, char **argv) {
         } else {
             return cli_fail("quality", "unknown flag %s", argv[i]);
         }
-        i++;
     }
     if (count < 2 || count > 65536) {
         return cli_fail("quality", "--tokens must be in [2, 65536]");
