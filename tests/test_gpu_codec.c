@@ -4,6 +4,7 @@
  * NVFP4_MLA_GPU_TEST_MAX_T caps the largest T (compute-sanitizer runs use a small one). */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -282,12 +283,64 @@ static void cuda_entries_should_reject_bad_arguments_before_launch(void **state)
     world_free(&w);
 }
 
+/* Several host threads, each with its own CUDA context of the plugin and its own stream, writing
+ * their own caches at once: every cache equals the CPU writer's bytes. */
+typedef struct stream_job {
+    world_t *w;
+    int failures;
+} stream_job_t;
+
+static void *stream_worker(void *arg) {
+    stream_job_t *job = arg;
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    nvfp4_mla_context_t *ctx;
+    cudaStream_t stream;
+    if (nvfp4_context_init(&init, &ctx) != NVFP4_MLA_OK || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) {
+        job->failures++;
+        return NULL;
+    }
+    for (int round = 0; round < 10; round++) {
+        nvfp4_mla_write_args_t a = args_for(job->w, 1, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f);
+        a.stream = stream;
+        job->failures += nvfp4_op_write(ctx, &a) != NVFP4_MLA_OK;
+    }
+    job->failures += cudaStreamSynchronize(stream) != cudaSuccess;
+    cudaStreamDestroy(stream);
+    nvfp4_context_shutdown(ctx);
+    return NULL;
+}
+
+static void threads_on_separate_streams_should_match_the_serial_cpu_bytes(void **state) {
+    (void)state;
+    enum { JOBS = 4 };
+    world_t w[JOBS];
+    stream_job_t jobs[JOBS];
+    pthread_t th[JOBS];
+    for (int i = 0; i < JOBS; i++) {
+        world_init(&w[i], 3000 + 100 * i, 368, 0);
+        nvfp4_mla_write_args_t a = args_for(&w[i], 0, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f);
+        assert_int_equal(nvfp4_op_write(cpu, &a), NVFP4_MLA_OK);
+        jobs[i] = (stream_job_t){&w[i], 0};
+    }
+    for (int i = 0; i < JOBS; i++) assert_int_equal(pthread_create(&th[i], NULL, stream_worker, &jobs[i]), 0);
+    for (int i = 0; i < JOBS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < JOBS; i++) {
+        assert_int_equal(jobs[i].failures, 0);
+        uint8_t *got = malloc((size_t)w[i].bytes_total);
+        CHECK_CUDA(cudaMemcpy(got, w[i].d_cache, (size_t)w[i].bytes_total, cudaMemcpyDeviceToHost));
+        assert_memory_equal(got, w[i].cpu_cache, (size_t)w[i].bytes_total);
+        free(got);
+        world_free(&w[i]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cuda_writer_should_equal_the_cpu_writer_byte_for_byte),
         cmocka_unit_test(identity_then_calibrated_layer_should_both_match_in_one_process),
         cmocka_unit_test(cuda_write_should_replay_inside_a_graph_on_a_side_stream),
         cmocka_unit_test(cuda_entries_should_reject_bad_arguments_before_launch),
+        cmocka_unit_test(threads_on_separate_streams_should_match_the_serial_cpu_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
