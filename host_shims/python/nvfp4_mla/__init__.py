@@ -1,0 +1,49 @@
+"""nvfp4_mla: load, probe and call the nvfp4-mla plugin from Python (ctypes, no compiled code).
+
+    from nvfp4_mla import load, require, CacheFormat, Context
+    plugin = load()                                  # NVFP4_MLA_PLUGIN, checked header
+    fmt = CacheFormat.from_env()                     # immutable, read once
+    require(plugin, fmt)                             # fail closed, naming what is missing
+    ctx = Context(plugin, "cuda:0")
+"""
+
+from . import _abi
+from ._abi import (LAYOUT_BF16_ROPE_432, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, SCALE_STATIC)
+from .arrays import ArrayError
+from .config import CacheFormat, PluginConfig
+from .context import Context
+from .errors import ConfigError, DeviceError, InvalidArgument, PluginCallError, Unsupported
+from .loader import LoadedPlugin, PluginDisabled, PluginError, PluginNotSelected, load
+from . import loader as _loader
+
+__all__ = ["load", "require", "CacheFormat", "PluginConfig", "Context", "LoadedPlugin", "ArrayError",
+           "PluginError", "PluginDisabled", "PluginNotSelected", "PluginCallError", "InvalidArgument",
+           "Unsupported", "ConfigError", "DeviceError", "LAYOUT_FP8_ROPE_368", "LAYOUT_BF16_ROPE_432",
+           "SCALE_STATIC", "SCALE_PER_TOKEN", "bf16_bits", "bf16_to_float32"]
+
+
+def require(plugin, cache_format, cache_dtype="nvfp4_ds_mla", model_dir=None, extra=0, available=None):
+    """Accepts the format (returns the C loader's acceptance line) or raises PluginError with the
+    C loader's words: plugin path, both ABI versions and each missing capability. A non-NVFP4 dtype
+    needs nothing of the plugin."""
+    cfg = cache_format.open(plugin, cache_dtype, model_dir)
+    try:
+        if not cfg.is_nvfp4:
+            return f"cache dtype {cache_dtype} does not use the plugin"
+        asked = cache_format.dynamic_scale or bool(cache_format.scales_file) or cfg.num_layers > 0
+        return _loader.require(plugin, cfg.layout, cfg.scale_mode, available, extra, asked)
+    finally:
+        cfg.close()
+
+
+def bf16_bits(values):
+    """float32 numpy array -> uint16 bf16 bits (round to nearest even), for CPU callers."""
+    import numpy as np
+    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return np.where((u & 0x7FFFFFFF) > 0x7F800000, 0x7FFF, rounded).astype(np.uint16)
+
+
+def bf16_to_float32(bits):
+    import numpy as np
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)

@@ -1,0 +1,112 @@
+"""The cache format of one server process, and the identity its persistent caches use.
+
+`CacheFormat.from_env()` snapshots the three variables deployments already set
+(VLLM_NVFP4_MLA_DYNAMIC_SCALE, VLLM_NVFP4_MLA_SCALES_FILE, KV_FP8_ROPE) into an immutable value;
+everything else is asked of the plugin (its config_create), never reimplemented here, so every host
+computes the same decision and the same identity string.
+"""
+
+import ctypes as C
+import os
+from dataclasses import dataclass
+
+from . import _abi
+from .errors import check
+
+DYNAMIC_SCALE_ENV = "VLLM_NVFP4_MLA_DYNAMIC_SCALE"
+SCALES_FILE_ENV = "VLLM_NVFP4_MLA_SCALES_FILE"
+FP8_ROPE_ENV = "KV_FP8_ROPE"
+DEFAULT_IDENTITY = "vllm-default-v1"
+
+
+class PluginConfig:
+    """An immutable configuration object of the plugin (owned; released by close)."""
+
+    def __init__(self, plugin, handle):
+        self._plugin = plugin
+        self._handle = handle
+        info = _abi.ConfigInfo(struct_size=C.sizeof(_abi.ConfigInfo))
+        check(plugin, plugin.table.config_info(handle, C.byref(info)), "config_info")
+        self.is_nvfp4 = bool(info.is_nvfp4)
+        self.layout = info.layout
+        self.scale_mode = info.scale_mode
+        self.scale_source = info.scale_source
+        self.num_layers = info.num_layers
+        self.identity = info.identity.decode()
+        self.scale_source_path = info.scale_source_path.decode()
+
+    def layer_scale(self, layer):
+        value = C.c_float()
+        check(self._plugin, self._plugin.table.config_layer_scale(self._handle, layer, C.byref(value)),
+              "config_layer_scale")
+        return value.value
+
+    def close(self):
+        if self._handle:
+            self._plugin.table.config_destroy(self._handle)
+            self._handle = None
+
+    __del__ = close
+
+
+@dataclass(frozen=True)
+class CacheFormat:
+    dynamic_scale: bool = False
+    fp8_rope: bool = False
+    scales_file: str = ""
+
+    @classmethod
+    def from_env(cls, environ=None):
+        env = os.environ if environ is None else environ
+        return cls(dynamic_scale=env.get(DYNAMIC_SCALE_ENV, "0") == "1",
+                   fp8_rope=env.get(FP8_ROPE_ENV, "0") == "1",
+                   scales_file=env.get(SCALES_FILE_ENV, "").strip())
+
+    def environ(self):
+        """The snapshot handed to the plugin instead of the process environment."""
+        env = [f"{DYNAMIC_SCALE_ENV}={'1' if self.dynamic_scale else '0'}", f"{FP8_ROPE_ENV}={'1' if self.fp8_rope else '0'}"]
+        if self.scales_file:
+            env.append(f"{SCALES_FILE_ENV}={self.scales_file}")
+        return env
+
+    def open(self, plugin, cache_dtype="nvfp4_ds_mla", model_dir=None, log=None):
+        """The plugin's configuration for this format; raises the plugin's ConfigError/IOError."""
+        env = [e.encode() for e in self.environ()]
+        env_array = (C.c_char_p * (len(env) + 1))(*env, None)
+        host = None
+        if log is not None:
+            fn = _abi.LOG_FN(lambda _u, level, msg: log(level, msg.decode()))
+            host = _abi.HostDesc(struct_size=C.sizeof(_abi.HostDesc), host_name=b"nvfp4_mla.py", log=fn)
+        req = _abi.ConfigRequest(struct_size=C.sizeof(_abi.ConfigRequest), cache_dtype=str(cache_dtype).encode(),
+                                 model_dir=model_dir.encode() if model_dir else None,
+                                 environ=C.cast(env_array, C.POINTER(C.c_char_p)),
+                                 host=C.pointer(host) if host else None)
+        handle = C.c_void_p()
+        check(plugin, plugin.table.config_create(C.byref(req), C.byref(handle)), "config_create")
+        return PluginConfig(plugin, handle)
+
+    def validate(self, plugin, model_dir=None):
+        """Raises if the plugin refuses this format (mutually exclusive modes, per-token on 432, ...)."""
+        self.open(plugin, "nvfp4_ds_mla", model_dir).close()
+
+    def record_abi(self, plugin, cache_dtype, model_dir=None):
+        """The persistent-cache identity for `cache_dtype`, as the plugin computes it."""
+        cfg = self.open(plugin, cache_dtype, model_dir)
+        try:
+            return cfg.identity
+        finally:
+            cfg.close()
+
+    def offload_namespace(self, plugin, cache_dtype, block_size, num_layers, block_stride_bytes=None, model_dir=None):
+        """The fields a persistent offload namespace adds for a non-default identity: the identity
+        itself (kv_cache_abi) and the bytes one worker stores per block over all its layers
+        (worker_kv_bytes_per_block = num_layers * block stride). Empty for vllm-default-v1, so
+        existing namespaces stay unchanged."""
+        cfg = self.open(plugin, cache_dtype, model_dir)
+        try:
+            if cfg.identity == DEFAULT_IDENTITY:
+                return {}
+            stride = block_stride_bytes or block_size * _abi.RECORD_BYTES[cfg.layout]
+            return {"kv_cache_abi": cfg.identity, "worker_kv_bytes_per_block": num_layers * stride}
+        finally:
+            cfg.close()

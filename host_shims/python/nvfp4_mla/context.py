@@ -1,0 +1,107 @@
+"""A plugin context on one device, and the thin write / gather / attend calls.
+
+Every array is checked (dtype, shape, strides, device) before the call, the caller's stream is
+passed through, the log callback object lives as long as the context, and a failed status raises
+an exception carrying the plugin's own message.
+"""
+
+import ctypes as C
+
+from . import _abi
+from .arrays import tensor, stream_handle
+from .errors import check
+
+_LATENT, _ROPE, _ROW = 512, 64, 576
+
+
+class Context:
+    def __init__(self, plugin, device="cpu", log=None):
+        """device: "cpu", "cuda" or "cuda:N". log: optional callable(level, message)."""
+        self.plugin = plugin
+        if device == "cpu":
+            self.device = (_abi.DEVICE_CPU, 0)
+        elif str(device).startswith("cuda"):
+            self.device = (_abi.DEVICE_CUDA, int(str(device).partition(":")[2] or 0))
+        else:
+            raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+        self._log_fn = _abi.LOG_FN(lambda _u, level, msg: log(level, msg.decode())) if log else None
+        self._host = _abi.HostDesc(struct_size=C.sizeof(_abi.HostDesc), host_name=b"nvfp4_mla.py",
+                                   log=self._log_fn) if log else None
+        init = _abi.InitArgs(struct_size=C.sizeof(_abi.InitArgs), device_type=self.device[0],
+                             device_index=self.device[1], host=C.pointer(self._host) if self._host else None)
+        self._handle = C.c_void_p()
+        check(plugin, plugin.table.init(C.byref(init), C.byref(self._handle)), "init")
+        info = _abi.ContextInfo(struct_size=C.sizeof(_abi.ContextInfo))
+        check(plugin, plugin.table.context_info(self._handle, C.byref(info)), "context_info")
+        self.capability_bits = info.capability_bits
+        self.device_name = info.device_name.decode()
+
+    def close(self):
+        if getattr(self, "_handle", None):
+            self.plugin.table.shutdown(self._handle)
+            self._handle = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _stream(self, stream):
+        if self.device[0] == _abi.DEVICE_CPU:
+            if stream is not None:
+                raise ValueError("stream: must be None on a CPU context")
+            return None
+        return stream_handle(stream)
+
+    def _cache(self, cache, layout):
+        rb = _abi.RECORD_BYTES.get(layout)
+        if rb is None:
+            raise ValueError(f"layout {layout}: expected LAYOUT_FP8_ROPE_368 or LAYOUT_BF16_ROPE_432")
+        t, _ = tensor(cache, "cache", (_abi.DTYPE_U8,), 3, self.device, (None, None, rb))
+        return t
+
+    def write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=1.0,
+              capture_max_abs=None, nonfinite_count=None, stream=None):
+        """Quantise kv_c [T,512] and k_pe [T,64] (bf16 or f16) into cache records at slot_mapping [T]
+        (int64). capture_max_abs: optional 1-element f32 array max-reduced with max |kv_c|;
+        nonfinite_count: optional 1-element int64 array incremented by NaN/Inf inputs."""
+        kv, (_, in_dtype, shape, *_rest) = tensor(kv_c, "kv_c", (_abi.DTYPE_BF16, _abi.DTYPE_F16), 2, self.device,
+                                                  (None, _LATENT))
+        pe, _ = tensor(k_pe, "k_pe", (in_dtype,), 2, self.device, (shape[0], _ROPE))
+        sl, _ = tensor(slot_mapping, "slot_mapping", (_abi.DTYPE_I64,), 1, self.device, (shape[0],))
+        cap, _ = tensor(capture_max_abs, "capture_max_abs", (_abi.DTYPE_F32,), 1, self.device, (1,))
+        cnt, _ = tensor(nonfinite_count, "nonfinite_count", (_abi.DTYPE_I64,), 1, self.device, (1,))
+        args = _abi.WriteArgs(struct_size=C.sizeof(_abi.WriteArgs), layout=layout, scale_mode=scale_mode,
+                              outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
+                              kv_c=kv, k_pe=pe, slot_mapping=sl, cache=self._cache(cache, layout),
+                              capture_max_abs=cap.data, nonfinite_count=cnt.data, stream=self._stream(stream))
+        check(self.plugin, self.plugin.table.write(self._handle, C.byref(args)), "write")
+
+    def gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=1.0, stream=None):
+        """Dequantise the records at slots [N] (int32, -1 = zeros) into out [N,576] bf16."""
+        sl, (_, _, shape, *_rest) = tensor(slots, "slots", (_abi.DTYPE_I32,), 1, self.device)
+        o, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 2, self.device, (shape[0], _ROW))
+        args = _abi.GatherArgs(struct_size=C.sizeof(_abi.GatherArgs), layout=layout, scale_mode=scale_mode,
+                               outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
+                               cache=self._cache(cache, layout), slots=sl, out=o, stream=self._stream(stream))
+        check(self.plugin, self.plugin.table.gather(self._handle, C.byref(args)), "gather")
+
+    def attend(self, q, slots, cache, out, *, layout, scale_mode, sm_scale, outer_scale=1.0, valid_len=None,
+               lse=None, workspace=None, stream=None):
+        """Sparse MLA attention over the records (q [n_q,h,576] bf16, slots [n_q,topk] int32,
+        out [n_q,h,512] bf16, optional lse [n_q,h] f32). Raises Unsupported while the plugin lacks
+        op.attend."""
+        qt, (_, _, qshape, *_rest) = tensor(q, "q", (_abi.DTYPE_BF16,), 3, self.device, (None, None, _ROW))
+        st, _ = tensor(slots, "slots", (_abi.DTYPE_I32,), 2, self.device, (qshape[0], None))
+        vl, _ = tensor(valid_len, "valid_len", (_abi.DTYPE_I32,), 1, self.device, (qshape[0],))
+        ot, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, self.device, (qshape[0], qshape[1], _LATENT))
+        lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (qshape[0], qshape[1]))
+        wt, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device)
+        args = _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
+                               outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
+                               sm_scale=sm_scale, q=qt, slots=st, valid_len=vl, cache=self._cache(cache, layout),
+                               out=ot, lse=lt, workspace=wt, stream=self._stream(stream))
+        check(self.plugin, self.plugin.table.attend(self._handle, C.byref(args)), "attend")

@@ -1,0 +1,110 @@
+"""write / gather / attend through the shim on the CPU backend: round trips, a golden record,
+and the checks the shim makes before calling (dtype, shape, strides, device)."""
+import re
+
+import numpy as np
+import pytest
+
+import nvfp4_mla
+from nvfp4_mla import LAYOUT_BF16_ROPE_432, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, SCALE_STATIC
+
+
+@pytest.fixture
+def ctx(plugin):
+    with nvfp4_mla.Context(plugin) as c:
+        yield c
+
+
+def tokens(n, seed=0, scale=1.0):
+    rng = np.random.default_rng(seed)
+    return nvfp4_mla.bf16_bits(rng.standard_normal((n, 576)).astype(np.float32) * scale)
+
+
+def test_round_trip_should_stay_within_the_error_bound(ctx):
+    x = tokens(64, scale=0.02)
+    for layout, mode, bytes_ in ((LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 368), (LAYOUT_BF16_ROPE_432, SCALE_STATIC, 432)):
+        cache = np.zeros((4, 16, bytes_), np.uint8)
+        ctx.write(x[:, :512], x[:, 512:], np.arange(64, dtype=np.int64), cache, layout=layout, scale_mode=mode,
+                  outer_scale=0.02 * 4 / 2688)
+        out = np.zeros((64, 576), np.uint16)
+        ctx.gather(cache, np.arange(64, dtype=np.int32), out, layout=layout, scale_mode=mode, outer_scale=0.02 * 4 / 2688)
+        a, b = nvfp4_mla.bf16_to_float32(x[:, :512]), nvfp4_mla.bf16_to_float32(out[:, :512])
+        assert 0.05 < np.linalg.norm(a - b) / np.linalg.norm(a) < 0.11
+
+
+def test_write_should_produce_the_golden_tie_record(ctx):
+    row = np.zeros((1, 576), np.float32)
+    row[0, :16] = [6, .25, .75, 1.25, 1.75, 2.5, 3.5, 5, -6, -.25, -.75, -1.25, -1.75, -2.5, -3.5, -5]
+    x = nvfp4_mla.bf16_bits(row)
+    cache = np.full((1, 1, 368), 0xA5, np.uint8)
+    ctx.write(x[:, :512], x[:, 512:], np.zeros(1, np.int64), cache, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC)
+    want = np.zeros(368, np.uint8)
+    want[:8] = [0x07, 0x22, 0x44, 0x66, 0x8F, 0xAA, 0xCC, 0xEE]
+    want[256] = 0x38
+    assert bytes(cache[0, 0]) == bytes(want)
+
+
+def test_capture_and_counter_should_be_filled(ctx):
+    x = tokens(3)
+    cap, cnt = np.zeros(1, np.float32), np.zeros(1, np.int64)
+    ctx.write(x[:, :512], x[:, 512:], np.array([0, -1, 2], np.int64), np.zeros((1, 4, 368), np.uint8),
+              layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, capture_max_abs=cap, nonfinite_count=cnt)
+    written = nvfp4_mla.bf16_to_float32(x[[0, 2], :512])
+    assert cap[0] == np.abs(written).max() and cnt[0] == 0
+
+
+@pytest.mark.parametrize("case, error", [
+    ("f32 input", "kv_c: dtype f32, expected bf16 or f16"),
+    ("short k_pe", "k_pe: shape[0] is 3, expected 4"),
+    ("i32 slots", "slot_mapping: dtype i32, expected i64"),
+    ("wrong record size", "cache: shape[2] is 432, expected 368"),
+    ("stream on cpu", "stream: must be None on a CPU context"),
+    ("odd byte stride", "is not a multiple of the 2-byte element"),
+])
+def test_shim_should_check_arrays_before_calling(ctx, case, error):
+    x = tokens(4)
+    kv, pe = x[:, :512], x[:, 512:]
+    slots, cache = np.arange(4, dtype=np.int64), np.zeros((1, 4, 368), np.uint8)
+    kwargs = dict(layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC)
+    if case == "f32 input":
+        kv = np.zeros((4, 512), np.float32)
+    elif case == "short k_pe":
+        pe = pe[:3]
+    elif case == "i32 slots":
+        slots = slots.astype(np.int32)
+    elif case == "wrong record size":
+        cache = np.zeros((1, 4, 432), np.uint8)
+    elif case == "stream on cpu":
+        kwargs["stream"] = 7
+    elif case == "odd byte stride":
+        kv = np.frombuffer(np.zeros(4 * 1025 + 1, np.uint8).tobytes()[1:], np.uint16)[:2048].reshape(4, 512)
+        kv = np.lib.stride_tricks.as_strided(kv, (4, 512), (1025, 2))
+    with pytest.raises((nvfp4_mla.ArrayError, ValueError), match=re.escape(error)):
+        ctx.write(kv, pe, slots, cache, **kwargs)
+
+
+def test_plugin_errors_should_carry_the_plugins_message(ctx):
+    x = tokens(2)
+    with pytest.raises(nvfp4_mla.InvalidArgument, match="per-token requires layout fp8_rope_368") as err:
+        ctx.write(x[:, :512], x[:, 512:], np.arange(2, dtype=np.int64), np.zeros((1, 2, 432), np.uint8),
+                  layout=LAYOUT_BF16_ROPE_432, scale_mode=SCALE_PER_TOKEN)
+    assert err.value.status == 1
+    with pytest.raises(nvfp4_mla.InvalidArgument, match=r"gather: slots\[0\] = 9 is neither -1 nor in \[0, 2\)"):
+        ctx.gather(np.zeros((1, 2, 368), np.uint8), np.array([9], np.int32), np.zeros((1, 576), np.uint16),
+                   layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC)
+
+
+def test_attend_should_raise_unsupported_until_the_plugin_has_it(ctx):
+    with pytest.raises(nvfp4_mla.Unsupported, match="lacks capability op.attend"):
+        ctx.attend(np.zeros((1, 16, 576), np.uint16), np.zeros((1, 8), np.int32), np.zeros((1, 8, 368), np.uint8),
+                   np.zeros((1, 16, 512), np.uint16), layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC,
+                   sm_scale=0.1)
+
+
+def test_cpu_arrays_should_be_refused_by_a_cuda_device_check(plugin):
+    ctx = nvfp4_mla.Context.__new__(nvfp4_mla.Context)  # the checks alone, without a CUDA device
+    ctx.plugin, ctx.device, ctx._handle = plugin, (2, 0), None
+    x = tokens(2)
+    with pytest.raises(nvfp4_mla.ArrayError, match="kv_c: lives on cpu, the context is on cuda:0"):
+        ctx.write(x[:, :512], x[:, 512:], np.arange(2, dtype=np.int64), np.zeros((1, 2, 368), np.uint8),
+                  layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC)

@@ -1,0 +1,56 @@
+"""CacheFormat: an immutable snapshot; every decision and identity string asked of the plugin."""
+import dataclasses
+import os
+
+import pytest
+
+import nvfp4_mla
+
+REAL = "glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json"
+REAL_SHA = "52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"
+
+
+def test_from_env_should_snapshot_once_and_stay_immutable(monkeypatch):
+    monkeypatch.setenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE", "1")
+    monkeypatch.setenv("KV_FP8_ROPE", "1")
+    monkeypatch.setenv("VLLM_NVFP4_MLA_SCALES_FILE", "  ")
+    fmt = nvfp4_mla.CacheFormat.from_env()
+    monkeypatch.setenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE", "0")
+    assert fmt == nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True, scales_file="")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fmt.dynamic_scale = False
+
+
+def test_identity_strings_should_come_from_the_plugin(plugin, data_dir):
+    static = nvfp4_mla.CacheFormat(fp8_rope=True, scales_file=os.path.join(data_dir, REAL))
+    assert static.record_abi(plugin, "nvfp4_ds_mla") == f"nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:{REAL_SHA}"
+    assert static.record_abi(plugin, "fp8") == "vllm-default-v1"
+    dynamic = nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True)
+    assert dynamic.record_abi(plugin, "torch.nvfp4_ds_mla") == "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1"
+    assert nvfp4_mla.CacheFormat().record_abi(plugin, "nvfp4_ds_mla") == "vllm-default-v1"
+
+
+def test_offload_namespace_should_add_fields_only_for_non_default_identities(plugin):
+    dynamic = nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True)
+    assert dynamic.offload_namespace(plugin, "nvfp4_ds_mla", block_size=64, num_layers=78) == {
+        "kv_cache_abi": "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1", "worker_kv_bytes_per_block": 78 * 64 * 368}
+    assert nvfp4_mla.CacheFormat().offload_namespace(plugin, "nvfp4_ds_mla", 64, 78) == {}
+
+
+def test_validate_should_fail_closed_with_the_plugins_words(plugin, data_dir):
+    both = nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True, scales_file=os.path.join(data_dir, REAL))
+    with pytest.raises(nvfp4_mla.ConfigError, match="are mutually exclusive"):
+        both.validate(plugin)
+    with pytest.raises(nvfp4_mla.ConfigError, match="VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 requires KV_FP8_ROPE=1"):
+        nvfp4_mla.CacheFormat(dynamic_scale=True).validate(plugin)
+    with pytest.raises(nvfp4_mla.ConfigError, match="cannot open /nonexistent.json"):
+        nvfp4_mla.CacheFormat(scales_file="/nonexistent.json").validate(plugin)
+
+
+def test_checkpoint_scales_should_be_reported_through_the_log(plugin, data_dir):
+    seen = []
+    cfg = nvfp4_mla.CacheFormat(fp8_rope=True).open(plugin, model_dir=os.path.join(data_dir, "model_sidecar"),
+                                                    log=lambda level, msg: seen.append(msg))
+    assert cfg.num_layers == 2 and cfg.layer_scale(1) == pytest.approx(4.0 / 2688) and cfg.layer_scale(99) == 1.0
+    cfg.close()
+    assert any("checkpoint sidecar file" in m for m in seen)

@@ -1,0 +1,75 @@
+"""Loading and the refusal matrix: the same mock plugins and the same words as the C loader."""
+import os
+
+import pytest
+
+import nvfp4_mla
+from nvfp4_mla import _abi, loader
+
+
+def mock(mock_dir, name):
+    return os.path.join(mock_dir, f"libmock_{name}.so")
+
+
+def test_loader_should_accept_the_real_plugin_by_file_and_by_folder(plugin_path):
+    assert nvfp4_mla.load(plugin_path).abi == "1.0"
+    folder = nvfp4_mla.load(os.path.dirname(plugin_path))
+    assert folder.path.endswith("/libnvfp4_mla.so")
+    assert folder.table.record_format == b"nvfp4_ds_mla"
+
+
+def test_loader_should_follow_the_environment(monkeypatch, plugin_path):
+    monkeypatch.setenv("NVFP4_MLA_PLUGIN", "none")
+    with pytest.raises(nvfp4_mla.PluginDisabled, match=r"disabled \(NVFP4_MLA_PLUGIN=none\)"):
+        nvfp4_mla.load()
+    monkeypatch.delenv("NVFP4_MLA_PLUGIN")
+    with pytest.raises(nvfp4_mla.PluginNotSelected, match="set NVFP4_MLA_PLUGIN"):
+        nvfp4_mla.load()
+    monkeypatch.setenv("NVFP4_MLA_PLUGIN", "/nonexistent/libnvfp4_mla.so")
+    with pytest.raises(nvfp4_mla.PluginError, match="cannot load nvfp4-mla plugin /nonexistent/libnvfp4_mla.so:"):
+        nvfp4_mla.load()
+    monkeypatch.setenv("NVFP4_MLA_PLUGIN", plugin_path)
+    assert nvfp4_mla.load().path == plugin_path
+
+
+@pytest.mark.parametrize("name, words", [
+    ("future_major", "does not export nvfp4_mla_plugin_v1 (host ABI 1.0); it implements ABI major 2 only"),
+    ("wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.0)"),
+    ("bad_magic", "refused: wrong magic (0x12345678, expected 0x4d34464e)"),
+    ("null_entry", "refused: its entry returned no table"),
+    ("tiny_table", "refused: table too small (struct_size 16 <"),
+    ("not_a_plugin", "it is not an nvfp4-mla plugin"),
+])
+def test_loader_should_refuse_with_the_c_loaders_words(mock_dir, name, words):
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        nvfp4_mla.load(mock(mock_dir, name))
+    assert words in str(err.value)
+    assert mock(mock_dir, name) in str(err.value)
+
+
+def test_require_should_name_every_missing_capability(mock_dir):
+    p = nvfp4_mla.load(mock(mock_dir, "no_per_token"))
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        loader.require(p, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN)
+    assert str(err.value) == (f"nvfp4-mla plugin {mock(mock_dir, 'no_per_token')} (ABI 1.0, host ABI 1.0) cannot serve "
+                              "per-token scales on fp8_rope_368 (requested by the configuration): missing "
+                              "write.per_token_scale, read.latent_scale_per_token")
+    assert "serves static scales" in loader.require(p, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC)
+
+
+def test_older_and_future_minors_should_be_read_by_struct_size(mock_dir):
+    old = nvfp4_mla.load(mock(mock_dir, "old_minor"))
+    assert old.capability_bits() & _abi.CAP["op.gather"]
+    assert not old.capability_bits() & _abi.CAP["op.attend"]  # the member is past its table
+    with pytest.raises(nvfp4_mla.PluginError, match="missing op.attend"):
+        loader.require(old, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC, extra=_abi.CAP["op.attend"])
+    future = nvfp4_mla.load(mock(mock_dir, "future_minor"))
+    assert future.abi == "1.7"
+    assert ("future.capability", 3) in future.capabilities()
+
+
+def test_require_on_the_real_plugin_should_refuse_per_token_until_attend_exists(plugin):
+    with pytest.raises(nvfp4_mla.PluginError, match="missing read.latent_scale_per_token"):
+        nvfp4_mla.require(plugin, nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True))
+    assert "serves static scales on bf16_rope_432" in nvfp4_mla.require(plugin, nvfp4_mla.CacheFormat())
+    assert "does not use the plugin" in nvfp4_mla.require(plugin, nvfp4_mla.CacheFormat(), cache_dtype="fp8")
