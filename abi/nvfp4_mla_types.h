@@ -31,8 +31,11 @@ typedef int32_t nvfp4_mla_status_t;
 /* ---- Record layouts (record-format.md section 2). ---- */
 #define NVFP4_MLA_LAYOUT_FP8_ROPE_368 1  /* 368-byte record, E4M3 RoPE */
 #define NVFP4_MLA_LAYOUT_BF16_ROPE_432 2 /* 432-byte record, bf16 RoPE; static mode only */
+#define NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 3 /* 656-byte fp8_ds_mla record (record-format.md section 8),
+                                             read by attend only: the baseline serving stacks run */
 #define NVFP4_MLA_RECORD_BYTES_368 368
 #define NVFP4_MLA_RECORD_BYTES_432 432
+#define NVFP4_MLA_RECORD_BYTES_656 656
 #define NVFP4_MLA_LATENT_DIM 512
 #define NVFP4_MLA_ROPE_DIM 64
 
@@ -74,6 +77,7 @@ typedef int32_t nvfp4_mla_status_t;
 #define NVFP4_MLA_CAP_OP_ATTEND (UINT64_C(1) << 9)               /* "op.attend" */
 #define NVFP4_MLA_CAP_WRITE_CAPTURE_MAX_ABS (UINT64_C(1) << 10)  /* "write.capture_max_abs" */
 #define NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY (UINT64_C(1) << 11)  /* "config.cache_identity" */
+#define NVFP4_MLA_CAP_READ_FP8_DS_MLA_656 (UINT64_C(1) << 12)    /* "read.fp8_ds_mla_656" */
 
 /* Every capability this header knows, as X(bit, "name") pairs, for hosts that print names. */
 #define NVFP4_MLA_FOR_EACH_CAPABILITY(X)                                                            \
@@ -88,7 +92,8 @@ typedef int32_t nvfp4_mla_status_t;
     X(NVFP4_MLA_CAP_OP_GATHER, "op.gather")                                                         \
     X(NVFP4_MLA_CAP_OP_ATTEND, "op.attend")                                                         \
     X(NVFP4_MLA_CAP_WRITE_CAPTURE_MAX_ABS, "write.capture_max_abs")                                 \
-    X(NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY, "config.cache_identity")
+    X(NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY, "config.cache_identity")                                 \
+    X(NVFP4_MLA_CAP_READ_FP8_DS_MLA_656, "read.fp8_ds_mla_656")
 
 /* Name of one capability bit known to this header, "unknown" otherwise (a host-side convenience). */
 static inline const char *nvfp4_mla_capability_name(uint64_t bit) {

@@ -68,6 +68,33 @@ typedef struct nvfp4_mla_gather_kernel_args {
     int32_t device_index;         /* CUDA ordinal of every pointer above; 0 on the CPU */
 } nvfp4_mla_gather_kernel_args_t;
 
+typedef struct nvfp4_mla_attend_kernel_args {
+    const uint16_t *q;            /* [n_q, h, 576] bf16 */
+    const int32_t *slots;         /* [n_q, topk] */
+    const int32_t *valid_len;     /* optional [n_q]: entries past valid_len[q] are unused */
+    const uint8_t *cache;         /* [num_blocks, block_size, record_bytes] */
+    uint16_t *out;                /* [n_q, h, 512] bf16 */
+    float *lse;                   /* optional [n_q, h], natural log */
+    void *workspace;              /* scratch of workspace_bytes (split-K partials, CUDA) */
+    void *stream;                 /* cudaStream_t (CUDA); unused on the CPU */
+    uint64_t workspace_bytes;
+    int64_t num_queries;          /* n_q */
+    int64_t num_heads;            /* h, 1..128 */
+    int64_t topk;
+    int64_t q_stride_token, q_stride_head;       /* elements */
+    int64_t slot_stride;                         /* elements between queries' slot rows */
+    int64_t valid_len_stride;                    /* elements */
+    int64_t out_stride_token, out_stride_head;   /* elements */
+    int64_t lse_stride_token, lse_stride_head;   /* elements */
+    int64_t block_stride, block_size, capacity;  /* the cache's geometry (bytes, tokens, slots) */
+    int32_t layout;               /* NVFP4_MLA_LAYOUT_*, 656 included */
+    int32_t record_bytes;
+    int32_t per_token;
+    float outer_scale;            /* static mode s */
+    float sm_scale;
+    int32_t device_index;
+} nvfp4_mla_attend_kernel_args_t;
+
 /* Status of a kernel call: 0 = OK, else an NVFP4_MLA_ERR_* code; details through the message
  * buffer (kernels cannot reach the plugin's thread-local error). */
 typedef struct nvfp4_mla_kernel_result {
@@ -79,11 +106,21 @@ typedef struct nvfp4_mla_backend_ops {
     const char *name; /* "cpu" or "cuda" */
     void (*write)(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
     void (*gather)(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+    /* Scratch bytes attend needs for these shapes (shapes only are read). */
+    uint64_t (*attend_workspace)(const nvfp4_mla_attend_kernel_args_t *args);
+    void (*attend)(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 } nvfp4_mla_backend_ops_t;
 
 /* The CPU twins (kernels/write_cpu.c, kernels/gather_cpu.c). */
 void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 void nvfp4_mla_gather_cpu(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+
+uint64_t nvfp4_mla_attend_workspace_cpu(const nvfp4_mla_attend_kernel_args_t *args);
+void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+
+/* Decode one 656-byte fp8_ds_mla record into 576 bf16 values: E4M3 code times its 128-value tile's
+ * f32 scale (binary32, then bf16 round-to-nearest-even), RoPE copied. */
+void nvfp4_mla_decode_fp8_656_cpu(const uint8_t *record, uint16_t *row);
 
 /* Encode one token into one record (the writer's body, exposed for tests and tools that build
  * records without a cache). `latent` [512] and `rope` [64] are f32 already converted from the

@@ -157,7 +157,9 @@ nvfp4_mla_status_t nvfp4_check_cache(const nvfp4_mla_tensor_t *c, const nvfp4_te
     if (st) {
         return st;
     }
-    int32_t bytes = layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368 ? NVFP4_MLA_RECORD_BYTES_368 : NVFP4_MLA_RECORD_BYTES_432;
+    int32_t bytes = layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368   ? NVFP4_MLA_RECORD_BYTES_368
+                    : layout == NVFP4_MLA_LAYOUT_BF16_ROPE_432 ? NVFP4_MLA_RECORD_BYTES_432
+                                                               : NVFP4_MLA_RECORD_BYTES_656;
     if ((st = nvfp4_check_dim(c, r, 2, bytes, "record bytes of the layout"))) {
         return st;
     }

@@ -9,7 +9,8 @@
 #include "capabilities.h"
 #include "errors.h"
 
-static const nvfp4_mla_backend_ops_t cpu_ops = {"cpu", nvfp4_mla_write_cpu, nvfp4_mla_gather_cpu};
+static const nvfp4_mla_backend_ops_t cpu_ops = {"cpu", nvfp4_mla_write_cpu, nvfp4_mla_gather_cpu,
+                                                nvfp4_mla_attend_workspace_cpu, nvfp4_mla_attend_cpu};
 
 static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx) {
 #if NVFP4_MLA_HAVE_CUDA

@@ -32,6 +32,9 @@ static const nvfp4_mla_capability_t compiled[] = {
     {"op.write", 1, 0, NVFP4_MLA_CAP_OP_WRITE},
     {"op.gather", 1, 0, NVFP4_MLA_CAP_OP_GATHER},
     {"config.cache_identity", 1, 0, NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY},
+    {"op.attend", 1, 0, NVFP4_MLA_CAP_OP_ATTEND},
+    {"read.latent_scale_per_token", 1, 0, NVFP4_MLA_CAP_READ_LATENT_SCALE_PER_TOKEN},
+    {"read.fp8_ds_mla_656", 1, 0, NVFP4_MLA_CAP_READ_FP8_DS_MLA_656},
 #if NVFP4_MLA_HAVE_CUDA
     {"backend.cuda", 1, 0, NVFP4_MLA_CAP_BACKEND_CUDA},
 #endif

@@ -18,4 +18,9 @@ nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4
 nvfp4_mla_status_t nvfp4_lower_gather(const nvfp4_mla_context_t *ctx, const nvfp4_mla_gather_args_t *args,
                                       nvfp4_mla_gather_kernel_args_t *out);
 
+/* for_launch = 0: shapes only (attend_workspace_bytes); 1: also the workspace and, on the CPU, the
+ * slot and length values. */
+nvfp4_mla_status_t nvfp4_lower_attend(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args,
+                                      nvfp4_mla_attend_kernel_args_t *out, int for_launch);
+
 #endif

@@ -181,9 +181,11 @@ static void probe_should_report_and_decide(void **state) {
     snprintf(env, sizeof env, "KV_FP8_ROPE=1 VLLM_NVFP4_MLA_SCALES_FILE=%s/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json", data);
     assert_int_equal(run(env, "probe"), 0);
     assert_non_null(strstr(out_text, "static-calibrated-v1:52462f01"));
-    assert_int_equal(run("KV_FP8_ROPE=1 VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "probe"), 1);
-    assert_non_null(strstr(err_text, "cannot serve per-token scales on fp8_rope_368 (requested by the configuration): "
-                                     "missing read.latent_scale_per_token"));
+    assert_int_equal(run("KV_FP8_ROPE=1 VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "probe"), 0);
+    assert_non_null(strstr(out_text, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1"));
+    assert_non_null(strstr(out_text, "serves per-token scales on fp8_rope_368"));
+    assert_int_equal(run("VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "probe"), 1); /* per-token needs the 368 layout */
+    assert_non_null(strstr(err_text, "configuration refused: VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 requires KV_FP8_ROPE=1"));
     assert_int_equal(run("NVFP4_MLA_PLUGIN=none", "probe"), 1);
     assert_non_null(strstr(err_text, "disabled (NVFP4_MLA_PLUGIN=none)"));
 }

@@ -155,18 +155,18 @@ static void real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts(vo
         assert_int_equal(t->shutdown(a), NVFP4_MLA_OK);
         assert_int_equal(t->shutdown(b), NVFP4_MLA_OK);
     }
-    /* attend is not built yet: the frozen UNSUPPORTED status and no capability. */
+    /* attend exists on the CPU backend: a zeroed argument struct is refused by name, not run. */
     nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
     nvfp4_mla_context_t *c;
     assert_int_equal(t->init(&init, &c), NVFP4_MLA_OK);
     nvfp4_mla_attend_args_t attend = {.struct_size = sizeof attend};
-    assert_int_equal(t->attend(c, &attend), NVFP4_MLA_ERR_UNSUPPORTED);
-    assert_contains(t->last_error(), "attend: the cpu context lacks capability op.attend");
-    assert_false(t->capability_bits & NVFP4_MLA_CAP_OP_ATTEND);
+    assert_int_equal(t->attend(c, &attend), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+    assert_contains(t->last_error(), "attend: layout is 0");
+    assert_true(t->capability_bits & NVFP4_MLA_CAP_OP_ATTEND);
     t->shutdown(c);
-    /* A per-token configuration is refused by this build: the readers lack latent_scale_per_token. */
-    assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), -1);
-    assert_contains(msg, "missing read.latent_scale_per_token");
+    /* Per-token mode: the writer's and the readers' capabilities are both compiled in. */
+    assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), 0);
+    assert_contains(msg, "serves per-token scales on fp8_rope_368");
     nvfp4_mla_loader_close(&l);
 }
 

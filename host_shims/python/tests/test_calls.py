@@ -94,11 +94,24 @@ def test_plugin_errors_should_carry_the_plugins_message(ctx):
                    layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC)
 
 
-def test_attend_should_raise_unsupported_until_the_plugin_has_it(ctx):
-    with pytest.raises(nvfp4_mla.Unsupported, match="lacks capability op.attend"):
-        ctx.attend(np.zeros((1, 16, 576), np.uint16), np.zeros((1, 8), np.int32), np.zeros((1, 8, 368), np.uint8),
-                   np.zeros((1, 16, 512), np.uint16), layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC,
-                   sm_scale=0.1)
+def test_attend_should_match_a_numpy_attention_over_the_gathered_rows(ctx):
+    x = tokens(32, seed=5)
+    cache = np.zeros((1, 32, 368), np.uint8)
+    ctx.write(x[:, :512], x[:, 512:], np.arange(32, dtype=np.int64), cache, layout=LAYOUT_FP8_ROPE_368,
+              scale_mode=SCALE_PER_TOKEN)
+    q = tokens(2 * 3, seed=6).reshape(2, 3, 576)
+    topk = np.array([[0, 5, 5, -1, 9, 31], [-1, -1, -1, -1, -1, -1]], np.int32)
+    out, lse = np.zeros((2, 3, 512), np.uint16), np.zeros((2, 3), np.float32)
+    ctx.attend(q, topk, cache, out, lse=lse, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, sm_scale=0.05)
+    rows = np.zeros((6, 576), np.uint16)
+    ctx.gather(cache, topk[0], rows, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+    keys = nvfp4_mla.bf16_to_float32(rows[topk[0] >= 0]).astype(np.float64)
+    s = nvfp4_mla.bf16_to_float32(q[0]).astype(np.float64) @ keys.T * 0.05
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    want = (p / p.sum(axis=1, keepdims=True)) @ keys[:, :512]
+    assert np.abs(nvfp4_mla.bf16_to_float32(out[0]) - want).max() < 1e-2 * np.abs(want).max()
+    assert np.allclose(lse[0], np.log(np.exp(s).sum(axis=1)), rtol=1e-5)
+    assert not out[1].any() and np.all(np.isneginf(lse[1]))  # no valid entry: zeros and -inf
 
 
 def test_cpu_arrays_should_be_refused_by_a_cuda_device_check(plugin):

@@ -68,8 +68,11 @@ def test_older_and_future_minors_should_be_read_by_struct_size(mock_dir):
     assert ("future.capability", 3) in future.capabilities()
 
 
-def test_require_on_the_real_plugin_should_refuse_per_token_until_attend_exists(plugin):
-    with pytest.raises(nvfp4_mla.PluginError, match="missing read.latent_scale_per_token"):
-        nvfp4_mla.require(plugin, nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True))
+def test_require_on_the_real_plugin_should_accept_both_modes_and_refuse_what_a_device_lacks(plugin):
+    assert "serves per-token scales on fp8_rope_368" in nvfp4_mla.require(
+        plugin, nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True))
     assert "serves static scales on bf16_rope_432" in nvfp4_mla.require(plugin, nvfp4_mla.CacheFormat())
     assert "does not use the plugin" in nvfp4_mla.require(plugin, nvfp4_mla.CacheFormat(), cache_dtype="fp8")
+    without_readers = plugin.capability_bits() & ~_abi.CAP["read.latent_scale_per_token"]
+    with pytest.raises(nvfp4_mla.PluginError, match="missing read.latent_scale_per_token"):
+        nvfp4_mla.require(plugin, nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True), available=without_readers)
