@@ -45,18 +45,8 @@ extern "C" int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, c
 extern "C" void nvfp4_mla_write_cuda(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 extern "C" void nvfp4_mla_gather_cuda(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 
-/* Attention on CUDA is not in this build: op.attend is absent from CUDA contexts (capabilities.h), so
- * these entries are never reached; they exist so that the table has no NULL member. */
-static uint64_t no_attend_workspace(const nvfp4_mla_attend_kernel_args_t *args) {
-    (void)args;
-    return 0;
-}
-
-static void no_attend(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result) {
-    (void)args;
-    result->status = NVFP4_MLA_ERR_UNSUPPORTED;
-    snprintf(result->message, sizeof result->message, "attend: not built for CUDA");
-}
+extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *args);
+extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 
 extern "C" const nvfp4_mla_backend_ops_t nvfp4_mla_cuda_ops = {"cuda", nvfp4_mla_write_cuda, nvfp4_mla_gather_cuda,
-                                                               no_attend_workspace, no_attend};
+                                                               nvfp4_mla_attend_workspace_cuda, nvfp4_mla_attend_cuda};

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #include <algorithm>
 #include <vector>
@@ -305,6 +306,135 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
         printf("%-28s %9s %11s %9s %8.3f  %-10s\n", "  (vs gather368 ceiling)", "", "", "",
                rows.back().tbps / g368_tbps, "gather368");
     }
+
+    /* ---- attend: batch 128, top-k 2048, random slots over the big cache; 368 per-token and the
+     * 656-byte fp8_ds_mla baseline through the same kernel ---- */
+    const int64_t NQ = 128, TOPK = 2048;
+    const int64_t heads_list[4] = {16, 32, 64, 128};
+    std::vector<int32_t> topk_slots(NQ * TOPK);
+    int32_t *d_topk, *d_small_topk;
+    uint16_t *d_q, *d_aout;
+    float *d_lse;
+    void *d_ws = NULL;
+    size_t ws_cap = 0;
+    CK(cudaMalloc(&d_topk, NQ * TOPK * 4));
+    CK(cudaMalloc(&d_small_topk, NQ * TOPK * 4));
+    CK(cudaMalloc(&d_q, NQ * 128 * 576 * 2));
+    CK(cudaMalloc(&d_aout, NQ * 128 * 512 * 2));
+    CK(cudaMalloc(&d_lse, NQ * 128 * 4));
+    {
+        std::vector<uint16_t> qh(NQ * 128 * 576);
+        for (auto &v : qh) {
+            uint64_t r = next_rand();
+            v = (uint16_t)(((r & 1) << 15) | ((122 + (r >> 1) % 6) << 7) | ((r >> 8) & 0x7F));
+        }
+        CK(cudaMemcpy(d_q, qh.data(), qh.size() * 2, cudaMemcpyHostToDevice));
+    }
+    /* 656-byte records for the baseline: valid random codes and scales, in the compact buffer. */
+    std::vector<uint8_t> rec656(T_max / 2 * 656);
+    for (size_t i = 0; i < rec656.size(); i++) {
+        const size_t off = i % 656;
+        rec656[i] = off < 512 ? (uint8_t)(next_rand() & 0x77) : (uint8_t)0;
+    }
+    for (int64_t r = 0; r < T_max / 2; r++)
+        for (int t4 = 0; t4 < 4; t4++) {
+            float sc = 0.004f;
+            memcpy(&rec656[r * 656 + 512 + 4 * t4], &sc, 4);
+        }
+    uint8_t *d_656;
+    CK(cudaMalloc(&d_656, rec656.size()));
+    CK(cudaMemcpy(d_656, rec656.data(), rec656.size(), cudaMemcpyHostToDevice));
+    for (int layout_i = 0; layout_i < 2 && (!only[0] || !strcmp(only, "attend")); layout_i++) {
+        const int is656 = layout_i == 1;
+        const int32_t rb = is656 ? 656 : 368;
+        const int64_t cap = is656 ? (int64_t)(copy_bytes / 656) / BLOCK * BLOCK : capacity;
+        const int64_t small_cap = is656 ? T_max / 2 : T_max;
+        for (auto &v : topk_slots) v = (int32_t)(next_rand() % (uint64_t)cap);
+        CK(cudaMemcpy(d_topk, topk_slots.data(), NQ * TOPK * 4, cudaMemcpyHostToDevice));
+        std::vector<int32_t> small(NQ * TOPK);
+        for (auto &v : small) v = (next_rand() % 16 == 0) ? -1 : (int32_t)(next_rand() % (uint64_t)small_cap);
+        CK(cudaMemcpy(d_small_topk, small.data(), NQ * TOPK * 4, cudaMemcpyHostToDevice));
+        if (!is656) { /* the compact cache holds per-token records of the check tokens */
+            nvfp4_mla_write_args_t w = {};
+            w.struct_size = sizeof w;
+            w.layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
+            w.scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
+            w.kv_c = dev_tensor(d_tokens, NVFP4_MLA_DTYPE_BF16, 2, {T_max, 512}, {576, 1});
+            w.k_pe = dev_tensor(d_tokens + 512, NVFP4_MLA_DTYPE_BF16, 2, {T_max, 64}, {576, 1});
+            w.slot_mapping = dev_tensor(d_ident, NVFP4_MLA_DTYPE_I64, 1, {T_max}, {1});
+            w.cache = dev_tensor(d_compact, NVFP4_MLA_DTYPE_U8, 3, {T_max, 1, 368}, {368, 368, 1});
+            w.stream = s;
+            t->write(gpu, &w);
+        }
+        for (int64_t H : heads_list) {
+            nvfp4_mla_attend_args_t at = {};
+            at.struct_size = sizeof at;
+            at.layout = is656 ? NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 : NVFP4_MLA_LAYOUT_FP8_ROPE_368;
+            at.scale_mode = is656 ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
+            at.outer_scale = is656 ? 1.0f : 0.0f;
+            at.sm_scale = 0.0416666f;
+            at.stream = s;
+            at.q = dev_tensor(d_q, NVFP4_MLA_DTYPE_BF16, 3, {NQ, H, 576}, {H * 576, 576, 1});
+            at.out = dev_tensor(d_aout, NVFP4_MLA_DTYPE_BF16, 3, {NQ, H, 512}, {H * 512, 512, 1});
+            at.lse = dev_tensor(d_lse, NVFP4_MLA_DTYPE_F32, 2, {NQ, H}, {H, 1});
+            /* Correctness: 4 queries over the compact records against the CPU attend. */
+            const int64_t CQ = 4;
+            nvfp4_mla_attend_args_t ac = at;
+            ac.q.shape[0] = ac.out.shape[0] = ac.lse.shape[0] = CQ;
+            ac.slots = dev_tensor(d_small_topk, NVFP4_MLA_DTYPE_I32, 2, {CQ, TOPK}, {TOPK, 1});
+            ac.cache = is656 ? dev_tensor(d_656, NVFP4_MLA_DTYPE_U8, 3, {small_cap / BLOCK, BLOCK, 656}, {BLOCK * 656, 656, 1})
+                             : dev_tensor(d_compact, NVFP4_MLA_DTYPE_U8, 3, {T_max, 1, 368}, {368, 368, 1});
+            uint64_t ws = 0;
+            int ok = t->attend_workspace_bytes(gpu, &ac, &ws) == NVFP4_MLA_OK;
+            at.slots = dev_tensor(d_topk, NVFP4_MLA_DTYPE_I32, 2, {NQ, TOPK}, {TOPK, 1});
+            at.cache = dev_tensor(cache, NVFP4_MLA_DTYPE_U8, 3, {cap / BLOCK, BLOCK, rb}, {BLOCK * rb, rb, 1});
+            uint64_t ws2 = 0;
+            ok = ok && t->attend_workspace_bytes(gpu, &at, &ws2) == NVFP4_MLA_OK;
+            const uint64_t need = ws > ws2 ? ws : ws2;
+            if (need > ws_cap) {
+                if (d_ws) cudaFree(d_ws);
+                CK(cudaMalloc(&d_ws, need));
+                ws_cap = need;
+            }
+            ac.workspace = at.workspace = dev_tensor(d_ws, NVFP4_MLA_DTYPE_U8, 1, {(int64_t)ws_cap}, {1});
+            ok = ok && t->attend(gpu, &ac) == NVFP4_MLA_OK;
+            CK(cudaStreamSynchronize(s));
+            std::vector<uint16_t> got(CQ * H * 512), want(CQ * H * 512), qh(CQ * H * 576);
+            std::vector<float> lse_got(CQ * H), lse_want(CQ * H);
+            CK(cudaMemcpy(got.data(), d_aout, got.size() * 2, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(lse_got.data(), d_lse, lse_got.size() * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(qh.data(), d_q, qh.size() * 2, cudaMemcpyDeviceToHost));
+            std::vector<uint8_t> cache_h(is656 ? rec656.size() : (size_t)T_max * 368);
+            if (is656) cache_h = rec656;
+            else CK(cudaMemcpy(cache_h.data(), d_compact, cache_h.size(), cudaMemcpyDeviceToHost));
+            nvfp4_mla_attend_args_t hc = ac;
+            hc.q.data = qh.data(), hc.slots.data = small.data(), hc.cache.data = cache_h.data();
+            hc.out.data = want.data(), hc.lse.data = lse_want.data();
+            hc.workspace = nvfp4_mla_tensor_t{};
+            hc.stream = NULL;
+            for (nvfp4_mla_tensor_t *tt : {&hc.q, &hc.slots, &hc.cache, &hc.out, &hc.lse}) tt->device_type = NVFP4_MLA_DEVICE_CPU;
+            ok = ok && t->attend(host.cpu, &hc) == NVFP4_MLA_OK;
+            for (size_t i = 0; ok && i < got.size(); i++) {
+                uint32_t cb = (uint32_t)want[i] << 16, db = (uint32_t)got[i] << 16;
+                float c, d;
+                memcpy(&c, &cb, 4);
+                memcpy(&d, &db, 4);
+                ok = fabsf(c - d) <= 1e-3f + (2.0f / 128) * fabsf(c);
+            }
+            for (size_t i = 0; ok && i < lse_got.size(); i++)
+                ok = isinf(lse_want[i]) ? isinf(lse_got[i]) : fabsf(lse_want[i] - lse_got[i]) <= 1e-5f * fmaxf(fabsf(lse_want[i]), 1.0f);
+            int launched = 1;
+            us = median_us([&] { launched &= t->attend(gpu, &at) == NVFP4_MLA_OK; }, 3, 20, s);
+            const double bytes = NQ * TOPK * (double)rb + NQ * H * (576.0 + 512) * 2;
+            const double flops = 2.0 * NQ * H * TOPK * (576 + 512);
+            char name[64];
+            snprintf(name, sizeof name, "attend %s h=%lld", is656 ? "fp8-656" : "nvfp4-368", (long long)H);
+            add_row(name, NQ * TOPK, us, bytes, copy_tbps, "copy", ok && launched);
+            printf("%-28s %9s %11s %9.1f %8.3f  %-10s (TFLOP/s; time ratio gather368/attend)\n", "", "", "",
+                   flops / (us * 1e-6) / 1e12, (N * 368.0 * 2 + N * 4.0) / (g368_tbps * 1e12) / (us * 1e-6), "gather368");
+        }
+    }
+    cudaFree(d_656);
 
     if (json_path) {
         FILE *f = fopen(json_path, "w");
