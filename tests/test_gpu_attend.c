@@ -1,7 +1,10 @@
 /* CUDA attend against the CPU attend (the float64 reference): random shapes, h in {1, 16, 32, 64,
  * 128}, topk in {1, 64, 2048, 3000}, -1 entries and per-query lengths, both NVFP4 modes and the
- * 656-byte baseline layout, split-K and single-split paths. Tolerances of FlashMLA's tests: outputs
- * abs 1e-3 + rel 2/128, LSE rel 1e-5 (abs 1e-5 near 0). Exits 77 without a CUDA device. */
+ * 656-byte baseline layout, split-K and single-split paths. Tolerances: outputs rel 2/128 plus an
+ * absolute 2^-9 * max|V| (the bound of rounding P to bf16 for the tensor-core P.V product, which
+ * FlashMLA's kernels do too; with few keys and cancelling values it reaches ~1e-3 at |V| ~ 2.5, so a
+ * flat 1e-3 is too tight for values that are not of unit scale), LSE rel 1e-5 (abs 1e-5 near 0).
+ * Exits 77 without a CUDA device. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <setjmp.h>
@@ -121,10 +124,16 @@ static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint3
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(out_gpu, dout, out_n * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(lse_gpu, dlse, (size_t)(nq * h * 4), cudaMemcpyDeviceToHost));
-    double worst = 0, worst_lse = 0;
+    double worst = 0, worst_lse = 0, vmax = 0;
+    uint16_t row[576];
+    for (int64_t t = 0; t < slots_n; t++) { /* the largest dequantised value a query can average */
+        if (rb == 656) nvfp4_mla_decode_fp8_656_cpu(cache + t * 656, row);
+        else nvfp4_mla_decode_record_cpu(cache + t * rb, rb, mode == NVFP4_MLA_SCALE_PER_TOKEN, scale, row);
+        for (int i = 0; i < 512; i++) vmax = fmax(vmax, fabs(nvfp4_bf16_to_f32(row[i])));
+    }
     for (size_t i = 0; i < out_n; i++) {
         double c = nvfp4_bf16_to_f32(out_cpu[i]), d = nvfp4_bf16_to_f32(out_gpu[i]);
-        double excess = fabs(c - d) - (1e-3 + (2.0 / 128) * fabs(c));
+        double excess = fabs(c - d) - (0x1p-9 * vmax + (2.0 / 128) * fabs(c));
         if (!(excess <= 0)) fail_msg("nq %lld h %lld topk %lld layout %u mode %u: out[%zu] gpu %g cpu %g", (long long)nq,
                                      (long long)h, (long long)topk, layout, mode, i, d, c);
         worst = fmax(worst, fabs(c - d));
@@ -135,8 +144,9 @@ static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint3
         if (err > 1e-5 * fmax(fabs(lse_cpu[i]), 1.0)) fail_msg("lse[%lld] gpu %.8g cpu %.8g", (long long)i, lse_gpu[i], lse_cpu[i]);
         worst_lse = fmax(worst_lse, err);
     }
-    fprintf(stderr, "nq %3lld h %3lld topk %4lld layout %u mode %u splits-workspace %8llu: max |out diff| %.2e, max |lse diff| %.2e\n",
-            (long long)nq, (long long)h, (long long)topk, layout, mode, (unsigned long long)ws, worst, worst_lse);
+    fprintf(stderr, "nq %3lld h %3lld topk %4lld layout %u mode %u workspace %8llu: max |out diff| %.2e (bound %.2e + rel), "
+            "max |lse diff| %.2e\n", (long long)nq, (long long)h, (long long)topk, layout, mode, (unsigned long long)ws,
+            worst, 0x1p-9 * vmax, worst_lse);
     cudaFree(dq), cudaFree(ds), cudaFree(dv), cudaFree(dc), cudaFree(dout), cudaFree(dlse), cudaFree(dws);
     free(cache), free(tok), free(q), free(slots), free(valid), free(out_cpu), free(out_gpu), free(lse_cpu), free(lse_gpu);
 }
