@@ -139,6 +139,39 @@ int cli_quality_cmd(int argc, char **argv) {
             printf("\n");
         }
     }
+    /* Attention output error against float64 attention over the unquantised bf16 latents, on the
+     * shallowest, a middle and the deepest layer of the profile. */
+    int shallow = 0, deep = 0;
+    for (int l = 0; l < layers; l++) {
+        shallow = max_abs[l] < max_abs[shallow] ? l : shallow;
+        deep = max_abs[l] > max_abs[deep] ? l : deep;
+    }
+    const int picks[3] = {shallow, layers / 2, deep};
+    printf("\nAttention output, 4 queries x 16 heads over 256 of %ld tokens: relative RMS error against float64\n"
+           "attention over the unquantised bf16 latents (Gaussian latents)\n%5s %9s |", count, "layer", "max_abs");
+    for (int m = 0; m < MODES; m++) printf(" %9s", mode_names[m]);
+    printf("\n");
+    for (int p = 0; p < 3 && !rc; p++) {
+        synth_rng_t rng = {seed * 7919u + (uint64_t)p};
+        synth_layer(&rng, max_abs[picks[p]], 0, count, tokens);
+        cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_RECORD_BYTES_368, NVFP4_MLA_SCALE_STATIC, 1.0f};
+        double e[MODES];
+        rc = synth_attend_error(&host, &f, tokens, count, 4, 16, 256, &e[MODE_IDENTITY]);
+        f.scale = scales[picks[p]];
+        rc = rc || synth_attend_error(&host, &f, tokens, count, 4, 16, 256, &e[MODE_STATIC]);
+        f.scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
+        f.scale = 0.0f;
+        rc = rc || synth_attend_error(&host, &f, tokens, count, 4, 16, 256, &e[MODE_PER_TOKEN]);
+        rc = rc || synth_attend_error(&host, NULL, tokens, count, 4, 16, 256, &e[MODE_FP8_656]);
+        if (!rc) {
+            printf("%5d %9.4g |", picks[p], max_abs[picks[p]]);
+            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * e[m]);
+            printf("\n");
+            for (int m = 0; json && m < MODES; m++)
+                fprintf(json, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}", picks[p],
+                        mode_names[m], e[m]);
+        }
+    }
     if (json) {
         fprintf(json, "\n]}\n");
         fclose(json);

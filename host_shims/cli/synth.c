@@ -177,3 +177,81 @@ int synth_load_profile(const char *cmd, const char *path, double **max_abs, int 
     cJSON_Delete(root);
     return 0;
 }
+
+/* The 656-byte fp8_ds_mla record of one bf16 token (record-format.md section 8). */
+static void encode_fp8_656(const uint16_t *row, uint8_t *rec) {
+    for (int tile = 0; tile < 4; tile++) {
+        float amax = 0;
+        for (int j = 0; j < 128; j++) {
+            float a = nvfp4_abs(nvfp4_bf16_to_f32(row[tile * 128 + j]));
+            amax = nvfp4_is_finite(a) && a > amax ? a : amax;
+        }
+        float scale = amax / 448.0f < NVFP4_FLT_MIN ? NVFP4_FLT_MIN : amax / 448.0f;
+        memcpy(rec + 512 + 4 * tile, &scale, 4);
+        for (int j = 0; j < 128; j++) rec[tile * 128 + j] = nvfp4_e4m3_encode(nvfp4_bf16_to_f32(row[tile * 128 + j]) / scale);
+    }
+    memcpy(rec + 528, row + 512, 128);
+}
+
+int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
+                       int queries, int heads, int topk, double *rel_err) {
+    const int32_t rb = f ? f->record_bytes : 656;
+    uint8_t *records = malloc((size_t)(count * rb));
+    uint16_t *q = malloc((size_t)queries * heads * 576 * sizeof *q), *out = malloc((size_t)queries * heads * 512 * 2);
+    int32_t *slots = malloc((size_t)queries * topk * sizeof *slots);
+    int rc = !records || !q || !out || !slots;
+    if (!rc && f) {
+        rc = cli_encode("quality", host, f, tokens, count, records);
+    } else if (!rc) {
+        for (int64_t t = 0; t < count; t++) encode_fp8_656(tokens + t * 576, records + t * 656);
+    }
+    synth_rng_t rng = {7};
+    /* Queries scaled so that scores spread like a real softmax over the layer (unit logits). */
+    double key_norm = 0;
+    for (int64_t i = 0; i < count * 576; i++) key_norm += (double)nvfp4_bf16_to_f32(tokens[i]) * nvfp4_bf16_to_f32(tokens[i]);
+    key_norm = sqrt(key_norm / (double)count);
+    for (int64_t i = 0; i < (int64_t)queries * heads * 576; i++) q[i] = nvfp4_f32_to_bf16((float)(synth_normal(&rng) / key_norm * 24.0));
+    for (int64_t i = 0; i < (int64_t)queries * topk; i++) slots[i] = (int32_t)(((uint64_t)(synth_normal(&rng) * 1e6) & 0x7FFFFFFF) % (uint64_t)count);
+    double num = 0, den = 0;
+    if (!rc) {
+        nvfp4_mla_attend_args_t a = {.struct_size = sizeof a,
+                                     .layout = f ? f->layout : NVFP4_MLA_LAYOUT_FP8_DS_MLA_656,
+                                     .scale_mode = f ? f->scale_mode : NVFP4_MLA_SCALE_STATIC,
+                                     .outer_scale = f ? (f->scale_mode == NVFP4_MLA_SCALE_STATIC ? f->scale : 0.0f) : 1.0f,
+                                     .sm_scale = 1.0f / 24.0f};
+        a.q = (nvfp4_mla_tensor_t){q, NVFP4_MLA_DTYPE_BF16, 3, {queries, heads, 576, 0}, {heads * 576, 576, 1, 0},
+                                   NVFP4_MLA_DEVICE_CPU, 0};
+        a.slots = cli_tensor_2d(slots, NVFP4_MLA_DTYPE_I32, queries, topk, topk);
+        a.cache = (nvfp4_mla_tensor_t){records, NVFP4_MLA_DTYPE_U8, 3, {count, 1, rb, 0}, {rb, rb, 1, 0}, NVFP4_MLA_DEVICE_CPU, 0};
+        a.out = (nvfp4_mla_tensor_t){out, NVFP4_MLA_DTYPE_BF16, 3, {queries, heads, 512, 0}, {heads * 512, 512, 1, 0},
+                                     NVFP4_MLA_DEVICE_CPU, 0};
+        if (host->table->attend(host->cpu, &a) != NVFP4_MLA_OK) rc = cli_fail("quality", "%s", host->table->last_error());
+    }
+    double *s = malloc((size_t)topk * sizeof *s);
+    for (int qi = 0; !rc && qi < queries; qi++)
+        for (int h = 0; h < heads; h++) {
+            const uint16_t *qv = q + ((int64_t)qi * heads + h) * 576;
+            double m = -INFINITY, l = 0, ref[512] = {0};
+            for (int k = 0; k < topk; k++) {
+                const uint16_t *kv = tokens + (int64_t)slots[qi * topk + k] * 576;
+                double dot = 0;
+                for (int i = 0; i < 576; i++) dot += (double)nvfp4_bf16_to_f32(qv[i]) * nvfp4_bf16_to_f32(kv[i]);
+                s[k] = dot / 24.0;
+                m = s[k] > m ? s[k] : m;
+            }
+            for (int k = 0; k < topk; k++) {
+                const uint16_t *kv = tokens + (int64_t)slots[qi * topk + k] * 576;
+                double p = exp(s[k] - m);
+                l += p;
+                for (int i = 0; i < 512; i++) ref[i] += p * nvfp4_bf16_to_f32(kv[i]);
+            }
+            for (int i = 0; i < 512; i++) {
+                double d = nvfp4_bf16_to_f32(out[((int64_t)qi * heads + h) * 512 + i]) - ref[i] / l;
+                num += d * d;
+                den += ref[i] / l * ref[i] / l;
+            }
+        }
+    *rel_err = den > 0 ? sqrt(num / den) : 0;
+    free(s), free(records), free(q), free(out), free(slots);
+    return rc;
+}

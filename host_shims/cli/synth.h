@@ -35,6 +35,12 @@ int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *flags, const 
 /* Round trip through the 656-byte fp8_ds_mla record (record-format.md section 8), encoded here. */
 void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t *err);
 
+/* Relative error of attention read from records, against float64 attention over the unquantised
+ * bf16 tokens: `queries` random queries of `heads` heads, each over `topk` random tokens of the layer.
+ * flags: the NVFP4 mode, or NULL for the 656-byte fp8_ds_mla baseline (encoded here). */
+int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens, int64_t count,
+                       int queries, int heads, int topk, double *rel_err);
+
 /* The real per-layer max_abs profile from a v1 calibration file (the caller frees *max_abs). */
 int synth_load_profile(const char *cmd, const char *path, double **max_abs, int *layers);
 
