@@ -17,6 +17,7 @@
 
 #include "codec.h"
 #include "cuda_util.cuh"
+#include "decode_cuda.cuh"
 #include "fp_codes.h"
 
 #define HEADS 16      /* rows of one CTA's MMA tiles */
@@ -33,16 +34,6 @@ struct attend_smem {
     float red[WARPS][HEADS];
     int32_t slot[KEYS];
 };
-
-static __device__ __forceinline__ float e2m1_times(uint32_t code, float half_d) {
-    const float v = (float)((0xC8643210u >> (4 * (code & 7u))) & 0xFu) * half_d;
-    return __uint_as_float(__float_as_uint(v) ^ ((code & 8u) << 28));
-}
-
-static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(const uint32_t *)&v;
-}
 
 /* Dequantises unit u of a 64-record tile into shared memory: units 0..2047 are (record, latent
  * group of 16), 2048..2559 are (record, RoPE chunk of 8). Invalid records give zeros. */
@@ -67,7 +58,7 @@ static __device__ void dequant_unit(const nvfp4_mla_attend_kernel_args_t &a, att
             const uint8_t *c = (const uint8_t *)&codes;
 #pragma unroll
             for (int i = 0; i < 8; i++)
-                w[i] = pack_bf16(nvfp4_mul_rn(nvfp4_e4m3_decode(c[2 * i]), scale),
+                w[i] = bf16_pair(nvfp4_mul_rn(nvfp4_e4m3_decode(c[2 * i]), scale),
                                  nvfp4_mul_rn(nvfp4_e4m3_decode(c[2 * i + 1]), scale));
             dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
             dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
@@ -83,7 +74,7 @@ static __device__ void dequant_unit(const nvfp4_mla_attend_kernel_args_t &a, att
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const uint32_t byte = ((i < 4 ? codes.x : codes.y) >> (8 * (i & 3))) & 0xFFu;
-            w[i] = pack_bf16(nvfp4_mul_rn(e2m1_times(byte, half_d), outer), nvfp4_mul_rn(e2m1_times(byte >> 4, half_d), outer));
+            w[i] = bf16_pair(nvfp4_mul_rn(e2m1_times(byte, half_d), outer), nvfp4_mul_rn(e2m1_times(byte >> 4, half_d), outer));
         }
         dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
         dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
@@ -93,7 +84,7 @@ static __device__ void dequant_unit(const nvfp4_mla_attend_kernel_args_t &a, att
         const uint8_t *c = (const uint8_t *)&codes;
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            w[i] = pack_bf16(nvfp4_mul_rn(nvfp4_e4m3_decode(c[2 * i]), r_scale),
+            w[i] = bf16_pair(nvfp4_mul_rn(nvfp4_e4m3_decode(c[2 * i]), r_scale),
                              nvfp4_mul_rn(nvfp4_e4m3_decode(c[2 * i + 1]), r_scale));
         dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
@@ -215,7 +206,7 @@ __global__ void __launch_bounds__(WARPS * 32) nvfp4_attend_kernel(nvfp4_mla_atte
                 const float p0 = m_new[h] == -INFINITY ? 0.0f : exp2f(sc[j][2 * h] - m_new[h]);
                 const float p1 = m_new[h] == -INFINITY ? 0.0f : exp2f(sc[j][2 * h + 1] - m_new[h]);
                 sum[h] += p0 + p1;
-                *(uint32_t *)&s.p[g + 8 * h][16 * warp + 8 * j + 2 * t] = pack_bf16(p0, p1);
+                *(uint32_t *)&s.p[g + 8 * h][16 * warp + 8 * j + 2 * t] = bf16_pair(p0, p1);
             }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -265,7 +256,7 @@ __global__ void __launch_bounds__(WARPS * 32) nvfp4_attend_kernel(nvfp4_mla_atte
             uint16_t *out = a.out + qi * a.out_stride_token + head * a.out_stride_head;
 #pragma unroll
             for (int j = 0; j < 16; j++)
-                *(uint32_t *)(out + 128 * warp + 8 * j + 2 * t) = pack_bf16(o[j][2 * h] * inv_l, o[j][2 * h + 1] * inv_l);
+                *(uint32_t *)(out + 128 * warp + 8 * j + 2 * t) = bf16_pair(o[j][2 * h] * inv_l, o[j][2 * h + 1] * inv_l);
             if (a.lse && warp == 0 && t == 0)
                 a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] = lse2 * 0.6931471805599453f;
         } else {
@@ -303,7 +294,7 @@ __global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int 
     const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
     uint16_t *out = a.out + qi * a.out_stride_token + head * a.out_stride_head + 16 * lane;
 #pragma unroll
-    for (int i = 0; i < 16; i += 2) *(uint32_t *)(out + i) = pack_bf16(acc[i] * inv, acc[i + 1] * inv);
+    for (int i = 0; i < 16; i += 2) *(uint32_t *)(out + i) = bf16_pair(acc[i] * inv, acc[i + 1] * inv);
     if (a.lse && lane == 0)
         a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] =
             wsum > 0.0f ? (lmax + log2f(wsum)) * 0.6931471805599453f : -INFINITY;

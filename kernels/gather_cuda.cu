@@ -16,21 +16,10 @@
 
 #include "codec.h"
 #include "cuda_util.cuh"
+#include "decode_cuda.cuh"
 #include "fp_codes.h"
 
 #define WARPS_PER_BLOCK 8
-
-/* Exact e2m1 * d for nibble `code`: twice the magnitudes {0,.5,1,1.5,2,3,4,6} are the integers
- * {0,1,2,3,4,6,8,12} (a nibble table in one word), times d/2 (exact: d >= 2^-9), with the sign. */
-static __device__ __forceinline__ float e2m1_times(uint32_t code, float half_d) {
-    const float v = (float)((0xC8643210u >> (4 * (code & 7u))) & 0xFu) * half_d;
-    return __uint_as_float(__float_as_uint(v) ^ ((code & 8u) << 28)); /* a sign flip, as e * d gives */
-}
-
-static __device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    return *(const uint32_t *)&pair;
-}
 
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp4_mla_gather_kernel_args_t a) {
     const int64_t n = (int64_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);

@@ -17,12 +17,7 @@
 
 static uint64_t rng = 12345;
 static double gauss(void) {
-    double u[2];
-    for (int i = 0; i < 2; i++) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        u[i] = ((double)(rng >> 11) + 0.5) * 0x1p-53;
-    }
-    return sqrt(-2 * log(u[0])) * cos(6.283185307179586 * u[1]);
+    return tu_gauss(&rng);
 }
 
 /* T random tokens [T, 576] bf16 of roughly `sigma` spread (latent), RoPE of unit spread. */

@@ -2,6 +2,7 @@
 #ifndef NVFP4_MLA_TEST_UTIL_H
 #define NVFP4_MLA_TEST_UTIL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,16 @@ static inline nvfp4_mla_tensor_t tu_cache(uint8_t *data, int64_t blocks, int64_t
                                           int64_t block_stride) {
     return tu_tensor(data, NVFP4_MLA_DTYPE_U8, 3, (int64_t[]){blocks, block_size, record_bytes},
                      (int64_t[]){block_stride, record_bytes, 1});
+}
+
+/* A small reproducible Gaussian source for test data (64-bit LCG + Box-Muller). */
+static inline double tu_gauss(uint64_t *state) {
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        u[i] = ((double)(*state >> 11) + 0.5) * 0x1p-53;
+    }
+    return sqrt(-2 * log(u[0])) * cos(6.283185307179586 * u[1]);
 }
 
 /* binary32 -> binary16 bits, round to nearest even (a test-side conversion, independent of the
