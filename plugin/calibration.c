@@ -144,7 +144,7 @@ nvfp4_mla_status_t nvfp4_calibration_from_json(const cJSON *object, const char *
     if (!cJSON_IsString(format) || strcmp(format->valuestring, NVFP4_CALIBRATION_FORMAT) != 0) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"format\" must be \"%s\"", origin, NVFP4_CALIBRATION_FORMAT);
     }
-    double layers, latent_dim;
+    double layers = 0, latent_dim = 0;
     if ((st = get_integer(object, "num_layers", origin, 1, NVFP4_CALIBRATION_MAX_LAYERS, &layers)) ||
         (st = get_integer(object, "latent_dim", origin, 0, 1e9, &latent_dim))) {
         return st;

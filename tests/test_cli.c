@@ -156,8 +156,8 @@ static void calibrate_should_envelope_ranks_and_load_through_the_plugin(void **s
     const char *rank1 = "[0.49, 2.05, 1.0]";
     write_file("rank0.csv", rank0, strlen(rank0));
     write_file("rank1.json", rank1, strlen(rank1));
-    assert_int_equal(run(NULL, "calibrate --out %s/cal.json --model m --dataset d --hook h %s/rank0.csv %s/rank1.json",
-                         tmp, tmp, tmp), 0);
+    assert_int_equal(run(NULL, "calibrate --out %s/cal.json --model m --dataset d --hook h --created-utc 2026-11-29T00:00:00+00:00 "
+                         "%s/rank0.csv %s/rank1.json", tmp, tmp, tmp), 0);
     assert_non_null(strstr(out_text, "2 ranks, 3 layers; worst rank disagreement 2.44% (layer 1)"));
     assert_non_null(strstr(out_text, "loader check: 3 layers, cache identity nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:"));
     char path[4096], text[8192];
@@ -165,6 +165,7 @@ static void calibrate_should_envelope_ranks_and_load_through_the_plugin(void **s
     slurp(path, text, sizeof text);
     assert_non_null(strstr(text, "\"max_abs\":\t[0.5, 2.05, 1]"));
     assert_non_null(strstr(text, "\"model\":\t\"m\""));
+    assert_non_null(strstr(text, "\"created_utc\":\t\"2026-11-29T00:00:00+00:00\""));
     assert_int_equal(run(NULL, "calibrate --out %s/c2.json --tolerance 0.01 %s/rank0.csv %s/rank1.json", tmp, tmp, tmp), 1);
     assert_non_null(strstr(err_text, "ranks disagree by 2.44% at layer 1, more than --tolerance 1%"));
     write_file("bad.csv", "0,0.5\n0,0.6\n", 12);

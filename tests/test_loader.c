@@ -134,6 +134,24 @@ static void loader_should_handle_selection_by_environment(void **state) {
     unsetenv("NVFP4_MLA_PLUGIN");
 }
 
+static void loader_should_give_the_plugins_cache_identity(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048], id[512];
+    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    setenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE", "1", 1);
+    setenv("KV_FP8_ROPE", "1", 1);
+    assert_int_equal(nvfp4_mla_loader_cache_identity(&l, "torch.nvfp4_ds_mla", NULL, id, sizeof id), 0);
+    assert_string_equal(id, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+    assert_int_equal(nvfp4_mla_loader_cache_identity(&l, "fp8", NULL, id, sizeof id), 0);
+    assert_string_equal(id, "vllm-default-v1");
+    unsetenv("KV_FP8_ROPE");
+    assert_int_equal(nvfp4_mla_loader_cache_identity(&l, "nvfp4_ds_mla", NULL, id, sizeof id), -1);
+    assert_contains(id, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 requires KV_FP8_ROPE=1");
+    unsetenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE");
+    nvfp4_mla_loader_close(&l);
+}
+
 static void real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts(void **state) {
     (void)state;
     nvfp4_mla_loader_t l;
@@ -208,6 +226,7 @@ int main(void) {
         cmocka_unit_test(loader_should_refuse_with_the_reason),
         cmocka_unit_test(loader_should_name_every_missing_capability),
         cmocka_unit_test(loader_should_handle_selection_by_environment),
+        cmocka_unit_test(loader_should_give_the_plugins_cache_identity),
         cmocka_unit_test(real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts),
         cmocka_unit_test(real_plugin_should_report_cuda_by_what_the_machine_can_run),
     };

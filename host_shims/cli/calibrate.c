@@ -129,6 +129,7 @@ static int self_check(const char *out) {
 
 int cli_calibrate_cmd(int argc, char **argv) {
     const char *out = NULL, *model = "unknown", *dataset = "unknown", *hook = "unknown", *envelope_with = NULL;
+    const char *created_utc = NULL;
     double tolerance = 0.05;
     const char *files[64];
     int nfiles = 0;
@@ -151,6 +152,8 @@ int cli_calibrate_cmd(int argc, char **argv) {
             dataset = v;
         } else if (strcmp(argv[i], "--hook") == 0) {
             hook = v;
+        } else if (strcmp(argv[i], "--created-utc") == 0) {
+            created_utc = v;
         } else if (strcmp(argv[i], "--envelope-with") == 0) {
             envelope_with = v;
         } else if (strcmp(argv[i], "--tolerance") == 0) {
@@ -166,7 +169,7 @@ int cli_calibrate_cmd(int argc, char **argv) {
     }
     if (!out || !nfiles) {
         return cli_fail("calibrate", "usage: calibrate --out FILE [--model M] [--dataset D] [--hook H] "
-                                     "[--tolerance T] [--envelope-with V1FILE] CAPTURE...");
+                                     "[--created-utc T] [--tolerance T] [--envelope-with V1FILE] CAPTURE...");
     }
     capture_t *ranks = calloc((size_t)nfiles + 1, sizeof *ranks);
     double envelope[MAX_LAYERS], worst = 0;
@@ -224,7 +227,7 @@ int cli_calibrate_cmd(int argc, char **argv) {
     cJSON *ds = cJSON_AddObjectToObject(o, "dataset");
     cJSON_AddStringToObject(ds, "name", dataset);
     cJSON_AddNumberToObject(ds, "ranks", nfiles);
-    cJSON_AddStringToObject(o, "created_utc", created);
+    cJSON_AddStringToObject(o, "created_utc", created_utc ? created_utc : created);
     cJSON_AddStringToObject(o, "hook", hook);
     cJSON *m = cJSON_AddArrayToObject(o, "max_abs");
     cJSON *s = cJSON_AddArrayToObject(o, "scales");

@@ -161,3 +161,21 @@ int nvfp4_mla_loader_require(const nvfp4_mla_loader_t *loader, const nvfp4_mla_r
                loader->path, t->header.abi_major, t->header.abi_minor, NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR, mode,
                layout, want->user_requested ? " (requested by the configuration)" : "", names);
 }
+
+int nvfp4_mla_loader_cache_identity(const nvfp4_mla_loader_t *loader, const char *cache_dtype, const char *model_dir,
+                                    char *identity, size_t size) {
+    const nvfp4_mla_plugin_t *t = loader->table;
+    if (!t || !NVFP4_MLA_TABLE_HAS(t, config_destroy)) {
+        return say(identity, size, -1, "no nvfp4-mla plugin with a cache configuration is loaded");
+    }
+    nvfp4_mla_config_request_t req = {sizeof req, 0, cache_dtype, model_dir, NULL, NULL, {0}};
+    nvfp4_mla_config_t *cfg = NULL;
+    if (t->config_create(&req, &cfg) != NVFP4_MLA_OK) {
+        return say(identity, size, -1, "%s", t->last_error());
+    }
+    nvfp4_mla_config_info_t info = {.struct_size = sizeof info};
+    int rc = t->config_info(cfg, &info) == NVFP4_MLA_OK ? say(identity, size, 0, "%s", info.identity)
+                                                        : say(identity, size, -1, "%s", t->last_error());
+    t->config_destroy(cfg);
+    return rc;
+}

@@ -62,6 +62,13 @@ uint64_t nvfp4_mla_loader_table_caps(const nvfp4_mla_loader_t *loader);
 int nvfp4_mla_loader_require(const nvfp4_mla_loader_t *loader, const nvfp4_mla_requirement_t *want, uint64_t available,
                              char *message, size_t message_size);
 
+/* The persistent-cache identity (record-format.md section 6) for `cache_dtype`, computed by the
+ * plugin from the process environment and the checkpoint in `model_dir` (may be NULL), so that every
+ * host gets the same string. 0 and the identity in `identity` (always NUL-terminated), or -1 and the
+ * plugin's reason in `identity`. */
+int nvfp4_mla_loader_cache_identity(const nvfp4_mla_loader_t *loader, const char *cache_dtype, const char *model_dir,
+                                    char *identity, size_t identity_size);
+
 /* Name of a capability bit known to this host's header ("unknown" otherwise). */
 const char *nvfp4_mla_loader_cap_name(uint64_t bit);
 
