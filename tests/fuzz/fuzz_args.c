@@ -1,4 +1,4 @@
-/* libFuzzer target: write and gather argument validation on the CPU backend.
+/* libFuzzer target: write, gather and attend argument validation on the CPU backend.
  *
  * The input picks every descriptor field: mostly a valid template, sometimes a mutated value. Each
  * buffer is allocated at exactly the extent its descriptor claims (1 + sum((shape-1) * stride)
@@ -69,7 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (nvfp4_context_init(&init, &cpu)) return 0;
     }
     reader_t r = {data, size};
-    const int gather = r8(&r) & 1;
+    const uint32_t op = r8(&r) % 3; /* 0 write, 1 gather, 2 attend */
+    const int gather = op == 1;
     const uint32_t layout = (uint32_t)pick(&r, 1 + (r8(&r) & 1));
     const int32_t rb = layout == 2 ? 432 : 368;
     const uint32_t mode = (uint32_t)pick(&r, layout == 2 ? 1 : 1 + (r8(&r) & 1));
@@ -81,7 +82,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     nvfp4_mla_tensor_t cache;
     int ok = make(&r, &cache, NVFP4_MLA_DTYPE_U8, 3, (int64_t[]){blocks, bs, rb}, (int64_t[]){bstride, rb, 1},
                   &bufs[0]) == 0;
-    if (ok && !gather) {
+    if (ok && op == 2) {
+        nvfp4_mla_attend_args_t at = {.struct_size = (uint32_t)pick(&r, sizeof at), .layout = layout, .scale_mode = mode,
+                                      .outer_scale = scale, .sm_scale = (float)pick(&r, 1) * 0.04f, .cache = cache};
+        const int64_t heads = 1 + r8(&r) % 20, topk = 1 + r8(&r) % 9;
+        void *more[3] = {0};
+        ok = make(&r, &at.q, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){rows, heads, 576}, (int64_t[]){heads * 576, 576, 1},
+                  &bufs[1]) == 0 &&
+             make(&r, &at.slots, NVFP4_MLA_DTYPE_I32, 2, (int64_t[]){rows, topk}, (int64_t[]){topk, 1}, &bufs[2]) == 0 &&
+             make(&r, &at.out, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){rows, heads, 512}, (int64_t[]){heads * 512, 512, 1},
+                  &bufs[3]) == 0 &&
+             make(&r, &at.lse, NVFP4_MLA_DTYPE_F32, 2, (int64_t[]){rows, heads}, (int64_t[]){heads, 1}, &more[0]) == 0 &&
+             make(&r, &at.valid_len, NVFP4_MLA_DTYPE_I32, 1, (int64_t[]){rows}, (int64_t[]){1}, &more[1]) == 0;
+        if (ok && r8(&r) & 1) memset(&at.lse, 0, sizeof at.lse);           /* optional tensors absent */
+        if (ok && r8(&r) & 1) memset(&at.valid_len, 0, sizeof at.valid_len);
+        if (ok && at.struct_size <= sizeof at) {
+            nvfp4_op_attend(cpu, &at);
+        }
+        for (int i = 0; i < 3; i++) free(more[i]);
+    } else if (ok && !gather) {
         nvfp4_mla_write_args_t w = {.struct_size = (uint32_t)pick(&r, sizeof w), .layout = layout, .scale_mode = mode,
                                     .outer_scale = scale, .cache = cache};
         ok = make(&r, &w.kv_c, NVFP4_MLA_DTYPE_BF16, 2, (int64_t[]){rows, 512}, (int64_t[]){576, 1}, &bufs[1]) == 0 &&
