@@ -298,7 +298,8 @@ nvfp4_mla_status_t nvfp4_lower_attend(const nvfp4_mla_context_t *ctx, const nvfp
     r = (nvfp4_tensor_rule_t){"attend", "out", NVFP4_MLA_DTYPE_BF16, 0, 3, ctx->device_type, ctx->device_index};
     if ((st = nvfp4_check_tensor(&a.out, &r)) || (st = nvfp4_check_dim(&a.out, &r, 0, nq, "n_q")) ||
         (st = nvfp4_check_dim(&a.out, &r, 1, heads, "h")) || (st = nvfp4_check_dim(&a.out, &r, 2, 512, "latent")) ||
-        (st = check_no_overlap("out", 2, a.out.strides[2] == 1 ? 512 : 0, 512)) ||
+        (a.out.strides[2] != 1 &&
+         (st = nvfp4_fail(bad, "attend: out: strides[2] is %lld, must be 1", (long long)a.out.strides[2]))) ||
         (st = check_no_overlap("out heads", heads, a.out.strides[1], 512)) ||
         (st = check_no_overlap("out queries", nq, a.out.strides[0], (heads - 1) * a.out.strides[1] + 512))) {
         return st;

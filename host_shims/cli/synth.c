@@ -122,26 +122,34 @@ int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *f, const uint
     return rc;
 }
 
+/* The 656-byte fp8_ds_mla record of one bf16 token (record-format.md section 8). */
+static void encode_fp8_656(const uint16_t *row, uint8_t *rec) {
+    for (int tile = 0; tile < 4; tile++) {
+        float amax = 0;
+        for (int j = 0; j < 128; j++) {
+            float a = nvfp4_abs(nvfp4_bf16_to_f32(row[tile * 128 + j]));
+            amax = nvfp4_is_finite(a) && a > amax ? a : amax;
+        }
+        float scale = amax / 448.0f < NVFP4_FLT_MIN ? NVFP4_FLT_MIN : amax / 448.0f;
+        memcpy(rec + 512 + 4 * tile, &scale, 4);
+        for (int j = 0; j < 128; j++) rec[tile * 128 + j] = nvfp4_e4m3_encode(nvfp4_bf16_to_f32(row[tile * 128 + j]) / scale);
+    }
+    memcpy(rec + 528, row + 512, 128);
+}
+
 void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t *err) {
     float *got = calloc((size_t)count * 512 + 1, sizeof *got);
     if (!got) {
         memset(err, 0, sizeof *err);
         return;
     }
+    uint8_t rec[656];
     for (int64_t t = 0; t < count; t++) {
-        for (int tile = 0; tile < 4; tile++) {
-            const uint16_t *x = tokens + t * 576 + tile * 128;
-            float amax = 0;
-            for (int j = 0; j < 128; j++) {
-                float a = nvfp4_abs(nvfp4_bf16_to_f32(x[j]));
-                amax = nvfp4_is_finite(a) && a > amax ? a : amax;
-            }
-            float scale = amax / 448.0f;
-            scale = scale < NVFP4_FLT_MIN ? NVFP4_FLT_MIN : scale; /* max(tile_amax / 448, FLT_MIN) */
-            for (int j = 0; j < 128; j++) {
-                uint8_t code = nvfp4_e4m3_encode(nvfp4_bf16_to_f32(x[j]) / scale);
-                got[t * 512 + tile * 128 + j] = nvfp4_e4m3_decode(code) * scale;
-            }
+        encode_fp8_656(tokens + t * 576, rec);
+        for (int j = 0; j < 512; j++) {
+            float scale;
+            memcpy(&scale, rec + 512 + 4 * (j / 128), sizeof scale);
+            got[t * 512 + j] = nvfp4_e4m3_decode(rec[j]) * scale;
         }
     }
     score(tokens, got, count, err);
@@ -176,21 +184,6 @@ int synth_load_profile(const char *cmd, const char *path, double **max_abs, int 
     *layers = n;
     cJSON_Delete(root);
     return 0;
-}
-
-/* The 656-byte fp8_ds_mla record of one bf16 token (record-format.md section 8). */
-static void encode_fp8_656(const uint16_t *row, uint8_t *rec) {
-    for (int tile = 0; tile < 4; tile++) {
-        float amax = 0;
-        for (int j = 0; j < 128; j++) {
-            float a = nvfp4_abs(nvfp4_bf16_to_f32(row[tile * 128 + j]));
-            amax = nvfp4_is_finite(a) && a > amax ? a : amax;
-        }
-        float scale = amax / 448.0f < NVFP4_FLT_MIN ? NVFP4_FLT_MIN : amax / 448.0f;
-        memcpy(rec + 512 + 4 * tile, &scale, 4);
-        for (int j = 0; j < 128; j++) rec[tile * 128 + j] = nvfp4_e4m3_encode(nvfp4_bf16_to_f32(row[tile * 128 + j]) / scale);
-    }
-    memcpy(rec + 528, row + 512, 128);
 }
 
 int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
