@@ -1,8 +1,10 @@
 /* Sparse MLA attention on the CPU: the reference the CUDA kernel is tested against.
  *
  * For each query token and head: scores over the valid top-k entries (slot != -1, index <
- * valid_len), key = the record's 576 dequantised values exactly as `gather` returns them (bf16),
- * value = its 512 latent values; softmax in double; out = sum p * v, rounded to bf16; lse = natural
+ * valid_len), key = the record's 576 dequantised values in binary32 (record-format.md section 5,
+ * before gather's bf16 rounding: the CUDA kernel keeps e2m1 * d exact and folds the outer and RoPE
+ * scales into the scores, so this is the value it computes with; the 656-byte baseline is decoded
+ * to bf16, as its readers do), value = its 512 latent values; softmax in double; out = sum p * v, rounded to bf16; lse = natural
  * log of sum exp(sm_scale * score). No valid entry: out = 0, lse = -inf. Duplicates count as often
  * as they appear. Straightforward loops, accumulation in double (tests/test_attend.c checks it
  * against a float64 attention written independently).
@@ -32,7 +34,7 @@ uint64_t nvfp4_mla_attend_workspace_cpu(const nvfp4_mla_attend_kernel_args_t *ar
 }
 
 /* The dequantised key/value rows of one query's valid entries, in entry order. */
-static int64_t load_rows(const nvfp4_mla_attend_kernel_args_t *a, int64_t qi, uint16_t *rows) {
+static int64_t load_rows(const nvfp4_mla_attend_kernel_args_t *a, int64_t qi, float *rows) {
     int64_t limit = a->topk, n = 0;
     if (a->valid_len) {
         int64_t v = a->valid_len[qi * a->valid_len_stride];
@@ -44,10 +46,13 @@ static int64_t load_rows(const nvfp4_mla_attend_kernel_args_t *a, int64_t qi, ui
             continue; /* -1: unused entry (the plugin rejected any other out-of-range id) */
         }
         const uint8_t *rec = a->cache + (slot / a->block_size) * a->block_stride + (slot % a->block_size) * a->record_bytes;
+        float *row = rows + n * 576;
         if (a->layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656) {
-            nvfp4_mla_decode_fp8_656_cpu(rec, rows + n * 576);
+            uint16_t bf16[576];
+            nvfp4_mla_decode_fp8_656_cpu(rec, bf16);
+            for (int i = 0; i < 576; i++) row[i] = nvfp4_bf16_to_f32(bf16[i]);
         } else {
-            nvfp4_mla_decode_record_cpu(rec, a->record_bytes, a->per_token, a->outer_scale, rows + n * 576);
+            nvfp4_mla_decode_record_f32_cpu(rec, a->record_bytes, a->per_token, a->outer_scale, row);
         }
         n++;
     }
@@ -55,7 +60,7 @@ static int64_t load_rows(const nvfp4_mla_attend_kernel_args_t *a, int64_t qi, ui
 }
 
 void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *a, nvfp4_mla_kernel_result_t *result) {
-    uint16_t *rows = malloc((size_t)(a->topk ? a->topk : 1) * 576 * sizeof *rows);
+    float *rows = malloc((size_t)(a->topk ? a->topk : 1) * 576 * sizeof *rows);
     double *scores = malloc((size_t)(a->topk ? a->topk : 1) * sizeof *scores);
     double acc[512];
     if (!rows || !scores) {
@@ -72,7 +77,7 @@ void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *a, nvfp4_mla_ker
             double m = -INFINITY, l = 0;
             for (int64_t k = 0; k < n; k++) {
                 double dot = 0;
-                for (int i = 0; i < 576; i++) dot += (double)nvfp4_bf16_to_f32(q[i]) * nvfp4_bf16_to_f32(rows[k * 576 + i]);
+                for (int i = 0; i < 576; i++) dot += (double)nvfp4_bf16_to_f32(q[i]) * rows[k * 576 + i];
                 scores[k] = dot * a->sm_scale;
                 m = scores[k] > m ? scores[k] : m;
             }
@@ -80,7 +85,7 @@ void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *a, nvfp4_mla_ker
             for (int64_t k = 0; k < n; k++) {
                 double p = exp(scores[k] - m);
                 l += p;
-                for (int i = 0; i < 512; i++) acc[i] += p * nvfp4_bf16_to_f32(rows[k * 576 + i]);
+                for (int i = 0; i < 512; i++) acc[i] += p * rows[k * 576 + i];
             }
             for (int i = 0; i < 512; i++) out[i] = nvfp4_f32_to_bf16(n ? (float)(acc[i] / l) : 0.0f);
             if (a->lse) {

@@ -130,7 +130,13 @@ uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, con
                                      int32_t record_bytes, int32_t per_token, float outer_scale,
                                      uint8_t *record);
 
-/* Decode one record into 576 bf16 values (latent then RoPE). */
+/* Decode one record into its 576 binary32 values (latent then RoPE): the spec's reader arithmetic
+ * before any bf16 conversion; attention's reference uses these. */
+void nvfp4_mla_decode_record_f32_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
+                                     float outer_scale, float *row);
+
+/* Decode one record into 576 bf16 values (latent then RoPE): the binary32 values rounded to
+ * nearest-even; the 432 layout's RoPE bits copied. */
 void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
                                  float outer_scale, uint16_t *row);
 

@@ -1,16 +1,16 @@
 /* The gather reader on the CPU: records back to dense bf16 rows (record-format.md section 5).
  *
  * The oracle of the CUDA gather and of attention's dequantisation: value = (e2m1 * e4m3) * outer
- * in binary32 (the first product is exact), then bf16 with round-to-nearest-even. Slot -1 gives a
- * row of zeros. Tested by round trips and golden records in tests/test_codec_*.c.
+ * in binary32 (the first product is exact; attention uses this binary32 value), then bf16 with
+ * round-to-nearest-even for gather's rows. Slot -1 gives a row of zeros. Tested by round trips and golden records in tests/test_codec_*.c.
  */
 #include <string.h>
 
 #include "codec.h"
 #include "fp_codes.h"
 
-void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
-                                 float outer_scale, uint16_t *row) {
+void nvfp4_mla_decode_record_f32_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
+                                     float outer_scale, float *row) {
     float outer = outer_scale;
     if (per_token) {
         memcpy(&outer, record + NVFP4_REC_TOKEN_SCALE_OFF, sizeof outer);
@@ -20,19 +20,35 @@ void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, in
         for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
             uint8_t byte = record[8 * g + i / 2];
             uint8_t code = (uint8_t)((i & 1) ? byte >> 4 : byte & 0xF);
-            float v = nvfp4_mul_rn(nvfp4_mul_rn(nvfp4_e2m1_decode(code), d), outer);
-            row[g * NVFP4_GROUP_SIZE + i] = nvfp4_f32_to_bf16(v);
+            row[g * NVFP4_GROUP_SIZE + i] = nvfp4_mul_rn(nvfp4_mul_rn(nvfp4_e2m1_decode(code), d), outer);
         }
     }
-    uint16_t *rope_out = row + NVFP4_MLA_LATENT_DIM;
+    float *rope_out = row + NVFP4_MLA_LATENT_DIM;
     if (record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
         float r;
         memcpy(&r, record + NVFP4_REC_ROPE_SCALE_OFF, sizeof r);
         for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
-            rope_out[j] = nvfp4_f32_to_bf16(nvfp4_mul_rn(nvfp4_e4m3_decode(record[NVFP4_REC_ROPE_OFF + j]), r));
+            rope_out[j] = nvfp4_mul_rn(nvfp4_e4m3_decode(record[NVFP4_REC_ROPE_OFF + j]), r);
         }
     } else {
-        memcpy(rope_out, record + NVFP4_REC_ROPE_OFF, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
+        for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
+            uint16_t v;
+            memcpy(&v, record + NVFP4_REC_ROPE_OFF + 2 * j, sizeof v);
+            rope_out[j] = nvfp4_bf16_to_f32(v);
+        }
+    }
+}
+
+void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
+                                 float outer_scale, uint16_t *row) {
+    float values[NVFP4_GATHER_ROW];
+    nvfp4_mla_decode_record_f32_cpu(record, record_bytes, per_token, outer_scale, values);
+    const int rounded = record_bytes == NVFP4_MLA_RECORD_BYTES_368 ? NVFP4_GATHER_ROW : NVFP4_MLA_LATENT_DIM;
+    for (int i = 0; i < rounded; i++) {
+        row[i] = nvfp4_f32_to_bf16(values[i]);
+    }
+    if (rounded == NVFP4_MLA_LATENT_DIM) { /* 432: the stored bf16 bits, NaN payloads included */
+        memcpy(row + NVFP4_MLA_LATENT_DIM, record + NVFP4_REC_ROPE_OFF, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
     }
 }
 

@@ -1,4 +1,4 @@
-/* CPU attend against an independent float64 attention over the gathered (dequantised) records:
+/* CPU attend against an independent float64 attention over the records' binary32 values:
  * both modes, the 656-byte baseline layout, -1 entries, per-query lengths, duplicates, no valid
  * entry, and argument checks. */
 #include <math.h>
@@ -82,26 +82,48 @@ static nvfp4_mla_attend_args_t attend_args(world_t *w, uint16_t *out, float *lse
     return a;
 }
 
-/* The reference: gather each valid entry (through the plugin's gather, or the 656 decoder), then
- * attention in float64 written out plainly. */
+/* A record's binary32 values, written out from record-format.md section 5: (e2m1 * d) * outer,
+ * RoPE e4m3 * r (368) or the stored bf16 (432). */
+static void decode_binary32(const world_t *w, const uint8_t *rec, float *row) {
+    float outer = w->scale, r;
+    if (w->mode == NVFP4_MLA_SCALE_PER_TOKEN) memcpy(&outer, rec + 292, 4);
+    for (int i = 0; i < 512; i++) {
+        const uint8_t code = (uint8_t)(i & 1 ? rec[i / 2] >> 4 : rec[i / 2] & 0xF);
+        row[i] = nvfp4_mul_rn(nvfp4_mul_rn(nvfp4_e2m1_decode(code), nvfp4_e4m3_decode(rec[256 + i / 16])), outer);
+    }
+    memcpy(&r, rec + 288, 4);
+    for (int j = 0; j < 64; j++) {
+        uint16_t b;
+        memcpy(&b, rec + 304 + 2 * j, 2);
+        row[512 + j] = w->bytes == 368 ? nvfp4_mul_rn(nvfp4_e4m3_decode(rec[304 + j]), r) : nvfp4_bf16_to_f32(b);
+    }
+}
+
+/* The reference: each valid entry's binary32 values (the 656 layout: its bf16 decoder; NVFP4 rows
+ * also checked to round to the plugin's gather output), then attention in float64 written out
+ * plainly. */
 static void check_against_reference(world_t *w, int with_valid) {
     uint16_t out[NQ * H * 512];
     float lse[NQ * H];
     nvfp4_mla_attend_args_t a = attend_args(w, out, lse, with_valid);
     if (nvfp4_op_attend(ctx, &a) != NVFP4_MLA_OK) fail_msg("%s", nvfp4_last_error());
     for (int q = 0; q < NQ; q++) {
-        uint16_t rows[TOPK][576];
+        float rows[TOPK][576];
         int n = 0;
         for (int e = 0; e < (with_valid ? w->valid[q] : TOPK); e++) {
             int32_t slot = w->slots[q * TOPK + e];
             if (slot < 0) continue;
+            uint16_t bf16[576];
             if (w->bytes == 656) {
-                nvfp4_mla_decode_fp8_656_cpu(w->cache + slot * 656, rows[n]);
+                nvfp4_mla_decode_fp8_656_cpu(w->cache + slot * 656, bf16);
+                for (int i = 0; i < 576; i++) rows[n][i] = nvfp4_bf16_to_f32(bf16[i]);
             } else {
                 nvfp4_mla_gather_args_t g = {sizeof g, w->layout, w->mode, 0, w->scale, 0, a.cache,
                                              tu_vec(&slot, NVFP4_MLA_DTYPE_I32, 1),
-                                             tu_rows(rows[n], NVFP4_MLA_DTYPE_BF16, 1, 576, 576), NULL, {0}};
+                                             tu_rows(bf16, NVFP4_MLA_DTYPE_BF16, 1, 576, 576), NULL, {0}};
                 assert_int_equal(nvfp4_op_gather(ctx, &g), NVFP4_MLA_OK);
+                decode_binary32(w, w->cache + slot * w->bytes, rows[n]);
+                for (int i = 0; i < 576; i++) assert_int_equal(nvfp4_f32_to_bf16(rows[n][i]), bf16[i]);
             }
             n++;
         }
@@ -110,14 +132,14 @@ static void check_against_reference(world_t *w, int with_valid) {
             double s[TOPK], m = -INFINITY, l = 0, o[512] = {0};
             for (int k = 0; k < n; k++) {
                 s[k] = 0;
-                for (int i = 0; i < 576; i++) s[k] += (double)nvfp4_bf16_to_f32(qv[i]) * nvfp4_bf16_to_f32(rows[k][i]);
+                for (int i = 0; i < 576; i++) s[k] += (double)nvfp4_bf16_to_f32(qv[i]) * rows[k][i];
                 s[k] *= (double)0.04f;
                 m = fmax(m, s[k]);
             }
             for (int k = 0; k < n; k++) {
                 double p = exp(s[k] - m);
                 l += p;
-                for (int i = 0; i < 512; i++) o[i] += p * nvfp4_bf16_to_f32(rows[k][i]);
+                for (int i = 0; i < 512; i++) o[i] += p * rows[k][i];
             }
             const uint16_t *got = out + (q * H + h) * 512;
             for (int i = 0; i < 512; i++) {

@@ -1,9 +1,12 @@
 /* CUDA attend against the CPU attend (the float64 reference): random shapes, h in {1, 16, 32, 64,
- * 128}, topk in {1, 64, 2048, 3000}, -1 entries and per-query lengths, both NVFP4 modes and the
- * 656-byte baseline layout, split-K and single-split paths. Tolerances: outputs rel 2/128 plus an
- * absolute 2^-9 * max|V| (the bound of rounding P to bf16 for the tensor-core P.V product, which
- * FlashMLA's kernels do too; with few keys and cancelling values it reaches ~1e-3 at |V| ~ 2.5, so a
- * flat 1e-3 is too tight for values that are not of unit scale), LSE rel 1e-5 (abs 1e-5 near 0).
+ * 128}, topk in {1, 64, 2048, 3000}, -1 entries and per-query lengths, both NVFP4 modes, the 432
+ * layout and the 656-byte baseline layout, split-K and single-split paths, every tiling and stage
+ * count. The CPU reference works in double over the records' binary32 values (the 656 layout: its
+ * bf16 decode), as the kernel does up to f32 sums and P rounded to bf16 for the P.V product.
+ * Tolerances: outputs rel 2/128 plus an absolute 2^-9 * max|V| (the bound of that P rounding,
+ * which FlashMLA's kernels do too; with few keys and cancelling values it reaches ~1e-3 at |V| ~
+ * 2.5, so a flat 1e-3 is too tight for values that are not of unit scale), LSE rel 1e-5 (abs 1e-5
+ * near 0).
  * Exits 77 without a CUDA device. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -62,7 +65,7 @@ static void *to_gpu(const void *host, size_t bytes) {
 }
 
 static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode) {
-    const int32_t rb = layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 656 : 368;
+    const int32_t rb = layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 656 : layout == NVFP4_MLA_LAYOUT_BF16_ROPE_432 ? 432 : 368;
     const int64_t slots_n = 4096, block = 64;
     uint8_t *cache = calloc((size_t)slots_n, (size_t)rb);
     const float scale = mode == NVFP4_MLA_SCALE_PER_TOKEN ? 0.0f : (layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 1.0f : 0.01f);
@@ -160,7 +163,13 @@ static void cuda_attend_should_match_the_cpu_reference(void **state) {
             int64_t nq = 1 + (int64_t)(uniform() * (double)max_q);
             run_case(nq, heads[hi], topks[ti], NVFP4_MLA_LAYOUT_FP8_ROPE_368, (hi + ti) % 2 ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC);
         }
+    /* Each tiling (16, 32, 64 heads per CTA) with each record size (1 to 3 raw stages), a partial
+     * last head group, and the 432 layout. */
     run_case(3, 32, 2048, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
+    run_case(2, 128, 2048, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
+    run_case(2, 48, 700, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
+    run_case(3, 20, 3000, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
+    run_case(140, 8, 256, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC); /* one split */
     run_case(300, 16, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* enough CTAs: one split */
 }
 

@@ -1,5 +1,6 @@
 /* nvfp4-mla bench: the writer and the gather reader on the GPU against ceilings measured in the
- * same run (performance.md): a >= 4 GiB device copy and a plain random gather of 368-byte records.
+ * same run (performance.md): a >= 4 GiB device copy, a plain random gather of 368-byte records and
+ * the mma.sync bf16 matrix rate.
  * Every kernel's correctness check (CUDA bytes == the plugin's CPU bytes) runs in the same process.
  * Times are medians of CUDA-event-timed launches after warm-up, on a cache of >= 4 GiB with random
  * slots. The plugin is reached through the loader and the ABI only, as a runtime would. */
@@ -10,6 +11,7 @@
 #include <math.h>
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "cli.h"
@@ -83,6 +85,23 @@ __global__ void scatter368_ceiling(const uint4 *in, const int64_t *slots, uint4 
     const uint4 c = lane < 8 ? __ldg(&in[(int64_t)t * 72 + 64 + lane]) : make_uint4(0, 0, 0, 0);
     const uint4 v = make_uint4(a.x ^ b.y ^ c.z, a.y ^ b.z ^ c.w, a.z ^ b.w ^ c.x, a.w ^ b.x ^ c.y);
     if (lane < 23) cache[__ldg(&slots[t]) * 23 + lane] = v;
+}
+
+/* The matrix-rate ceiling of attend's tensor-core instruction: mma.sync m16n8k16 bf16 -> f32 from
+ * registers, 8 independent accumulators per warp, no memory traffic. */
+__global__ void mma_ceiling(float *sink, int iters) {
+    uint32_t a[4] = {0x3F803F80u ^ threadIdx.x, 0x3F80BF80u, 0x3F003F80u, 0xBF803F00u}, b0 = 0x3F803F80u ^ blockIdx.x, b1 = 0x3F00BF80u;
+    float c[8][4] = {};
+    for (int i = 0; i < iters; i++)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                         "{%0,%1,%2,%3};\n"
+                         : "+f"(c[k][0]), "+f"(c[k][1]), "+f"(c[k][2]), "+f"(c[k][3])
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    float sum = 0.0f;
+    for (int k = 0; k < 8; k++) sum += c[k][0] + c[k][1] + c[k][2] + c[k][3];
+    if (sum == 1.2345f) *sink = sum; /* keeps the work; never true for these inputs */
 }
 
 static nvfp4_mla_tensor_t dev_tensor(void *p, int32_t dtype, int ndim, std::initializer_list<int64_t> shape,
@@ -174,6 +193,13 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
     CK(cudaGetLastError());
     const double g368_tbps = (N * 368.0 * 2 + N * 4.0) / (us * 1e-6) / 1e12;
     add_row("ceiling: gather368", N, us, N * 368.0 * 2 + N * 4.0, copy_tbps, "copy", -1);
+
+    /* bf16 tensor-core rate of mma.sync (the instruction attend uses): 4 CTAs of 8 warps per SM. */
+    const int mma_iters = 4096;
+    us = median_us([&] { mma_ceiling<<<132 * 4, 256, 0, s>>>((float *)d_out, mma_iters); }, 2, 10, s);
+    CK(cudaGetLastError());
+    const double mma_tflops = 132.0 * 4 * 8 * mma_iters * 8 * 4096.0 / (us * 1e-6) / 1e12;
+    add_row("ceiling: mma.sync bf16", 132 * 4 * 8, us, mma_tflops * 1e12 * us * 1e-6, 0, "TFLOP/s", -1);
 
     /* ---- writer ---- */
     const int64_t T_max = 262144;
@@ -344,6 +370,7 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
     uint8_t *d_656;
     CK(cudaMalloc(&d_656, rec656.size()));
     CK(cudaMemcpy(d_656, rec656.data(), rec656.size(), cudaMemcpyHostToDevice));
+    std::map<int64_t, double> attend368_us; /* per h, for the 656 rows' speedup */
     for (int layout_i = 0; layout_i < 2 && (!only[0] || !strcmp(only, "attend")); layout_i++) {
         const int is656 = layout_i == 1;
         const int32_t rb = is656 ? 656 : 368;
@@ -442,8 +469,11 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
             char name[64];
             snprintf(name, sizeof name, "attend %s h=%lld", is656 ? "fp8-656" : "nvfp4-368", (long long)H);
             add_row(name, NQ * TOPK, us, bytes, copy_tbps, "copy", ok && launched);
-            printf("%-28s %9s %11s %9.1f %8.3f  %-10s (TFLOP/s; time ratio gather368/attend)\n", "", "", "",
-                   flops / (us * 1e-6) / 1e12, (N * 368.0 * 2 + N * 4.0) / (g368_tbps * 1e12) / (us * 1e-6), "gather368");
+            const double tflops = flops / (us * 1e-6) / 1e12;
+            printf("%-28s %9s %11s %9.1f %8.3f  %-10s (TFLOP/s; time ratio gather368/attend; %.2f of mma.sync)\n", "", "",
+                   "", tflops, (N * 368.0 * 2 + N * 4.0) / (g368_tbps * 1e12) / (us * 1e-6), "gather368", tflops / mma_tflops);
+            if (!is656) attend368_us[H] = us;
+            else printf("%-28s %9s %11s %9s %8.3f  %-10s\n", "  (368 speedup over 656)", "", "", "", us / attend368_us[H], "656/368");
         }
     }
     cudaFree(d_656);
