@@ -221,24 +221,41 @@ static __device__ __forceinline__ int32_t load_slot(const attend_ctx &c, int64_t
 /* Issues the copies of this warp's 8 entries of a tile into stage `stage`: entry j's slot comes
  * from lane j, each lane copies one 16-byte chunk (two for 656-byte records); unused entries are
  * zero-filled without a read. Records each entry's slot for the dequantisation. */
-template <int RB>
-static __device__ __forceinline__ void issue_tile(const attend_ctx &c, int32_t my_slot, int stage) {
+template <int RB, bool CONTIGUOUS>
+static __device__ __forceinline__ void issue_copies(const attend_ctx &c, int32_t my_slot, unsigned char *dst) {
     constexpr int CHUNKS = RB / 16;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    unsigned char *dst = c.smem + c.pl.off_raw + (stage * KEYS + 8 * warp) * RB + 16 * lane;
+    const int lane = threadIdx.x & 31;
     const uint32_t bs = (uint32_t)c.a.block_size;
     const int64_t block_stride = c.a.block_stride;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const int32_t slot = __shfl_sync(0xFFFFFFFFu, my_slot, j);
         const uint32_t u = (uint32_t)(slot < 0 ? 0 : slot);
-        const uint32_t block = c.pl.contiguous ? 0 : u / bs; /* the division only for padded pages */
-        const uint8_t *src = c.a.cache + (int64_t)block * block_stride + (int64_t)(u - block * bs) * RB + 16 * lane;
+        const uint8_t *src;
+        if (CONTIGUOUS) {
+            src = c.a.cache + (int64_t)u * RB + 16 * lane;
+        } else {
+            const uint32_t block = u / bs;
+            src = c.a.cache + (int64_t)block * block_stride + (int64_t)(u - block * bs) * RB + 16 * lane;
+        }
         const int bytes = slot < 0 ? 0 : 16;
         if (lane < CHUNKS) cp_async16(dst + j * RB, bytes ? (const void *)src : (const void *)c.a.cache, bytes);
         if (CHUNKS > 32 && lane + 32 < CHUNKS)
             cp_async16(dst + j * RB + 512, bytes ? (const void *)(src + 512) : (const void *)c.a.cache, bytes);
     }
+}
+
+/* Issues the copies of this warp's 8 entries of a tile into stage `stage`: entry j's slot comes
+ * from lane j, each lane copies one 16-byte chunk (two for 656-byte records); unused entries are
+ * zero-filled without a read. Records each entry's slot for the dequantisation. */
+template <int RB>
+static __device__ __forceinline__ void issue_tile(const attend_ctx &c, int32_t my_slot, int stage) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    unsigned char *dst = c.smem + c.pl.off_raw + (stage * KEYS + 8 * warp) * RB + 16 * lane;
+    if (c.pl.contiguous) /* uniform: the division only for padded pages */
+        issue_copies<RB, true>(c, my_slot, dst);
+    else
+        issue_copies<RB, false>(c, my_slot, dst);
     if (lane < 8) c.sm.slot[stage][8 * warp + lane] = my_slot;
 }
 

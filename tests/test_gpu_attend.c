@@ -64,17 +64,20 @@ static void *to_gpu(const void *host, size_t bytes) {
     return d;
 }
 
-static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode) {
+/* pad: bytes added to each page of 64 records (a padded block stride, the non-contiguous path). */
+static void run_case_padded(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode, int64_t pad) {
     const int32_t rb = layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 656 : layout == NVFP4_MLA_LAYOUT_BF16_ROPE_432 ? 432 : 368;
     const int64_t slots_n = 4096, block = 64;
-    uint8_t *cache = calloc((size_t)slots_n, (size_t)rb);
+    const int64_t stride = block * rb + pad;
+    uint8_t *cache = calloc((size_t)(slots_n / block), (size_t)stride);
+#define REC(t) (cache + ((t) / block) * stride + ((t) % block) * rb)
     const float scale = mode == NVFP4_MLA_SCALE_PER_TOKEN ? 0.0f : (layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 1.0f : 0.01f);
     uint16_t *tok = malloc((size_t)slots_n * 576 * 2);
     for (int64_t i = 0; i < slots_n * 576; i++) tok[i] = nvfp4_f32_to_bf16((float)(gauss() * 0.5));
-    nvfp4_mla_tensor_t cache_t = tu_cache(cache, slots_n / block, block, rb, block * rb);
+    nvfp4_mla_tensor_t cache_t = tu_cache(cache, slots_n / block, block, rb, stride);
     if (rb == 656) {
         for (int64_t t = 0; t < slots_n; t++) { /* random valid fp8_ds_mla records */
-            uint8_t *rec = cache + t * 656;
+            uint8_t *rec = REC(t);
             for (int i = 0; i < 512; i++) rec[i] = (uint8_t)(uniform() * 256) & 0xF7; /* never 0x7F/0xFF */
             for (int i = 0; i < 4; i++) { float s = (float)(0.001 + uniform() * 0.01); memcpy(rec + 512 + 4 * i, &s, 4); }
             memcpy(rec + 528, tok + t * 576 + 512, 128);
@@ -108,7 +111,7 @@ static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint3
     a.lse = tu_rows(lse_cpu, NVFP4_MLA_DTYPE_F32, nq, h, h);
     if (nvfp4_op_attend(cpu, &a) != NVFP4_MLA_OK) fail_msg("cpu: %s", nvfp4_last_error());
     void *dq = to_gpu(q, (size_t)(nq * h * 576 * 2)), *ds = to_gpu(slots, (size_t)(nq * topk * 4));
-    void *dv = to_gpu(valid, (size_t)(nq * 4)), *dc = to_gpu(cache, (size_t)(slots_n * rb));
+    void *dv = to_gpu(valid, (size_t)(nq * 4)), *dc = to_gpu(cache, (size_t)(slots_n / block * stride));
     void *dout, *dlse, *dws = NULL;
     CK(cudaMalloc(&dout, out_n * 2));
     CK(cudaMalloc(&dlse, (size_t)(nq * h * 4)));
@@ -130,8 +133,8 @@ static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint3
     double worst = 0, worst_lse = 0, vmax = 0;
     uint16_t row[576];
     for (int64_t t = 0; t < slots_n; t++) { /* the largest dequantised value a query can average */
-        if (rb == 656) nvfp4_mla_decode_fp8_656_cpu(cache + t * 656, row);
-        else nvfp4_mla_decode_record_cpu(cache + t * rb, rb, mode == NVFP4_MLA_SCALE_PER_TOKEN, scale, row);
+        if (rb == 656) nvfp4_mla_decode_fp8_656_cpu(REC(t), row);
+        else nvfp4_mla_decode_record_cpu(REC(t), rb, mode == NVFP4_MLA_SCALE_PER_TOKEN, scale, row);
         for (int i = 0; i < 512; i++) vmax = fmax(vmax, fabs(nvfp4_bf16_to_f32(row[i])));
     }
     for (size_t i = 0; i < out_n; i++) {
@@ -147,11 +150,16 @@ static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint3
         if (err > 1e-5 * fmax(fabs(lse_cpu[i]), 1.0)) fail_msg("lse[%lld] gpu %.8g cpu %.8g", (long long)i, lse_gpu[i], lse_cpu[i]);
         worst_lse = fmax(worst_lse, err);
     }
-    fprintf(stderr, "nq %3lld h %3lld topk %4lld layout %u mode %u workspace %8llu: max |out diff| %.2e (bound %.2e + rel), "
-            "max |lse diff| %.2e\n", (long long)nq, (long long)h, (long long)topk, layout, mode, (unsigned long long)ws,
+    fprintf(stderr, "nq %3lld h %3lld topk %4lld layout %u mode %u pad %lld workspace %8llu: max |out diff| %.2e (bound %.2e + rel), "
+            "max |lse diff| %.2e\n", (long long)nq, (long long)h, (long long)topk, layout, mode, (long long)pad, (unsigned long long)ws,
             worst, 0x1p-9 * vmax, worst_lse);
     cudaFree(dq), cudaFree(ds), cudaFree(dv), cudaFree(dc), cudaFree(dout), cudaFree(dlse), cudaFree(dws);
     free(cache), free(tok), free(q), free(slots), free(valid), free(out_cpu), free(out_gpu), free(lse_cpu), free(lse_gpu);
+#undef REC
+}
+
+static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode) {
+    run_case_padded(nq, h, topk, layout, mode, 0);
 }
 
 static void cuda_attend_should_match_the_cpu_reference(void **state) {
@@ -170,6 +178,8 @@ static void cuda_attend_should_match_the_cpu_reference(void **state) {
     run_case(2, 48, 700, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
     run_case(3, 20, 3000, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
     run_case(140, 8, 256, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC); /* one split */
+    run_case_padded(3, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 48); /* padded pages */
+    run_case_padded(2, 64, 1000, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 16);
     run_case(300, 16, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* enough CTAs: one split */
 }
 
