@@ -11,9 +11,9 @@
  * values are e2m1 * d (exact in bf16) by bit moves and two bf16 multiplies, 368 RoPE values the
  * bare E4M3 values (exact); the outer scale (per-token s_t or the static s) is folded into the
  * latent part of the score column and into P before P.V, the RoPE scale r into the RoPE part of
- * the score, so no element pays for them and K/V keep the binary32 values of the spec exactly. The latent's 8-element chunks are stored in the order
- * (0,4,1,5,2,6,3,7) that the bit moves give; Q is loaded in the same order and the output columns
- * are mapped back at the store. (2) S = Q K^T with mma.sync m16n8k16 (bf16 in, f32 accumulate;
+ * the score, so no element pays for them and K/V keep the binary32 values of the spec exactly.
+ * The latent's 8-element chunks are stored in the order (0,4,1,5,2,6,3,7) that the bit moves
+ * give; Q is loaded in the same order and the output columns are mapped back at the store. (2) S = Q K^T with mma.sync m16n8k16 (bf16 in, f32 accumulate;
  * latent and RoPE in separate accumulators), operands through ldmatrix; warp w owns m-tile w % MT
  * and 8*MT keys. (3) Online softmax in the log2 domain, row statistics through shared memory.
  * (4) O += P V, warp w owning output columns 64w..64w+63 of every m-tile.
@@ -24,6 +24,11 @@
  * rejects out-of-range ids; a CUDA entry cannot read them without a sync). Heads past h in the
  * last group are computed on zero queries and never stored.
  *
+ * Measured limits and the variants tried (BENCHMARKS.md): the kernel is bound by instruction issue
+ * and the shared-memory pipe at 2 warps per scheduler, not by DRAM. 32-key tiles with two CTAs per
+ * SM, Q held in registers with the dims split over warp pairs, and 16 warps per CTA were each
+ * measured no faster and were not kept.
+ *
  * Differences from the CPU reference (attention in double over the same binary32 values; bounds
  * in tests/test_gpu_attend.c): the outer and RoPE scales are applied to f32 sums instead of
  * elements, P is rounded to bf16 for the tensor cores, sums are f32. The 656-byte baseline
@@ -31,8 +36,6 @@
  * product, bf16 rounding).
  */
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -41,6 +44,7 @@
 #include "cuda_util.cuh"
 #include "decode_cuda.cuh"
 #include "fp_codes.h"
+#include "mma_cuda.cuh"
 
 #define KEYS 64           /* top-k entries per tile */
 #define WARPS 8
@@ -92,90 +96,6 @@ static __host__ __device__ attend_plan make_plan(int mt, int record_bytes, int s
     p.off_small = p.off_raw + stages * KEYS * record_bytes;
     p.bytes = p.off_small + (int)sizeof(attend_small);
     return p;
-}
-
-/* ---- PTX wrappers ---- */
-
-static __device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, asynchronously; src_bytes = 0 fills zeros without reading. */
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-static __device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-/* Waits until at most `pending` groups are in flight (an immediate in PTX, hence the switch). */
-static __device__ __forceinline__ void cp_async_wait(int pending) {
-    if (pending >= 2)
-        asm volatile("cp.async.wait_group 2;\n" ::);
-    else if (pending == 1)
-        asm volatile("cp.async.wait_group 1;\n" ::);
-    else
-        asm volatile("cp.async.wait_group 0;\n" ::);
-}
-
-static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-static __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-static __device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* ---- dequantisation helpers ---- */
-
-static __device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t w) {
-    return *reinterpret_cast<const __nv_bfloat162 *>(&w);
-}
-static __device__ __forceinline__ uint32_t as_u32(__nv_bfloat162 v) {
-    return *reinterpret_cast<const uint32_t *>(&v);
-}
-
-/* Two E4M3 codes (low byte first) to floats, exactly (every E4M3 value is an f16 value). */
-static __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_codes) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two_codes & 0xFFFFu), __NV_E4M3);
-    return __half22float2(__half2(h));
-}
-
-/* Eight E2M1 codes (one little-endian word: nibble n = element n) times d, as four bf16 pairs in
- * the order (0,4), (1,5), (2,6), (3,7). Bit moves place sign, exponent and mantissa of nibbles n
- * and n+4 into bf16 fields (a bf16 with exponent field e2m1's is e2m1 * 2^-126, the E2M1
- * subnormal 0.5 included); one multiply by 2^126 and one by d (an E4M3 value) are exact. */
-static __device__ __forceinline__ uint4 e2m1x8_times(uint32_t w, __nv_bfloat162 d2) {
-    const __nv_bfloat162 bias = as_bf162(0x7E807E80u); /* 2^126 */
-    const uint32_t p0 = ((w << 12) & 0x80008000u) | ((w << 6) & 0x01C001C0u);
-    const uint32_t p1 = ((w << 8) & 0x80008000u) | ((w << 2) & 0x01C001C0u);
-    const uint32_t p2 = ((w << 4) & 0x80008000u) | ((w >> 2) & 0x01C001C0u);
-    const uint32_t p3 = (w & 0x80008000u) | ((w >> 6) & 0x01C001C0u);
-    return make_uint4(as_u32(__hmul2(__hmul2(as_bf162(p0), bias), d2)), as_u32(__hmul2(__hmul2(as_bf162(p1), bias), d2)),
-                      as_u32(__hmul2(__hmul2(as_bf162(p2), bias), d2)), as_u32(__hmul2(__hmul2(as_bf162(p3), bias), d2)));
-}
-
-/* Eight E4M3 codes (bytes of lo, hi) times a binary32 scale, rounded to bf16 like the CPU decoder;
- * `interleave` gives the latent order (0,4),(1,5),(2,6),(3,7), else natural pairs (RoPE). */
-static __device__ __forceinline__ uint4 e4m3x8_scaled(uint32_t lo, uint32_t hi, float scale, bool interleave) {
-    uint32_t w[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const uint32_t two = interleave ? __byte_perm(lo, hi, (uint32_t)(k | ((4 + k) << 4)))
-                                        : (k < 2 ? lo : hi) >> (16 * (k & 1));
-        const float2 f = e4m3x2_to_float2(two);
-        w[k] = bf16_pair(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 /* ---- the kernel ---- */

@@ -1,10 +1,12 @@
-/* Device helpers shared by the CUDA readers (gather, attend): the exact e2m1 * d product and bf16
- * pair packing. Values equal the CPU twin's (kernels/gather_cpu.c): products in binary32, then
+/* Device helpers shared by the CUDA readers (gather, attend): the exact e2m1 * d product, bf16
+ * pair packing, and attention's bit-move dequantisation into bf16 MMA operands. Values equal the CPU twin's (kernels/gather_cpu.c): products in binary32, then
  * bf16 round-to-nearest-even. */
 #ifndef NVFP4_MLA_DECODE_CUDA_CUH
 #define NVFP4_MLA_DECODE_CUDA_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 /* Exact e2m1 * d for nibble `code`: twice the magnitudes {0,.5,1,1.5,2,3,4,6} are the integers
@@ -18,6 +20,49 @@ static __device__ __forceinline__ float e2m1_times(uint32_t code, float half_d) 
 static __device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
     return *(const uint32_t *)&pair;
+}
+
+/* ---- attention: bf16 operands for the tensor cores ---- */
+
+static __device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t w) {
+    return *reinterpret_cast<const __nv_bfloat162 *>(&w);
+}
+static __device__ __forceinline__ uint32_t as_u32(__nv_bfloat162 v) {
+    return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+/* Two E4M3 codes (low byte first) to floats, exactly (every E4M3 value is an f16 value). */
+static __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_codes) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two_codes & 0xFFFFu), __NV_E4M3);
+    return __half22float2(__half2(h));
+}
+
+/* Eight E2M1 codes (one little-endian word: nibble n = element n) times d, as four bf16 pairs in
+ * the order (0,4), (1,5), (2,6), (3,7). Bit moves place sign, exponent and mantissa of nibbles n
+ * and n+4 into bf16 fields (a bf16 with exponent field e2m1's is e2m1 * 2^-126, the E2M1
+ * subnormal 0.5 included); one multiply by 2^126 and one by d (an E4M3 value) are exact. */
+static __device__ __forceinline__ uint4 e2m1x8_times(uint32_t w, __nv_bfloat162 d2) {
+    const __nv_bfloat162 bias = as_bf162(0x7E807E80u); /* 2^126 */
+    const uint32_t p0 = ((w << 12) & 0x80008000u) | ((w << 6) & 0x01C001C0u);
+    const uint32_t p1 = ((w << 8) & 0x80008000u) | ((w << 2) & 0x01C001C0u);
+    const uint32_t p2 = ((w << 4) & 0x80008000u) | ((w >> 2) & 0x01C001C0u);
+    const uint32_t p3 = (w & 0x80008000u) | ((w >> 6) & 0x01C001C0u);
+    return make_uint4(as_u32(__hmul2(__hmul2(as_bf162(p0), bias), d2)), as_u32(__hmul2(__hmul2(as_bf162(p1), bias), d2)),
+                      as_u32(__hmul2(__hmul2(as_bf162(p2), bias), d2)), as_u32(__hmul2(__hmul2(as_bf162(p3), bias), d2)));
+}
+
+/* Eight E4M3 codes (bytes of lo, hi) times a binary32 scale, rounded to bf16 like the CPU decoder;
+ * `interleave` gives the latent order (0,4),(1,5),(2,6),(3,7), else natural pairs (RoPE). */
+static __device__ __forceinline__ uint4 e4m3x8_scaled(uint32_t lo, uint32_t hi, float scale, bool interleave) {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t two = interleave ? __byte_perm(lo, hi, (uint32_t)(k | ((4 + k) << 4)))
+                                        : (k < 2 ? lo : hi) >> (16 * (k & 1));
+        const float2 f = e4m3x2_to_float2(two);
+        w[k] = bf16_pair(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 #endif
