@@ -94,7 +94,24 @@ def test_plugin_errors_should_carry_the_plugins_message(ctx):
                    layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC)
 
 
-def test_attend_should_match_a_numpy_attention_over_the_gathered_rows(ctx):
+def e4m3(codes):
+    """E4M3 codes to float32 (record-format.md 2c); the writer never emits NaN codes."""
+    c = codes.astype(np.int32)
+    e, m = (c >> 3) & 15, (c & 7).astype(np.float32)
+    mag = np.where(e == 0, m / 8 * np.float32(2.0**-6), (1 + m / 8) * np.exp2(e - 7).astype(np.float32))
+    return np.where(c & 0x80, -mag, mag).astype(np.float32)
+
+
+def record_values(rec):
+    """One per-token 368-byte record's 576 binary32 values (record-format.md section 5)."""
+    codes = np.stack([rec[:256] & 15, rec[:256] >> 4], axis=1).reshape(512)
+    e2m1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], np.float32)[codes & 7] * np.where(codes & 8, -1, 1).astype(np.float32)
+    d = np.repeat(e4m3(rec[256:288]), 16)
+    r, s_t = rec[288:296].view(np.float32)
+    return np.concatenate([(e2m1 * d) * s_t, e4m3(rec[304:368]) * r]).astype(np.float32)
+
+
+def test_attend_should_match_a_numpy_attention_over_the_records_values(ctx):
     x = tokens(32, seed=5)
     cache = np.zeros((1, 32, 368), np.uint8)
     ctx.write(x[:, :512], x[:, 512:], np.arange(32, dtype=np.int64), cache, layout=LAYOUT_FP8_ROPE_368,
@@ -103,9 +120,11 @@ def test_attend_should_match_a_numpy_attention_over_the_gathered_rows(ctx):
     topk = np.array([[0, 5, 5, -1, 9, 31], [-1, -1, -1, -1, -1, -1]], np.int32)
     out, lse = np.zeros((2, 3, 512), np.uint16), np.zeros((2, 3), np.float32)
     ctx.attend(q, topk, cache, out, lse=lse, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, sm_scale=0.05)
-    rows = np.zeros((6, 576), np.uint16)
+    valid = topk[0][topk[0] >= 0]
+    keys = np.stack([record_values(cache[0, i]) for i in valid]).astype(np.float64)
+    rows = np.zeros((6, 576), np.uint16)  # gather returns the same values rounded to bf16
     ctx.gather(cache, topk[0], rows, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
-    keys = nvfp4_mla.bf16_to_float32(rows[topk[0] >= 0]).astype(np.float64)
+    assert np.abs(nvfp4_mla.bf16_to_float32(rows[topk[0] >= 0]) - keys).max() <= 2.0**-8 * np.abs(keys).max()
     s = nvfp4_mla.bf16_to_float32(q[0]).astype(np.float64) @ keys.T * 0.05
     p = np.exp(s - s.max(axis=1, keepdims=True))
     want = (p / p.sum(axis=1, keepdims=True)) @ keys[:, :512]
