@@ -3,10 +3,9 @@
  * layout and the 656-byte baseline layout, split-K and single-split paths, every tiling and stage
  * count. The CPU reference works in double over the records' binary32 values (the 656 layout: its
  * bf16 decode), as the kernel does up to f32 sums and P rounded to bf16 for the P.V product.
- * Tolerances: outputs rel 2/128 plus an absolute 2^-9 * max|V| (the bound of that P rounding,
- * which FlashMLA's kernels do too; with few keys and cancelling values it reaches ~1e-3 at |V| ~
- * 2.5, so a flat 1e-3 is too tight for values that are not of unit scale), LSE rel 1e-5 (abs 1e-5
- * near 0).
+ * Tolerances (the issue's FlashMLA-level ones, with "abs 1e-3 on outputs of unit scale" taken
+ * relative to the outputs' scale, max|V|, since the test's values are not of unit scale): outputs
+ * |gpu - cpu| <= 2/128 |cpu| + 1e-3 max|V|, LSE rel 1e-5 (abs 1e-5 near 0).
  * Exits 77 without a CUDA device. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -137,12 +136,14 @@ static void run_case_padded(int64_t nq, int64_t h, int64_t topk, uint32_t layout
         else nvfp4_mla_decode_record_cpu(REC(t), rb, mode == NVFP4_MLA_SCALE_PER_TOKEN, scale, row);
         for (int i = 0; i < 512; i++) vmax = fmax(vmax, fabs(nvfp4_bf16_to_f32(row[i])));
     }
+    double worst_abs = 0; /* the part of a difference beyond the relative term, in units of max|V| */
     for (size_t i = 0; i < out_n; i++) {
         double c = nvfp4_bf16_to_f32(out_cpu[i]), d = nvfp4_bf16_to_f32(out_gpu[i]);
-        double excess = fabs(c - d) - (0x1p-9 * vmax + (2.0 / 128) * fabs(c));
-        if (!(excess <= 0)) fail_msg("nq %lld h %lld topk %lld layout %u mode %u: out[%zu] gpu %g cpu %g", (long long)nq,
-                                     (long long)h, (long long)topk, layout, mode, i, d, c);
+        double beyond_rel = fabs(c - d) - (2.0 / 128) * fabs(c);
+        if (!(beyond_rel <= 1e-3 * vmax)) fail_msg("nq %lld h %lld topk %lld layout %u mode %u: out[%zu] gpu %g cpu %g (vmax %g)",
+                                                   (long long)nq, (long long)h, (long long)topk, layout, mode, i, d, c, vmax);
         worst = fmax(worst, fabs(c - d));
+        worst_abs = fmax(worst_abs, beyond_rel / vmax);
     }
     for (int64_t i = 0; i < nq * h; i++) {
         if (isinf(lse_cpu[i])) { assert_true(isinf(lse_gpu[i]) && lse_gpu[i] < 0); continue; }
@@ -150,9 +151,9 @@ static void run_case_padded(int64_t nq, int64_t h, int64_t topk, uint32_t layout
         if (err > 1e-5 * fmax(fabs(lse_cpu[i]), 1.0)) fail_msg("lse[%lld] gpu %.8g cpu %.8g", (long long)i, lse_gpu[i], lse_cpu[i]);
         worst_lse = fmax(worst_lse, err);
     }
-    fprintf(stderr, "nq %3lld h %3lld topk %4lld layout %u mode %u pad %lld workspace %8llu: max |out diff| %.2e (bound %.2e + rel), "
-            "max |lse diff| %.2e\n", (long long)nq, (long long)h, (long long)topk, layout, mode, (long long)pad, (unsigned long long)ws,
-            worst, 0x1p-9 * vmax, worst_lse);
+    fprintf(stderr, "nq %3lld h %3lld topk %4lld layout %u mode %u pad %lld workspace %8llu: max |out diff| %.2e, beyond rel "
+            "2/128: %.2e of max|V| (bound 1e-3), max |lse diff| %.2e\n", (long long)nq, (long long)h, (long long)topk, layout, mode,
+            (long long)pad, (unsigned long long)ws, worst, worst_abs, worst_lse);
     cudaFree(dq), cudaFree(ds), cudaFree(dv), cudaFree(dc), cudaFree(dout), cudaFree(dlse), cudaFree(dws);
     free(cache), free(tok), free(q), free(slots), free(valid), free(out_cpu), free(out_gpu), free(lse_cpu), free(lse_gpu);
 #undef REC

@@ -441,7 +441,7 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
             hc.stream = NULL;
             for (nvfp4_mla_tensor_t *tt : {&hc.q, &hc.slots, &hc.cache, &hc.out, &hc.lse}) tt->device_type = NVFP4_MLA_DEVICE_CPU;
             ok = ok && t->attend(host.cpu, &hc) == NVFP4_MLA_OK;
-            /* Outputs: rel 2/128 plus 2^-9 * max|V| (the bound of rounding P to bf16; see tests/test_gpu_attend.c). */
+            /* Outputs: rel 2/128 plus 1e-3 * max|V| (tests/test_gpu_attend.c). */
             float vmax = 0.0f;
             for (const int32_t sl : small) {
                 if (sl < 0 || sl >= (is656 ? T_max / 2 : T_max)) continue;
@@ -458,7 +458,7 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
                 float c, d;
                 memcpy(&c, &cb, 4);
                 memcpy(&d, &db, 4);
-                ok = fabsf(c - d) <= 0x1p-9f * vmax + (2.0f / 128) * fabsf(c);
+                ok = fabsf(c - d) <= 1e-3f * vmax + (2.0f / 128) * fabsf(c);
             }
             for (size_t i = 0; ok && i < lse_got.size(); i++)
                 ok = isinf(lse_want[i]) ? isinf(lse_got[i]) : fabsf(lse_want[i] - lse_got[i]) <= 1e-5f * fmaxf(fabsf(lse_want[i]), 1.0f);
