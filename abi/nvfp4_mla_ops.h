@@ -63,7 +63,10 @@ typedef struct nvfp4_mla_gather_args {
  * out[q, j] = sum_k softmax_k(sm_scale * <q[q, j], key_k>) * latent_k over the valid entries k of
  * slots[q, :] (the first valid_len[q] entries, minus the -1 ones); key = [latent, rope] (576).
  * lse[q, j] = natural log of sum_k exp(sm_scale * score_k); -inf (and out = 0) when no entry is
- * valid. Duplicate slots count as often as they appear. */
+ * valid. Duplicate slots count as often as they appear. Keys and values are the records' binary32
+ * values (record-format.md section 5, before gather's bf16 rounding; the 656 layout: its bf16
+ * decode). The CPU backend accumulates in double; CUDA uses bf16 tensor-core operands with f32
+ * sums and stays within rel 2/128 + 1e-3 max|value| of it on out and rel 1e-5 on lse. */
 typedef struct nvfp4_mla_attend_args {
     uint32_t struct_size;   /* sizeof(nvfp4_mla_attend_args_t) as the host compiled it */
     uint32_t layout;        /* NVFP4_MLA_LAYOUT_* */
