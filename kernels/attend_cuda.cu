@@ -55,8 +55,8 @@
 #define MAX_STAGES 3
 #define SMEM_BUDGET (227 * 1024) /* the sm_90 per-block opt-in maximum */
 
-/* Where everything lives in the dynamic shared memory of one CTA (byte offsets). Computed the same
- * way on the host (to size the launch) and on the device. */
+/* How one launch is tiled and where everything lives in the dynamic shared memory of one CTA
+ * (byte offsets): computed on the host by plan_for, handed to the kernel. */
 struct attend_plan {
     int mt;           /* m-tiles of 16 heads per CTA: 1, 2 or 4 */
     int stages;       /* raw-record stages in flight: 1..MAX_STAGES */
@@ -79,47 +79,7 @@ struct attend_small {
     float l_state[64];              /* running row sum */
 };
 
-static __host__ __device__ attend_plan make_plan(int mt, int record_bytes, int stages, int splits) {
-    attend_plan p;
-    p.mt = mt;
-    p.record_bytes = record_bytes;
-    p.splits = splits;
-    p.off_k = 16 * mt * PITCH * 2;
-    p.off_p = p.off_k + KEYS * PITCH * 2;
-    p.off_raw = p.off_p + 16 * mt * P_PITCH * 2;
-    const int fixed = p.off_raw + (int)sizeof(attend_small);
-    if (stages <= 0) {
-        stages = (SMEM_BUDGET - fixed) / (KEYS * record_bytes);
-        stages = stages > MAX_STAGES ? MAX_STAGES : stages;
-    }
-    p.stages = stages;
-    p.off_small = p.off_raw + stages * KEYS * record_bytes;
-    p.bytes = p.off_small + (int)sizeof(attend_small);
-    return p;
-}
-
 /* ---- the kernel ---- */
-
-/* Splits of the top-k so that queries x head groups x splits fill the GPU's SMs (one CTA each);
- * deterministic in the shapes and the device, so the workspace query and the launch agree. */
-static int attend_splits(const nvfp4_mla_attend_kernel_args_t *a, int mt) {
-    int sms = 132;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a->device_index) != cudaSuccess || sms < 1) {
-        (void)cudaGetLastError();
-        sms = 132;
-    }
-    const int64_t groups = (a->num_heads + 16 * mt - 1) / (16 * mt);
-    const int64_t ctas = a->num_queries * groups;
-    const int64_t tiles = (a->topk + KEYS - 1) / KEYS;
-    int64_t splits = ctas > 0 ? sms / ctas : 1;
-    splits = splits > tiles ? tiles : splits;
-    splits = splits > 64 ? 64 : splits;
-    return splits < 1 ? 1 : (int)splits;
-}
-
-static int attend_mt(int64_t num_heads) {
-    return num_heads <= 16 ? 1 : num_heads <= 32 ? 2 : 4;
-}
 
 struct attend_ctx {
     const nvfp4_mla_attend_kernel_args_t &a;
@@ -493,11 +453,39 @@ __global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int 
             wsum > 0.0f ? (lmax + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
 }
 
+/* Splits of the top-k so that queries x head groups x splits fill the GPU's SMs (one CTA each). */
+static int attend_splits(const nvfp4_mla_attend_kernel_args_t *a, int mt) {
+    int sms = 132;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, a->device_index) != cudaSuccess || sms < 1) {
+        (void)cudaGetLastError();
+        sms = 132;
+    }
+    const int64_t groups = (a->num_heads + 16 * mt - 1) / (16 * mt);
+    const int64_t ctas = a->num_queries * groups;
+    const int64_t tiles = (a->topk + KEYS - 1) / KEYS;
+    int64_t splits = ctas > 0 ? sms / ctas : 1;
+    splits = splits > tiles ? tiles : splits;
+    splits = splits > 64 ? 64 : splits;
+    return splits < 1 ? 1 : (int)splits;
+}
+
+/* The launch's plan: heads per CTA from h, splits from the SM count, as many raw stages (up to
+ * MAX_STAGES) as the shared memory left after the fixed parts holds. Deterministic in the shapes
+ * and the device, so the workspace query and the launch agree. */
 static attend_plan plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
-    const int mt = attend_mt(a->num_heads);
-    attend_plan pl = make_plan(mt, a->record_bytes, 0, attend_splits(a, mt));
-    pl.contiguous = a->block_stride == a->block_size * a->record_bytes;
-    return pl;
+    attend_plan p;
+    p.mt = a->num_heads <= 16 ? 1 : a->num_heads <= 32 ? 2 : 4;
+    p.record_bytes = a->record_bytes;
+    p.splits = attend_splits(a, p.mt);
+    p.contiguous = a->block_stride == a->block_size * a->record_bytes;
+    p.off_k = 16 * p.mt * PITCH * 2;
+    p.off_p = p.off_k + KEYS * PITCH * 2;
+    p.off_raw = p.off_p + 16 * p.mt * P_PITCH * 2;
+    const int stages = (SMEM_BUDGET - p.off_raw - (int)sizeof(attend_small)) / (KEYS * p.record_bytes);
+    p.stages = stages > MAX_STAGES ? MAX_STAGES : stages;
+    p.off_small = p.off_raw + p.stages * KEYS * p.record_bytes;
+    p.bytes = p.off_small + (int)sizeof(attend_small);
+    return p;
 }
 
 extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *a) {
@@ -527,8 +515,7 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
         return;
     }
     nvfp4_device_guard guard(args->device_index);
-    if (guard.error != cudaSuccess) {
-        nvfp4_cuda_result(result, guard.error, "attend: selecting the context's device");
+    if (!nvfp4_cuda_guard_ok(guard, result, "attend")) {
         return;
     }
     const attend_plan pl = plan_for(args);
@@ -547,9 +534,7 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     }
     const int64_t groups = (args->num_heads + 16 * pl.mt - 1) / (16 * pl.mt);
     const int64_t ctas = args->num_queries * groups * pl.splits;
-    if (ctas > INT32_MAX) {
-        result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
-        snprintf(result->message, sizeof result->message, "attend: %lld CTAs exceed one launch", (long long)ctas);
+    if (!nvfp4_cuda_grid_fits(ctas, result, "attend", ctas, "CTAs")) {
         return;
     }
     err = pl.record_bytes == 656   ? launch_attend_rb<656>(args, pl, (unsigned)ctas)

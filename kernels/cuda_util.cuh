@@ -1,8 +1,10 @@
-/* Small helpers of the CUDA launchers: a device guard and launch checking into a kernel result. */
+/* Small helpers of the CUDA launchers: a device guard, the launchers' common checks, and launch
+ * checking into a kernel result. */
 #ifndef NVFP4_MLA_CUDA_UTIL_CUH
 #define NVFP4_MLA_CUDA_UTIL_CUH
 
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "codec.h"
@@ -36,6 +38,26 @@ static inline void nvfp4_cuda_result(nvfp4_mla_kernel_result_t *result, cudaErro
         snprintf(result->message, sizeof result->message, "%s: %s (%s)", what, cudaGetErrorString(error),
                  cudaGetErrorName(error));
     }
+}
+
+/* The common start of every launcher, after its zero-work return: true when the context's device
+ * was selected; else the result says why and the launcher returns. */
+static inline bool nvfp4_cuda_guard_ok(const nvfp4_device_guard &guard, nvfp4_mla_kernel_result_t *result,
+                                       const char *op) {
+    if (guard.error == cudaSuccess) return true;
+    char what[64];
+    snprintf(what, sizeof what, "%s: selecting the context's device", op);
+    nvfp4_cuda_result(result, guard.error, what);
+    return false;
+}
+
+/* A grid of `blocks` CTAs fits one launch; else INVALID_ARGUMENT naming `count` `items` of `op`. */
+static inline bool nvfp4_cuda_grid_fits(int64_t blocks, nvfp4_mla_kernel_result_t *result, const char *op,
+                                        int64_t count, const char *items) {
+    if (blocks <= INT32_MAX) return true;
+    result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
+    snprintf(result->message, sizeof result->message, "%s: %lld %s exceed one launch", op, (long long)count, items);
+    return false;
 }
 
 #endif

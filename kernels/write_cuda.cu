@@ -234,15 +234,8 @@ extern "C" void nvfp4_mla_write_cuda(const nvfp4_mla_write_kernel_args_t *args, 
         return;
     }
     nvfp4_device_guard guard(args->device_index);
-    if (guard.error != cudaSuccess) {
-        nvfp4_cuda_result(result, guard.error, "write: selecting the context's device");
-        return;
-    }
     const int64_t blocks = (args->num_tokens + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
-    if (blocks > INT32_MAX) {
-        result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
-        snprintf(result->message, sizeof result->message, "write: %lld tokens exceed one launch",
-                 (long long)args->num_tokens);
+    if (!nvfp4_cuda_guard_ok(guard, result, "write") || !nvfp4_cuda_grid_fits(blocks, result, "write", args->num_tokens, "tokens")) {
         return;
     }
     nvfp4_write_kernel<<<(unsigned)blocks, WARPS_PER_BLOCK * 32, 0, (cudaStream_t)args->stream>>>(*args);

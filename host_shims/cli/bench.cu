@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "mma_cuda.cuh" /* the MMA wrapper attend uses */
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -94,11 +95,7 @@ __global__ void mma_ceiling(float *sink, int iters) {
     float c[8][4] = {};
     for (int i = 0; i < iters; i++)
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                         "{%0,%1,%2,%3};\n"
-                         : "+f"(c[k][0]), "+f"(c[k][1]), "+f"(c[k][2]), "+f"(c[k][3])
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        for (int k = 0; k < 8; k++) mma_bf16(c[k], a, b0, b1);
     float sum = 0.0f;
     for (int k = 0; k < 8; k++) sum += c[k][0] + c[k][1] + c[k][2] + c[k][3];
     if (sum == 1.2345f) *sink = sum; /* keeps the work; never true for these inputs */
@@ -112,6 +109,20 @@ static nvfp4_mla_tensor_t dev_tensor(void *p, int32_t dtype, int ndim, std::init
     d = 0;
     for (int64_t v : strides) t.strides[d++] = v;
     return t;
+}
+
+/* Write arguments for T tokens of the bench's token buffer (576-value rows) into 368-byte
+ * records; slots and cache are set by the caller. */
+static nvfp4_mla_write_args_t write_args_368(uint32_t mode, float scale, uint16_t *tokens, int64_t T, cudaStream_t s) {
+    nvfp4_mla_write_args_t w = {};
+    w.struct_size = sizeof w;
+    w.layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
+    w.scale_mode = mode;
+    w.outer_scale = scale;
+    w.kv_c = dev_tensor(tokens, NVFP4_MLA_DTYPE_BF16, 2, {T, 512}, {576, 1});
+    w.k_pe = dev_tensor(tokens + 512, NVFP4_MLA_DTYPE_BF16, 2, {T, 64}, {576, 1});
+    w.stream = s;
+    return w;
 }
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -234,14 +245,7 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
         const float scale = m ? 0.003f : 0.0f;
         for (int64_t T : sizes) {
             if ((only[0] && strcmp(only, "write")) || (only_tokens && T != only_tokens)) continue;
-            nvfp4_mla_write_args_t w = {};
-            w.struct_size = sizeof w;
-            w.layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
-            w.scale_mode = mode;
-            w.outer_scale = scale;
-            w.kv_c = dev_tensor(d_tokens, NVFP4_MLA_DTYPE_BF16, 2, {T, 512}, {576, 1});
-            w.k_pe = dev_tensor(d_tokens + 512, NVFP4_MLA_DTYPE_BF16, 2, {T, 64}, {576, 1});
-            w.stream = s;
+            nvfp4_mla_write_args_t w = write_args_368(mode, scale, d_tokens, T, s);
             /* Correctness: the same kernel on identity slots of a compact cache vs the CPU writer. */
             w.slot_mapping = dev_tensor(d_ident, NVFP4_MLA_DTYPE_I64, 1, {T}, {1});
             w.cache = dev_tensor(d_compact, NVFP4_MLA_DTYPE_U8, 3, {T, 1, 368}, {368, 368, 1});
@@ -290,16 +294,9 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
         g.slots = dev_tensor(d_index, NVFP4_MLA_DTYPE_I32, 1, {N}, {1});
         /* Correctness: the compact cache written by the last writer check (static records for m = 1;
          * the per-token pass re-writes it first), gathered at random slots, vs the CPU reader. */
-        nvfp4_mla_write_args_t w = {};
-        w.struct_size = sizeof w;
-        w.layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
-        w.scale_mode = mode;
-        w.outer_scale = scale;
-        w.kv_c = dev_tensor(d_tokens, NVFP4_MLA_DTYPE_BF16, 2, {T_max, 512}, {576, 1});
-        w.k_pe = dev_tensor(d_tokens + 512, NVFP4_MLA_DTYPE_BF16, 2, {T_max, 64}, {576, 1});
+        nvfp4_mla_write_args_t w = write_args_368(mode, scale, d_tokens, T_max, s);
         w.slot_mapping = dev_tensor(d_ident, NVFP4_MLA_DTYPE_I64, 1, {T_max}, {1});
         w.cache = dev_tensor(d_compact, NVFP4_MLA_DTYPE_U8, 3, {T_max, 1, 368}, {368, 368, 1});
-        w.stream = s;
         int ok = t->write(gpu, &w) == NVFP4_MLA_OK;
         std::vector<int32_t> check_slots(N);
         for (auto &v : check_slots) v = (next_rand() % 10 == 0) ? -1 : (int32_t)(next_rand() % (uint64_t)T_max);
@@ -382,15 +379,9 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
         for (auto &v : small) v = (next_rand() % 16 == 0) ? -1 : (int32_t)(next_rand() % (uint64_t)small_cap);
         CK(cudaMemcpy(d_small_topk, small.data(), NQ * TOPK * 4, cudaMemcpyHostToDevice));
         if (!is656) { /* the compact cache holds per-token records of the check tokens */
-            nvfp4_mla_write_args_t w = {};
-            w.struct_size = sizeof w;
-            w.layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
-            w.scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
-            w.kv_c = dev_tensor(d_tokens, NVFP4_MLA_DTYPE_BF16, 2, {T_max, 512}, {576, 1});
-            w.k_pe = dev_tensor(d_tokens + 512, NVFP4_MLA_DTYPE_BF16, 2, {T_max, 64}, {576, 1});
+            nvfp4_mla_write_args_t w = write_args_368(NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, d_tokens, T_max, s);
             w.slot_mapping = dev_tensor(d_ident, NVFP4_MLA_DTYPE_I64, 1, {T_max}, {1});
             w.cache = dev_tensor(d_compact, NVFP4_MLA_DTYPE_U8, 3, {T_max, 1, 368}, {368, 368, 1});
-            w.stream = s;
             t->write(gpu, &w);
         }
         for (int64_t H : heads_list) {
