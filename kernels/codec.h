@@ -93,6 +93,12 @@ typedef struct nvfp4_mla_attend_kernel_args {
     float outer_scale;            /* static mode s */
     float sm_scale;
     int32_t device_index;
+    /* The device as the context read it once at init (CUDA only; the plan is computed from these
+     * and the shapes, so the workspace query and the launch agree without device calls). */
+    int32_t sm_count;             /* multiprocessors */
+    int32_t smem_per_block;       /* opt-in shared memory per block, after NVFP4_MLA_ATTEND_SMEM_CAP */
+    int32_t arch;                 /* 10 * major + minor (90 = sm_90) */
+    int32_t force_mma_sync;       /* 1: NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers on sm_90) */
 } nvfp4_mla_attend_kernel_args_t;
 
 /* Status of a kernel call: 0 = OK, else an NVFP4_MLA_ERR_* code; details through the message
@@ -110,6 +116,14 @@ typedef struct nvfp4_mla_backend_ops {
     uint64_t (*attend_workspace)(const nvfp4_mla_attend_kernel_args_t *args);
     void (*attend)(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 } nvfp4_mla_backend_ops_t;
+
+/* What a CUDA context reads of its device once, at init (kernels/cuda_device.cu). */
+typedef struct nvfp4_mla_cuda_limits {
+    int32_t sm_count;       /* multiprocessors */
+    int32_t smem_per_block; /* opt-in dynamic shared memory per block, bytes */
+    int32_t arch;           /* 10 * major + minor */
+    int32_t reserved;
+} nvfp4_mla_cuda_limits_t;
 
 /* The CPU twins (kernels/write_cpu.c, kernels/gather_cpu.c). */
 void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);

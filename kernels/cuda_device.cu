@@ -13,7 +13,8 @@
 
 __global__ void nvfp4_probe_kernel() {}
 
-extern "C" int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, char *note, size_t note_size) {
+extern "C" int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, char *note, size_t note_size,
+                                    nvfp4_mla_cuda_limits_t *limits) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
@@ -38,8 +39,27 @@ extern "C" int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, c
         cudaGetLastError(); /* do not leave our probe's error for the host's next check */
         return 1;
     }
+    limits->sm_count = prop.multiProcessorCount;
+    limits->smem_per_block = (int32_t)prop.sharedMemPerBlockOptin;
+    limits->arch = 10 * prop.major + prop.minor;
+    limits->reserved = 0;
     note[0] = '\0';
     return 0;
+}
+
+extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block);
+
+/* Once per context: lets the attend kernels use `smem_per_block` bytes on `ordinal`. 0 = done,
+ * else a cudaError_t, described in `note`. */
+extern "C" int nvfp4_mla_cuda_prepare(int ordinal, int smem_per_block, char *note, size_t note_size) {
+    nvfp4_device_guard guard(ordinal);
+    int err = guard.error != cudaSuccess ? (int)guard.error : nvfp4_mla_attend_cuda_prepare(smem_per_block);
+    if (err) {
+        snprintf(note, note_size, "cannot allow %d bytes of shared memory for attend on device %d (%s)", smem_per_block,
+                 ordinal, cudaGetErrorString((cudaError_t)err));
+        (void)cudaGetLastError();
+    }
+    return err;
 }
 
 extern "C" void nvfp4_mla_write_cuda(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);

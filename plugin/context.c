@@ -1,6 +1,8 @@
 /* init / shutdown / context_info: a context per device (design.md, ABI rule 7). */
 #include "context.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +14,49 @@
 static const nvfp4_mla_backend_ops_t cpu_ops = {"cpu", nvfp4_mla_write_cpu, nvfp4_mla_gather_cpu,
                                                 nvfp4_mla_attend_workspace_cpu, nvfp4_mla_attend_cpu};
 
+#if NVFP4_MLA_HAVE_CUDA
+/* The attention kernel's two settings, read once per CUDA context (strict: a value that is not
+ * understood is an error, never a silent default). NVFP4_MLA_ATTEND_SMEM_CAP: decimal bytes of
+ * shared memory per block the planner may use (to run the 99 KB configuration of sm_120 parts
+ * elsewhere); NVFP4_MLA_ATTEND_MMA: "auto" (wgmma where the device has it) or "sync" (mma.sync). */
+static nvfp4_mla_status_t read_attend_settings(nvfp4_mla_context_t *ctx) {
+    const char *cap = secure_getenv("NVFP4_MLA_ATTEND_SMEM_CAP");
+    if (cap && cap[0]) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(cap, &end, 10);
+        if (cap[0] < '0' || cap[0] > '9' || *end || errno || v < 16384 || v > INT32_MAX) {
+            return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
+                              "init: NVFP4_MLA_ATTEND_SMEM_CAP=\"%s\" must be a decimal byte count in [16384, %d]", cap,
+                              INT32_MAX);
+        }
+        if ((int32_t)v < ctx->cuda.smem_per_block) {
+            ctx->cuda.smem_per_block = (int32_t)v;
+        }
+    }
+    const char *mma = secure_getenv("NVFP4_MLA_ATTEND_MMA");
+    if (mma && mma[0] && strcmp(mma, "auto") != 0 && strcmp(mma, "sync") != 0) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: NVFP4_MLA_ATTEND_MMA=\"%s\" must be \"auto\" or \"sync\"", mma);
+    }
+    ctx->attend_force_mma_sync = mma && strcmp(mma, "sync") == 0;
+    return NVFP4_MLA_OK;
+}
+#endif
+
 static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx) {
 #if NVFP4_MLA_HAVE_CUDA
     if (nvfp4_mla_cuda_probe(ctx->device_index, ctx->device_name, sizeof ctx->device_name, ctx->backend_note,
-                             sizeof ctx->backend_note) != 0) {
+                             sizeof ctx->backend_note, &ctx->cuda) != 0) {
         return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "init: CUDA device %d is unusable: %s (backend.cuda absent)",
                           ctx->device_index, ctx->backend_note);
+    }
+    nvfp4_mla_status_t st = read_attend_settings(ctx);
+    if (st) {
+        return st;
+    }
+    if (nvfp4_mla_cuda_prepare(ctx->device_index, ctx->cuda.smem_per_block, ctx->backend_note,
+                               sizeof ctx->backend_note) != 0) {
+        return nvfp4_fail(NVFP4_MLA_ERR_DEVICE, "init: %s", ctx->backend_note);
     }
     ctx->ops = &nvfp4_mla_cuda_ops;
     ctx->capability_bits = NVFP4_CAPS_CUDA;

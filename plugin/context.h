@@ -14,6 +14,8 @@ struct nvfp4_mla_context {
     nvfp4_mla_host_desc_t host; /* copy of the host's descriptor; log NULL when none was given */
     char device_name[128];
     char backend_note[192];
+    nvfp4_mla_cuda_limits_t cuda;   /* CUDA contexts: the device as read at init, smem after the cap */
+    int32_t attend_force_mma_sync;  /* NVFP4_MLA_ATTEND_MMA=sync */
 };
 
 nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *args, nvfp4_mla_context_t **out);
@@ -26,7 +28,10 @@ nvfp4_mla_status_t nvfp4_context_require(const nvfp4_mla_context_t *ctx, const c
 #if NVFP4_MLA_HAVE_CUDA
 /* kernels/cuda_device.cu: can this process run our kernels on `ordinal`? 0 = yes; otherwise `note`
  * says why (no driver, no device, architecture not in the fatbin). */
-int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, char *note, size_t note_size);
+int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, char *note, size_t note_size,
+                         nvfp4_mla_cuda_limits_t *limits);
+/* Once per context, with the limits decided: attribute settings the launches rely on. */
+int nvfp4_mla_cuda_prepare(int ordinal, int smem_per_block, char *note, size_t note_size);
 extern const nvfp4_mla_backend_ops_t nvfp4_mla_cuda_ops;
 #endif
 

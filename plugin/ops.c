@@ -331,6 +331,8 @@ nvfp4_mla_status_t nvfp4_lower_attend(const nvfp4_mla_context_t *ctx, const nvfp
         .layout = (int32_t)a.layout, .record_bytes = g.record_bytes,
         .per_token = a.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN, .outer_scale = a.outer_scale, .sm_scale = a.sm_scale,
         .device_index = ctx->device_index,
+        .sm_count = ctx->cuda.sm_count, .smem_per_block = ctx->cuda.smem_per_block, .arch = ctx->cuda.arch,
+        .force_mma_sync = ctx->attend_force_mma_sync,
     };
     if (!for_launch) {
         return NVFP4_MLA_OK; /* attend_workspace_bytes: shapes only */

@@ -1,5 +1,6 @@
 /* Prints, as JSON, the size of every ABI struct and the offset of every member the Python shim
- * mirrors; the build runs it and tests/test_layout.py compares ctypes against it. */
+ * mirrors, and the constants it copies (layout ids, record sizes, capability bits and names); the
+ * build runs it and tests/test_layout.py compares the Python package against it. */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -51,6 +52,15 @@ int main(void) {
     FIELD(nvfp4_mla_plugin_t, capabilities); FIELD(nvfp4_mla_plugin_t, status_string); FIELD(nvfp4_mla_plugin_t, init);
     FIELD(nvfp4_mla_plugin_t, config_create); FIELD(nvfp4_mla_plugin_t, config_destroy); FIELD(nvfp4_mla_plugin_t, write);
     FIELD(nvfp4_mla_plugin_t, gather); FIELD(nvfp4_mla_plugin_t, attend_workspace_bytes); FIELD(nvfp4_mla_plugin_t, attend);
+    printf("}},\n \"constants\": {");
+#define CONST(name) printf("\"%s\": %llu, ", #name, (unsigned long long)(name))
+    CONST(NVFP4_MLA_LAYOUT_FP8_ROPE_368); CONST(NVFP4_MLA_LAYOUT_BF16_ROPE_432); CONST(NVFP4_MLA_LAYOUT_FP8_DS_MLA_656);
+    CONST(NVFP4_MLA_RECORD_BYTES_368); CONST(NVFP4_MLA_RECORD_BYTES_432); CONST(NVFP4_MLA_RECORD_BYTES_656);
+    CONST(NVFP4_MLA_SCALE_STATIC); CONST(NVFP4_MLA_SCALE_PER_TOKEN);
+    printf("\"capabilities\": {");
+    int first_cap = 0;
+#define CAP_ENTRY(bit, name) printf("%s\"%s\": %llu", first_cap++ ? ", " : "", name, (unsigned long long)(bit));
+    NVFP4_MLA_FOR_EACH_CAPABILITY(CAP_ENTRY)
     printf("}}}\n");
     return 0;
 }

@@ -8,7 +8,7 @@
 """
 
 from . import _abi
-from ._abi import (LAYOUT_BF16_ROPE_432, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, SCALE_STATIC)
+from ._abi import (LAYOUT_BF16_ROPE_432, LAYOUT_FP8_DS_MLA_656, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, SCALE_STATIC)
 from .arrays import ArrayError
 from .config import CacheFormat, PluginConfig
 from .context import Context
@@ -18,7 +18,7 @@ from . import loader as _loader
 
 __all__ = ["load", "require", "CacheFormat", "PluginConfig", "Context", "LoadedPlugin", "ArrayError",
            "PluginError", "PluginDisabled", "PluginNotSelected", "PluginCallError", "InvalidArgument",
-           "Unsupported", "ConfigError", "DeviceError", "LAYOUT_FP8_ROPE_368", "LAYOUT_BF16_ROPE_432",
+           "Unsupported", "ConfigError", "DeviceError", "LAYOUT_FP8_ROPE_368", "LAYOUT_BF16_ROPE_432", "LAYOUT_FP8_DS_MLA_656",
            "SCALE_STATIC", "SCALE_PER_TOKEN", "bf16_bits", "bf16_to_float32"]
 
 

@@ -27,7 +27,8 @@ ERR_INTERNAL = 8
 
 LAYOUT_FP8_ROPE_368 = 1
 LAYOUT_BF16_ROPE_432 = 2
-RECORD_BYTES = {LAYOUT_FP8_ROPE_368: 368, LAYOUT_BF16_ROPE_432: 432}
+LAYOUT_FP8_DS_MLA_656 = 3  # the 656-byte fp8_ds_mla record (attend only: the baseline readers)
+RECORD_BYTES = {LAYOUT_FP8_ROPE_368: 368, LAYOUT_BF16_ROPE_432: 432, LAYOUT_FP8_DS_MLA_656: 656}
 SCALE_STATIC = 1
 SCALE_PER_TOKEN = 2
 
@@ -53,6 +54,7 @@ CAPABILITIES = [
     ("op.attend", 1 << 9),
     ("write.capture_max_abs", 1 << 10),
     ("config.cache_identity", 1 << 11),
+    ("read.fp8_ds_mla_656", 1 << 12),
 ]
 CAP = {name: bit for name, bit in CAPABILITIES}
 

@@ -100,3 +100,16 @@ def stream_handle(stream):
         if hasattr(stream, attr):
             return int(getattr(stream, attr))
     return int(stream)
+
+
+def empty_bytes_like(obj, nbytes):
+    """A new uint8 array of `nbytes` from the library and on the device of `obj` (PyTorch, CuPy or
+    numpy), for scratch the plugin asks for."""
+    if hasattr(obj, "data_ptr") and hasattr(obj, "stride") and hasattr(obj, "dtype"):  # PyTorch
+        import torch
+        return torch.empty(nbytes, dtype=torch.uint8, device=obj.device)
+    if hasattr(obj, "__cuda_array_interface__"):
+        import cupy
+        return cupy.empty(nbytes, dtype=cupy.uint8)
+    import numpy
+    return numpy.empty(nbytes, dtype=numpy.uint8)

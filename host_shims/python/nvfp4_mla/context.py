@@ -8,7 +8,7 @@ an exception carrying the plugin's own message.
 import ctypes as C
 
 from . import _abi
-from .arrays import tensor, stream_handle
+from .arrays import empty_bytes_like, stream_handle, tensor
 from .errors import check
 
 _LATENT, _ROPE, _ROW = 512, 64, 576
@@ -35,6 +35,7 @@ class Context:
         check(plugin, plugin.table.context_info(self._handle, C.byref(info)), "context_info")
         self.capability_bits = info.capability_bits
         self.device_name = info.device_name.decode()
+        self._workspaces = {}  # stream handle -> attend scratch this context allocated (reused, grown)
 
     def close(self):
         if getattr(self, "_handle", None):
@@ -59,7 +60,8 @@ class Context:
     def _cache(self, cache, layout):
         rb = _abi.RECORD_BYTES.get(layout)
         if rb is None:
-            raise ValueError(f"layout {layout}: expected LAYOUT_FP8_ROPE_368 or LAYOUT_BF16_ROPE_432")
+            raise ValueError(f"layout {layout}: expected LAYOUT_FP8_ROPE_368, LAYOUT_BF16_ROPE_432 or "
+                             "LAYOUT_FP8_DS_MLA_656")
         t, _ = tensor(cache, "cache", (_abi.DTYPE_U8,), 3, self.device, (None, None, rb))
         return t
 
@@ -92,16 +94,38 @@ class Context:
     def attend(self, q, slots, cache, out, *, layout, scale_mode, sm_scale, outer_scale=1.0, valid_len=None,
                lse=None, workspace=None, stream=None):
         """Sparse MLA attention over the records (q [n_q,h,576] bf16, slots [n_q,topk] int32,
-        out [n_q,h,512] bf16, optional lse [n_q,h] f32). Raises Unsupported while the plugin lacks
-        op.attend."""
+        out [n_q,h,512] bf16, optional lse [n_q,h] f32; layout LAYOUT_FP8_DS_MLA_656 reads the
+        656-byte fp8_ds_mla baseline records, static scale 1.0). Without `workspace` the context
+        sizes one with attend_workspace_bytes and allocates it like `q` (PyTorch, CuPy or numpy),
+        keeping it per stream for later calls: calls on one stream are ordered, so they may share
+        it; a caller that captures attend in a CUDA graph should pass its own, which the graph keeps.
+        Raises Unsupported while the plugin lacks op.attend."""
         qt, (_, _, qshape, *_rest) = tensor(q, "q", (_abi.DTYPE_BF16,), 3, self.device, (None, None, _ROW))
         st, _ = tensor(slots, "slots", (_abi.DTYPE_I32,), 2, self.device, (qshape[0], None))
         vl, _ = tensor(valid_len, "valid_len", (_abi.DTYPE_I32,), 1, self.device, (qshape[0],))
         ot, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, self.device, (qshape[0], qshape[1], _LATENT))
         lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (qshape[0], qshape[1]))
-        wt, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device)
+        handle = self._stream(stream)
         args = _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
                                outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
                                sm_scale=sm_scale, q=qt, slots=st, valid_len=vl, cache=self._cache(cache, layout),
-                               out=ot, lse=lt, workspace=wt, stream=self._stream(stream))
+                               out=ot, lse=lt, stream=handle)
+        if workspace is None:
+            workspace = self._own_workspace(args, q, handle)
+        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device)
         check(self.plugin, self.plugin.table.attend(self._handle, C.byref(args)), "attend")
+
+    def attend_workspace_bytes(self, args):
+        need = C.c_uint64(0)
+        check(self.plugin, self.plugin.table.attend_workspace_bytes(self._handle, C.byref(args), C.byref(need)),
+              "attend_workspace_bytes")
+        return need.value
+
+    def _own_workspace(self, args, like, stream):
+        need = self.attend_workspace_bytes(args)
+        if need == 0:
+            return None
+        have = self._workspaces.get(stream)
+        if have is None or have.shape[0] < need:
+            have = self._workspaces[stream] = empty_bytes_like(like, need)
+        return have

@@ -133,6 +133,30 @@ def test_attend_should_match_a_numpy_attention_over_the_records_values(ctx):
     assert not out[1].any() and np.all(np.isneginf(lse[1]))  # no valid entry: zeros and -inf
 
 
+def test_attend_should_read_656_byte_fp8_ds_mla_records(ctx):
+    rng = np.random.default_rng(7)
+    cache = np.zeros((1, 8, 656), np.uint8)
+    cache[0, :, :512] = rng.integers(0, 256, (8, 512)) & 0xF7  # no NaN codes
+    cache[0, :, 512:528] = np.repeat(np.array([[2.0**-7, 2.0**-6, 2.0**-8, 2.0**-5]], np.float32), 8, 0).view(np.uint8)
+    rope = nvfp4_mla.bf16_bits(rng.standard_normal((8, 64)).astype(np.float32))
+    cache[0, :, 528:] = rope.view(np.uint8).reshape(8, 128)
+    tiles = cache[0, :, 512:528].copy().view(np.float32)
+    latent = e4m3(cache[0, :, :512]) * np.repeat(tiles, 128, axis=1)
+    keys = np.concatenate([nvfp4_mla.bf16_to_float32(nvfp4_mla.bf16_bits(latent)),
+                           nvfp4_mla.bf16_to_float32(rope)], axis=1).astype(np.float64)
+    q = tokens(2, seed=8).reshape(1, 2, 576)
+    topk = np.array([[3, 0, 7, -1]], np.int32)
+    out, lse = np.zeros((1, 2, 512), np.uint16), np.zeros((1, 2), np.float32)
+    ctx.attend(q, topk, cache, out, lse=lse, layout=nvfp4_mla.LAYOUT_FP8_DS_MLA_656, scale_mode=SCALE_STATIC,
+               sm_scale=0.1)
+    k = keys[[3, 0, 7]]
+    s = nvfp4_mla.bf16_to_float32(q[0]).astype(np.float64) @ k.T * 0.1
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    want = (p / p.sum(axis=1, keepdims=True)) @ k[:, :512]
+    assert np.abs(nvfp4_mla.bf16_to_float32(out[0]) - want).max() < 1e-2 * np.abs(want).max()
+    assert np.allclose(lse[0], np.log(np.exp(s).sum(axis=1)), rtol=1e-5)
+
+
 def test_cpu_arrays_should_be_refused_by_a_cuda_device_check(plugin):
     ctx = nvfp4_mla.Context.__new__(nvfp4_mla.Context)  # the checks alone, without a CUDA device
     ctx.plugin, ctx.device, ctx._handle = plugin, (2, 0), None

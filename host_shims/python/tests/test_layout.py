@@ -26,7 +26,22 @@ def manifest():
 
 
 def test_manifest_should_cover_every_mirrored_struct(manifest):
-    assert set(manifest) == set(MIRRORS)
+    assert set(manifest) - {"constants"} == set(MIRRORS)
+
+
+def test_layout_constants_should_equal_the_c_header(manifest):
+    c = manifest["constants"]
+    assert _abi.LAYOUT_FP8_ROPE_368 == c["NVFP4_MLA_LAYOUT_FP8_ROPE_368"]
+    assert _abi.LAYOUT_BF16_ROPE_432 == c["NVFP4_MLA_LAYOUT_BF16_ROPE_432"]
+    assert _abi.LAYOUT_FP8_DS_MLA_656 == c["NVFP4_MLA_LAYOUT_FP8_DS_MLA_656"]
+    assert _abi.RECORD_BYTES == {c["NVFP4_MLA_LAYOUT_FP8_ROPE_368"]: c["NVFP4_MLA_RECORD_BYTES_368"],
+                                 c["NVFP4_MLA_LAYOUT_BF16_ROPE_432"]: c["NVFP4_MLA_RECORD_BYTES_432"],
+                                 c["NVFP4_MLA_LAYOUT_FP8_DS_MLA_656"]: c["NVFP4_MLA_RECORD_BYTES_656"]}
+    assert (_abi.SCALE_STATIC, _abi.SCALE_PER_TOKEN) == (c["NVFP4_MLA_SCALE_STATIC"], c["NVFP4_MLA_SCALE_PER_TOKEN"])
+
+
+def test_capabilities_should_equal_the_c_header(manifest):
+    assert dict(_abi.CAPABILITIES) == manifest["constants"]["capabilities"]
 
 
 @pytest.mark.parametrize("c_name", sorted(MIRRORS))

@@ -38,3 +38,25 @@ def test_torch_cuda_tensors_on_a_side_stream_should_match_the_cpu_backend(plugin
                    outer_scale=scale)
     assert bytes(cache.cpu().numpy()) == bytes(cache_h)
     assert bytes(rows.view(torch.int16).cpu().numpy()) == bytes(rows_h)
+
+
+def test_attend_without_a_workspace_should_size_its_own_and_match_the_cpu_backend(plugin):
+    """One query over 2048 entries: the plan splits the top-k, so the call needs scratch."""
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    x = torch.randn(4096, 576, device="cuda", generator=gen).to(torch.bfloat16)
+    cache = torch.zeros(64, 64, 368, dtype=torch.uint8, device="cuda")
+    q = torch.randn(1, 16, 576, device="cuda", generator=gen).to(torch.bfloat16)
+    topk = torch.randint(0, 4096, (1, 2048), device="cuda", generator=gen, dtype=torch.int32)
+    out = torch.empty(1, 16, 512, dtype=torch.bfloat16, device="cuda")
+    with nvfp4_mla.Context(plugin, "cuda:0") as gpu, nvfp4_mla.Context(plugin) as cpu:
+        gpu.write(x[:, :512], x[:, 512:], torch.arange(4096, device="cuda"), cache, layout=LAYOUT_FP8_ROPE_368,
+                  scale_mode=SCALE_PER_TOKEN)
+        gpu.attend(q, topk, cache, out, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, sm_scale=0.05)
+        torch.cuda.synchronize()
+        assert gpu._workspaces, "the split plan needs a workspace the context allocated"
+        out_h = np.zeros((1, 16, 512), np.uint16)
+        cpu.attend(q.view(torch.int16).cpu().numpy().view(np.uint16), topk.cpu().numpy(), cache.cpu().numpy(), out_h,
+                   layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, sm_scale=0.05)
+    got = out.float().cpu().numpy()
+    want = nvfp4_mla.bf16_to_float32(out_h)
+    assert np.abs(got - want).max() <= 2 / 128 * np.abs(want).max() + 1e-3 * np.abs(want).max()

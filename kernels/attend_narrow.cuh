@@ -1,0 +1,330 @@
+/* The narrow consumer of the attention pipeline (kernels/attend_pipeline.cuh): one warpgroup
+ * serving N = 16 or 32 heads of one query, for h <= 32 (tensor-parallel ranks hold 16 or 32 heads)
+ * and for every h where wgmma is not available.
+ *
+ * The products are transposed so that the 64 keys of a tile fill the MMA's M = 64 and the heads
+ * are its N, which wastes nothing for small h (FlashMLA pads h to 64 instead):
+ *   S^T [64 keys, N]   = K [64 keys, 576] . Q^T          (A = the operand blocks, K-major)
+ *   O^T [512 dims, N] += V^T [512, 64 keys] . P^T        (A = the same blocks read MN-major)
+ * Engines: wgmma (sm_90a; A and B from shared memory) or mma.sync m16n8k16 with ldmatrix (every
+ * other target, and on sm_90 when NVFP4_MLA_ATTEND_MMA=sync). Both leave S^T in the same fragment
+ * (warp w: keys 16w + lane/4 (+8), heads 8j + 2(lane%4) (+1)), so the softmax is shared; O^T rows
+ * are dims 64b + 16w + .. (wgmma) or 128w + 16m + .. (mma.sync).
+ *
+ * Softmax runs over keys (the rows), so column maxima cross the four warps through shared memory
+ * once a tile; the column sums stay per thread until the item ends. P^T goes to shared memory
+ * (stmatrix, transposed) as the B operand of the second product.
+ */
+#ifndef NVFP4_MLA_ATTEND_NARROW_CUH
+#define NVFP4_MLA_ATTEND_NARROW_CUH
+
+#include "attend_pipeline.cuh"
+#include "mma_cuda.cuh"
+
+template <int N, bool WG>
+struct narrow_state {
+    float o[8][N / 2];  /* O^T accumulators, 8 row blocks of 64 (wgmma) or 16x4 (mma.sync) dims */
+    float m[N / 4];     /* running column maximum (log2 domain) of this thread's columns */
+    float l[N / 4];     /* this thread's part of the running column sum */
+};
+
+/* Column index of this thread's accumulator value i (i = 4j + v). */
+static __device__ __forceinline__ int frag_col(int i, int lane) {
+    return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+}
+
+/* ---- the two engines ---- */
+
+/* S^T over one operand block: 4 k-steps of 16 dims against Q block `qblk` (N rows). */
+template <int N, bool WG>
+static __device__ __forceinline__ void qk_block(float *acc, const uint8_t *blk, const uint8_t *qblk, bool first,
+                                                int warp, int lane) {
+    if constexpr (WG) {
+#if NVFP4_HAVE_WGMMA
+        const uint32_t a0 = smem_addr(blk), b0 = smem_addr(qblk);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const uint64_t da = sw128_desc(a0 + 32 * kk, 1024, 16), db = sw128_desc(b0 + 32 * kk, 1024, 16);
+            if (N == 16) wgmma_ss_n16<0, 0>(acc, da, db, !(first && kk == 0));
+            else wgmma_ss_n32<0, 0>(acc, da, db, !(first && kk == 0));
+        }
+#endif
+    } else {
+        if (first) {
+#pragma unroll
+            for (int i = 0; i < N / 2; i++) acc[i] = 0.0f;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            uint32_t af[4];
+            ldsm_x4(af, blk + swizzle_off(16 * warp + (lane & 15), 16 * kk + 8 * (lane >> 4)));
+#pragma unroll
+            for (int jp = 0; jp < N / 16; jp++) {
+                uint32_t bf[4];
+                ldsm_x4(bf, qblk + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
+                mma_bf16(acc + 4 * (2 * jp), af, bf[0], bf[1]);
+                mma_bf16(acc + 4 * (2 * jp + 1), af, bf[2], bf[3]);
+            }
+        }
+    }
+}
+
+/* O^T += V^T P^T for latent block b (dims 64b..64b+63). wgmma: the whole warpgroup, accumulators
+ * o[b]. mma.sync: warp w owns blocks 2w and 2w+1 (o[4(b - 2w) + m] for its four 16-dim rows). */
+template <int N, bool WG>
+static __device__ __forceinline__ void pv_block(narrow_state<N, WG> &st, const uint8_t *blk, const uint8_t *pt, int b,
+                                                int warp, int lane) {
+    if constexpr (WG) {
+#if NVFP4_HAVE_WGMMA
+        const uint32_t a0 = smem_addr(blk), b0 = smem_addr(pt);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const uint64_t da = sw128_desc(a0 + 2048 * kk, 1024, ATT_BLOCK), db = sw128_desc(b0 + 32 * kk, 1024, 16);
+            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da, db, 1);
+            else wgmma_ss_n32<1, 0>(st.o[b], da, db, 1);
+        }
+#endif
+    } else {
+        if ((b >> 1) != warp) return;
+        const int half = b & 1;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            uint32_t bf[N / 16][4];
+#pragma unroll
+            for (int jp = 0; jp < N / 16; jp++)
+                ldsm_x4(bf[jp], pt + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                uint32_t af[4];
+                ldsm_x4_trans(af, blk + swizzle_off(16 * kk + 8 * ((lane >> 4) & 1) + (lane & 7), 16 * m + 8 * ((lane >> 3) & 1)));
+#pragma unroll
+                for (int jp = 0; jp < N / 16; jp++) {
+                    mma_bf16(st.o[4 * half + m] + 4 * (2 * jp), af, bf[jp][0], bf[jp][1]);
+                    mma_bf16(st.o[4 * half + m] + 4 * (2 * jp + 1), af, bf[jp][2], bf[jp][3]);
+                }
+            }
+        }
+    }
+}
+
+/* Operand dim (row) of O^T value (block b, index i) for this thread. */
+template <bool WG>
+static __device__ __forceinline__ int narrow_dim(int b, int i, int warp, int lane) {
+    const int r = (lane >> 2) + 8 * ((i >> 1) & 1);
+    return WG ? 64 * b + 16 * warp + r : 128 * warp + 16 * b + r;
+}
+
+/* ---- one tile ---- */
+
+/* S^T of one tile into (lat, rope); releases what this phase is done with. */
+template <int N, bool WG>
+static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
+                                                 int64_t pos0, float *lat, float *rope, int warp, int lane) {
+    const uint8_t *qs = smem + pl.off_q;
+    const int qblock = N * 128;
+#if NVFP4_HAVE_WGMMA
+    if (WG) wgmma_fence();
+#endif
+#pragma unroll 1
+    for (int i = 0; i < 9; i++) {
+        wait_full(bars, pos0 + i, pl);
+        const uint8_t *blk = slot_ptr(smem, pl, pos0 + i);
+        if (i == 0) qk_block<N, WG>(rope, blk, qs + 8 * qblock, true, warp, lane);
+        else qk_block<N, WG>(lat, blk, qs + (i - 1) * qblock, i == 1, warp, lane);
+        if constexpr (WG) {
+#if NVFP4_HAVE_WGMMA
+            wgmma_commit();
+            if (!pl.resident) { /* keep one block in flight; release the one before */
+                wgmma_wait<1>();
+                if (i > 0) release_slot(bars, pos0 + i - 1, pl, lane);
+            }
+#endif
+        } else if (!pl.resident || i == 0) {
+            release_slot(bars, pos0 + i, pl, lane);
+        }
+    }
+#if NVFP4_HAVE_WGMMA
+    if (WG) {
+        wgmma_wait<0>();
+        fence_regs<N / 2>(lat);
+        fence_regs<N / 2>(rope);
+        if (pl.resident) release_slot(bars, pos0, pl, lane);
+        else release_slot(bars, pos0 + 8, pl, lane);
+    }
+#endif
+}
+
+/* Softmax over the tile's keys: updates m, l, rescales O^T and writes P^T (times each key's
+ * latent scale) to shared memory. */
+template <int N, bool WG>
+static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                      uint8_t *smem, narrow_state<N, WG> &st, const float *lat,
+                                                      const float *rope, const tile_meta &meta, int warp, int lane) {
+    float *red_max = reinterpret_cast<float *>(smem + pl.off_red); /* [4 warps][32 columns] */
+    uint8_t *pt = smem + pl.off_p;
+    const float scale_log2 = a.sm_scale * 1.4426950408889634f;
+    const int g = lane >> 2;
+    float sk[2], rk[2];
+    bool vk[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int key = 16 * warp + g + 8 * h;
+        sk[h] = meta.s[key], rk[h] = meta.r[key], vk[h] = meta.valid[key] != 0;
+    }
+    float sc[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        const int h = (i >> 1) & 1;
+        sc[i] = vk[h] ? __fmul_rn(__fadd_rn(__fmul_rn(lat[i], sk[h]), __fmul_rn(rope[i], rk[h])), scale_log2) : -INFINITY;
+    }
+#pragma unroll
+    for (int c = 0; c < N / 4; c++) { /* column c = value pairs i = 4(c/2) + c%2 (+2) */
+        const int i = 4 * (c >> 1) + (c & 1);
+        float mx = fmaxf(sc[i], sc[i + 2]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 16));
+        if (g == 0) red_max[32 * warp + frag_col(i, lane)] = mx;
+    }
+    named_sync(BAR_CONSUMER, 128);
+    float alpha[N / 4], m_new[N / 4];
+#pragma unroll
+    for (int c = 0; c < N / 4; c++) {
+        const int col = frag_col(4 * (c >> 1) + (c & 1), lane);
+        const float tmax = fmaxf(fmaxf(red_max[col], red_max[32 + col]), fmaxf(red_max[64 + col], red_max[96 + col]));
+        m_new[c] = fmaxf(st.m[c], tmax);
+        alpha[c] = m_new[c] == -INFINITY ? 1.0f : exp2f(st.m[c] - m_new[c]);
+        st.m[c] = m_new[c];
+    }
+    uint32_t pk[N / 4]; /* bf16 pairs of P' = p * s: [j][h] */
+#pragma unroll
+    for (int j = 0; j < N / 8; j++) {
+        float p[4];
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            const int c = 2 * j + (v & 1);
+            p[v] = m_new[c] == -INFINITY ? 0.0f : exp2f(sc[4 * j + v] - m_new[c]);
+        }
+#pragma unroll
+        for (int e = 0; e < 2; e++) st.l[2 * j + e] = st.l[2 * j + e] * alpha[2 * j + e] + (p[e] + p[e + 2]);
+        pk[2 * j] = bf16_pair(p[0] * sk[0], p[1] * sk[0]);
+        pk[2 * j + 1] = bf16_pair(p[2] * sk[1], p[3] * sk[1]);
+    }
+    /* P^T rows = heads: lane 8h + r (< 16) addresses head 8j + r, keys 16w + 8h. */
+    const int ln = lane & 15;
+#pragma unroll
+    for (int j = 0; j < N / 8; j++)
+        stsm_x2_trans(pt + swizzle_off(8 * j + (ln & 7), 16 * warp + 8 * (ln >> 3)), pk[2 * j], pk[2 * j + 1]);
+    fence_proxy_async();
+    named_sync(BAR_CONSUMER, 128); /* P^T complete; red_max free */
+#pragma unroll
+    for (int b = 0; b < 8; b++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) st.o[b][i] *= alpha[2 * (i >> 2) + (i & 1)];
+}
+
+/* O^T += V^T P^T over the tile's latent blocks (positions from `pos`), then releases them. */
+template <int N, bool WG>
+static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
+                                                 narrow_state<N, WG> &st, int64_t pos, int warp, int lane) {
+    const uint8_t *pt = smem + pl.off_p;
+#if NVFP4_HAVE_WGMMA
+    if (WG) wgmma_fence();
+#endif
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        if (!pl.resident) wait_full(bars, pos + b, pl);
+        pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
+        if constexpr (WG) {
+#if NVFP4_HAVE_WGMMA
+            wgmma_commit();
+            if (!pl.resident) { /* a streaming ring may be smaller than 8 blocks: free as we go */
+                wgmma_wait<1>();
+                if (b > 0) release_slot(bars, pos + b - 1, pl, lane);
+            }
+#endif
+        } else {
+            release_slot(bars, pos + b, pl, lane);
+        }
+    }
+#if NVFP4_HAVE_WGMMA
+    if (WG) {
+        wgmma_wait<0>();
+#pragma unroll
+        for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+        if (pl.resident) {
+#pragma unroll 1
+            for (int b = 0; b < 8; b++) release_slot(bars, pos + b, pl, lane);
+        } else {
+            release_slot(bars, pos + 7, pl, lane);
+        }
+    }
+#endif
+}
+
+/* Column sums across the warpgroup, then the item's outputs. */
+template <int N, bool WG>
+static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                       uint8_t *smem, narrow_state<N, WG> &st, const item_span &span,
+                                                       int warp, int lane) {
+    float *red_sum = reinterpret_cast<float *>(smem + pl.off_red) + 128; /* [4 warps][32 columns] */
+    named_sync(BAR_CONSUMER, 128);
+#pragma unroll
+    for (int c = 0; c < N / 4; c++) {
+        float l = st.l[c];
+        l += __shfl_xor_sync(0xFFFFFFFFu, l, 4);
+        l += __shfl_xor_sync(0xFFFFFFFFu, l, 8);
+        l += __shfl_xor_sync(0xFFFFFFFFu, l, 16);
+        if ((lane >> 2) == 0) red_sum[32 * warp + frag_col(4 * (c >> 1) + (c & 1), lane)] = l;
+    }
+    named_sync(BAR_CONSUMER, 128);
+    const item_out out = item_out_of(a, pl, span);
+    float inv[N / 4];
+#pragma unroll
+    for (int c = 0; c < N / 4; c++) {
+        const int col = frag_col(4 * (c >> 1) + (c & 1), lane);
+        const float l = (red_sum[col] + red_sum[32 + col]) + (red_sum[64 + col] + red_sum[96 + col]);
+        inv[c] = l > 0.0f ? 1.0f / l : 0.0f;
+        if (warp == 0 && (lane >> 2) == 0) store_lse(out, col, l, st.m[c]);
+    }
+#pragma unroll
+    for (int b = 0; b < 8; b++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) {
+            const int c = 2 * (i >> 2) + (i & 1);
+            store_one(out, frag_col(i, lane), narrow_dim<WG>(b, i, warp, lane), st.o[b][i] * inv[c]);
+        }
+}
+
+/* The narrow consumer warpgroup (thread t = 0..127). */
+template <int N, bool WG>
+static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
+                                     int t) {
+    const int warp = t >> 5, lane = t & 31;
+    const attend_bars bars = bars_of(smem, pl);
+    const tile_meta *meta = reinterpret_cast<const tile_meta *>(smem + pl.off_meta);
+    const int per_tile = pl.resident ? 9 : 17;
+    int64_t pos = 0, tile = 0;
+    for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
+        const item_span span = item_at(a, pl, item);
+        const int64_t tiles = item_tiles(span);
+        load_q_rows(a, span.q, (int64_t)span.group * N, 0, N, smem + pl.off_q, N * 128, t, 128);
+        named_sync(BAR_CONSUMER, 128);
+        narrow_state<N, WG> st;
+#pragma unroll
+        for (int b = 0; b < 8; b++)
+#pragma unroll
+            for (int i = 0; i < N / 2; i++) st.o[b][i] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < N / 4; c++) st.m[c] = -INFINITY, st.l[c] = 0.0f;
+        for (int64_t k = 0; k < tiles; k++, tile++, pos += per_tile) {
+            float lat[N / 2], rope[N / 2];
+            narrow_qk<N, WG>(pl, smem, bars, pos, lat, rope, warp, lane);
+            narrow_softmax<N, WG>(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], warp, lane);
+            narrow_pv<N, WG>(pl, smem, bars, st, pl.resident ? pos + 1 : pos + 9, warp, lane);
+        }
+        narrow_epilogue<N, WG>(a, pl, smem, st, span, warp, lane);
+    }
+}
+
+#endif

@@ -1,0 +1,217 @@
+/* The wide consumer of the attention pipeline (kernels/attend_pipeline.cuh), sm_90a: two
+ * warpgroups serving 64 heads of one query (h > 32; h = 128 runs as two items per query).
+ *
+ *   S [64 heads, 32 keys]       = Q . K^T     warpgroup c takes keys 32c..32c+31 of each tile
+ *                                             (A = Q, B = the operand blocks, both K-major)
+ *   O [64 heads, 256 dims]     += P . V       warpgroup c owns dims 256c..256c+255
+ *                                             (A = its own P half from registers, the other
+ *                                             half from shared memory; B = the blocks MN-major)
+ *
+ * Why this split: 64 heads x 512 dims of f32 accumulators fill half the register file, so O must
+ * be split by dims across the two warpgroups; splitting the scores by keys keeps both warpgroups'
+ * tensor work equal, and what they must trade each tile is small (64 row maxima and an 8 KB bf16
+ * P tile) instead of partial score tiles. Each record is dequantised once per 64 heads.
+ */
+#ifndef NVFP4_MLA_ATTEND_WIDE_CUH
+#define NVFP4_MLA_ATTEND_WIDE_CUH
+
+#include "attend_pipeline.cuh"
+
+#if NVFP4_HAVE_WGMMA
+
+struct wide_state {
+    float o[4][32]; /* O rows 16w + lane/4 (+8), dims 64(4c + b) + 8j + 2(lane%4) (+1) */
+    float m[2];     /* running row maximum (log2 domain) of rows lane/4 and lane/4 + 8 */
+    float l[2];     /* this warpgroup's part of the running row sums */
+};
+
+/* S over the tile's 9 blocks (positions pos0..pos0+8) for this warpgroup's 32 keys. */
+static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
+                                               int64_t pos0, int cw, float *lat, float *rope, int lane) {
+    const uint32_t q0 = smem_addr(smem + pl.off_q);
+    wgmma_fence();
+#pragma unroll 1
+    for (int i = 0; i < 9; i++) {
+        wait_full(bars, pos0 + i, pl);
+        const uint32_t kb = smem_addr(slot_ptr(smem, pl, pos0 + i)) + 4096 * cw; /* rows 32cw.. of the block */
+        const uint32_t qb = q0 + (i == 0 ? 8 : i - 1) * ATT_BLOCK;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const uint64_t da = sw128_desc(qb + 32 * kk, 1024, 16), db = sw128_desc(kb + 32 * kk, 1024, 16);
+            if (i == 0) wgmma_ss_n32<0, 0>(rope, da, db, kk > 0);
+            else wgmma_ss_n32<0, 0>(lat, da, db, i > 1 || kk > 0);
+        }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs<16>(lat);
+    fence_regs<16>(rope);
+    /* Done with the RoPE block and with the other warpgroup's latent blocks. */
+    release_slot(bars, pos0, pl, lane);
+#pragma unroll 1
+    for (int b = 0; b < 4; b++) release_slot(bars, pos0 + 1 + 4 * (1 - cw) + b, pl, lane);
+}
+
+/* Softmax over the tile's 64 keys (row maxima traded with the other warpgroup); leaves this
+ * warpgroup's P' = p * s as A fragments and writes them to the shared P tile for the other one. */
+static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                    uint8_t *smem, wide_state &st, const float *lat, const float *rope,
+                                                    const tile_meta &meta, int cw, int warp, int lane,
+                                                    uint32_t (*pf)[4]) {
+    float *xrow = reinterpret_cast<float *>(smem + pl.off_red); /* [2 warpgroups][64 rows] */
+    uint8_t *pbuf = smem + pl.off_p;
+    const float scale_log2 = a.sm_scale * 1.4426950408889634f;
+    const int g = lane >> 2, c = lane & 3;
+    float sc[16], sk[8];
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int key = 32 * cw + 8 * j + 2 * c + e;
+            const float s = meta.s[key], r = meta.r[key];
+            const bool v = meta.valid[key] != 0;
+            sk[2 * j + e] = s;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int i = 4 * j + 2 * h + e;
+                sc[i] = v ? __fmul_rn(__fadd_rn(__fmul_rn(lat[i], s), __fmul_rn(rope[i], r)), scale_log2) : -INFINITY;
+                mx[h] = fmaxf(mx[h], sc[i]);
+            }
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 2));
+        if (c == 0) xrow[64 * cw + 16 * warp + g + 8 * h] = mx[h];
+    }
+    named_sync(BAR_WIDE_MAX, 256);
+    float alpha[2], m_new[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        m_new[h] = fmaxf(st.m[h], fmaxf(mx[h], xrow[64 * (1 - cw) + 16 * warp + g + 8 * h]));
+        alpha[h] = m_new[h] == -INFINITY ? 1.0f : exp2f(st.m[h] - m_new[h]);
+        st.m[h] = m_new[h];
+    }
+    uint32_t w[8]; /* [j][h]: bf16 pair of row g + 8h, keys 8j + 2c (+1) */
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float p0 = m_new[h] == -INFINITY ? 0.0f : exp2f(sc[4 * j + 2 * h] - m_new[h]);
+            const float p1 = m_new[h] == -INFINITY ? 0.0f : exp2f(sc[4 * j + 2 * h + 1] - m_new[h]);
+            sum[h] += p0 + p1;
+            w[2 * j + h] = bf16_pair(p0 * sk[2 * j], p1 * sk[2 * j + 1]);
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++) st.l[h] = st.l[h] * alpha[h] + sum[h];
+    /* A fragment of k-step kk (keys 16kk..): rows g, g+8 of keys +0 and +8. */
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+        pf[kk][0] = w[2 * (2 * kk)], pf[kk][1] = w[2 * (2 * kk) + 1];
+        pf[kk][2] = w[2 * (2 * kk + 1)], pf[kk][3] = w[2 * (2 * kk + 1) + 1];
+    }
+    /* The shared P tile (rows = heads, 64 keys): lane 8i + r addresses row r of matrix i = (j, h). */
+    const int i4 = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int j = 2 * half + (i4 >> 1), h = i4 & 1;
+        stsm_x4(pbuf + swizzle_off(16 * warp + 8 * h + r, 32 * cw + 8 * j), pf[half][0], pf[half][1], pf[half][2],
+                pf[half][3]);
+    }
+    fence_proxy_async();
+    named_sync(BAR_WIDE_P, 256); /* both halves of P written; the row maxima read */
+#pragma unroll
+    for (int b = 0; b < 4; b++)
+#pragma unroll
+        for (int i = 0; i < 32; i++) st.o[b][i] *= alpha[(i >> 1) & 1];
+}
+
+/* O += P V over this warpgroup's 4 latent blocks, then releases them. */
+static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
+                                               wide_state &st, int64_t pos0, int cw, uint32_t (*pf)[4], int lane) {
+    const uint32_t p0 = smem_addr(smem + pl.off_p);
+    wgmma_fence();
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        const uint32_t vb = smem_addr(slot_ptr(smem, pl, pos0 + 1 + 4 * cw + b));
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const uint64_t db = sw128_desc(vb + 2048 * kk, 1024, ATT_BLOCK);
+            if ((kk >> 1) == cw) wgmma_rs_n64<1>(st.o[b], pf[kk & 1], db, 1);
+            else wgmma_ss_n64<0, 1>(st.o[b], sw128_desc(p0 + 32 * kk, 1024, 16), db, 1);
+        }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int b = 0; b < 4; b++) fence_regs<32>(st.o[b]);
+#pragma unroll 1
+    for (int b = 0; b < 4; b++) release_slot(bars, pos0 + 1 + 4 * cw + b, pl, lane);
+}
+
+static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                     uint8_t *smem, wide_state &st, const item_span &span, int cw,
+                                                     int warp, int lane) {
+    float *xrow = reinterpret_cast<float *>(smem + pl.off_red);
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float l = st.l[h];
+        l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+        l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+        if (c == 0) xrow[64 * cw + 16 * warp + g + 8 * h] = l;
+    }
+    named_sync(BAR_WIDE_ITEM, 256);
+    const item_out out = item_out_of(a, pl, span);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = 16 * warp + g + 8 * h;
+        const float l = xrow[row] + xrow[64 + row];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        if (cw == 0 && c == 0) store_lse(out, row, l, st.m[h]);
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int i = 4 * j + 2 * h;
+                store_pair(out, row, 64 * (4 * cw + b) + 8 * j + 2 * c, st.o[b][i] * inv, st.o[b][i + 1] * inv);
+            }
+    }
+    named_sync(BAR_WIDE_ITEM, 256); /* xrow and Q free for the next item */
+}
+
+/* The two wide consumer warpgroups (thread t = 0..255). */
+template <int RB>
+static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
+                                   int t) {
+    const int cw = t >> 7, warp = (t >> 5) & 3, lane = t & 31;
+    const attend_bars bars = bars_of(smem, pl);
+    const tile_meta *meta = reinterpret_cast<const tile_meta *>(smem + pl.off_meta);
+    int64_t pos = 0, tile = 0;
+    for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
+        const item_span span = item_at(a, pl, item);
+        const int64_t tiles = item_tiles(span);
+        load_q_rows(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127, 128);
+        named_sync(BAR_WIDE_ITEM, 256);
+        wide_state st;
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int i = 0; i < 32; i++) st.o[b][i] = 0.0f;
+        st.m[0] = st.m[1] = -INFINITY;
+        st.l[0] = st.l[1] = 0.0f;
+        for (int64_t k = 0; k < tiles; k++, tile++, pos += 9) {
+            float lat[16], rope[16];
+            uint32_t pf[2][4];
+            wide_qk(pl, smem, bars, pos, cw, lat, rope, lane);
+            wide_softmax(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], cw, warp, lane, pf);
+            wide_pv(pl, smem, bars, st, pos, cw, pf, lane);
+        }
+        wide_epilogue(a, pl, smem, st, span, cw, warp, lane);
+    }
+}
+
+#endif /* NVFP4_HAVE_WGMMA */
+#endif
