@@ -29,6 +29,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "attend_narrow.cuh"
 #include "attend_pipeline.cuh"
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(KIND == KIND_WIDE ? 384 : 256, 1)
     uint8_t *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u); /* SW128 atoms: 1024-aligned */
     if (threadIdx.x == 0) {
         const attend_bars bars = bars_of(smem, pl);
-        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], 1);
+        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], pl.cp_async ? ATT_PRODUCER_THREADS : 1);
         for (int s = 0; s < pl.slots; s++) {
             mbar_init(&bars.slot_full[s], ATT_PRODUCER_THREADS / 32);
             mbar_init(&bars.slot_empty[s], CONSUMERS / 32);
@@ -143,9 +145,12 @@ static bool fit_ring(attend_plan &p, int record_bytes, int red_bytes, int budget
         if (p.slots >= 11) return true;
     }
     if (!may_stream) return false;
-    p.stages = 2, p.slots = 34, p.resident = 0;
-    while (p.slots >= 3 && place_tail(p, record_bytes, red_bytes) > budget) p.slots--;
-    return p.slots >= 3;
+    for (int r = 2; r >= 1; r--) { /* one stage (656-byte records in 99 KB) serialises copies and work */
+        p.stages = r, p.slots = 34, p.resident = 0;
+        while (p.slots >= 3 && place_tail(p, record_bytes, red_bytes) > budget) p.slots--;
+        if (p.slots >= 3) return true;
+    }
+    return false;
 }
 
 /* The launch's plan; p.bytes == 0 when no configuration fits the device's shared memory. */
@@ -169,6 +174,8 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
         ok = fit_ring(p, rb, 2 * 4 * 32 * 4, budget, 4, true);
     }
     if (!ok) return attend_plan();
+    static const int copy_cp_async = getenv("NVFP4_MLA_ATTEND_COPY") && !strcmp(getenv("NVFP4_MLA_ATTEND_COPY"), "cp.async"); /* EXPERIMENT */
+    p.cp_async = copy_cp_async;
     p.bytes = place_tail(p, rb, p.wide ? 2 * 64 * 4 : 2 * 4 * 32 * 4) + 1024;
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
     const int sms = a->sm_count > 0 ? a->sm_count : 1;

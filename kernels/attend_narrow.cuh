@@ -119,7 +119,7 @@ static __device__ __forceinline__ int narrow_dim(int b, int i, int warp, int lan
 /* S^T of one tile into (lat, rope); releases what this phase is done with. */
 template <int N, bool WG>
 static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                                 int64_t pos0, float *lat, float *rope, int warp, int lane) {
+                                                 uint32_t pos0, float *lat, float *rope, int warp, int lane) {
     const uint8_t *qs = smem + pl.off_q;
     const int qblock = N * 128;
 #if NVFP4_HAVE_WGMMA
@@ -226,7 +226,7 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
 /* O^T += V^T P^T over the tile's latent blocks (positions from `pos`), then releases them. */
 template <int N, bool WG>
 static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                                 narrow_state<N, WG> &st, int64_t pos, int warp, int lane) {
+                                                 narrow_state<N, WG> &st, uint32_t pos, int warp, int lane) {
     const uint8_t *pt = smem + pl.off_p;
 #if NVFP4_HAVE_WGMMA
     if (WG) wgmma_fence();
@@ -304,7 +304,7 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
     const attend_bars bars = bars_of(smem, pl);
     const tile_meta *meta = reinterpret_cast<const tile_meta *>(smem + pl.off_meta);
     const int per_tile = pl.resident ? 9 : 17;
-    int64_t pos = 0, tile = 0;
+    uint32_t pos = 0, tile = 0;
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
         const int64_t tiles = item_tiles(span);

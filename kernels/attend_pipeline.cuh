@@ -58,6 +58,8 @@ struct attend_plan {
     int32_t contiguous;      /* block_stride == block_size * record_bytes */
     int32_t grid;            /* persistent CTAs */
     int32_t threads;         /* 256 (narrow) or 384 (wide) */
+    int32_t cp_async;        /* 1: records land through 16-byte cp.async by the four producer warps;
+                                0: one bulk copy per record from producer warp 0 */
     int64_t items;           /* n_q * groups * splits */
     int32_t off_q, off_p, off_ring, off_raw, off_valid, off_meta, off_red, off_bar;
     int32_t bytes;           /* dynamic shared memory requested (alignment slack included) */
@@ -112,12 +114,12 @@ static __device__ __forceinline__ attend_bars bars_of(uint8_t *smem, const atten
     return {b, b + pl.stages, b + pl.stages + pl.slots};
 }
 
-/* Ring position -> slot and phase parity. */
-static __device__ __forceinline__ uint32_t pos_slot(int64_t pos, const attend_plan &pl) {
-    return (uint32_t)(pos % pl.slots);
+/* Ring position -> slot and phase parity (32-bit: a CTA walks at most items x tiles x 17 blocks). */
+static __device__ __forceinline__ uint32_t pos_slot(uint32_t pos, const attend_plan &pl) {
+    return pos % (uint32_t)pl.slots;
 }
-static __device__ __forceinline__ uint32_t pos_parity(int64_t pos, const attend_plan &pl) {
-    return (uint32_t)((pos / pl.slots) & 1);
+static __device__ __forceinline__ uint32_t pos_parity(uint32_t pos, const attend_plan &pl) {
+    return (pos / (uint32_t)pl.slots) & 1u;
 }
 
 /* ---- producer: copies ---- */
@@ -186,6 +188,32 @@ static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_
     uint8_t *dst = smem + pl.off_raw + stage * ATT_KEYS * RB;
     if (s0 >= 0) bulk_copy_g2s(dst + lane * RB, record_src<RB>(a, pl, s0), RB, &bars.raw_full[stage]);
     if (s1 >= 0) bulk_copy_g2s(dst + (lane + 32) * RB, record_src<RB>(a, pl, s1), RB, &bars.raw_full[stage]);
+}
+
+/* The four producer warps: the same tile through 16-byte cp.async (warp w: entries 16w..16w+15,
+ * lane l: chunk l (and l + 32) of each record); every producer thread then arrives on the stage's
+ * barrier when its copies have landed (cp.async.mbarrier.arrive.noinc: the barrier counts 128). */
+template <int RB>
+static __device__ __forceinline__ void issue_tile_cp_async(const nvfp4_mla_attend_kernel_args_t &a,
+                                                           const attend_plan &pl, uint8_t *smem,
+                                                           const attend_bars &bars, const tile_cursor &c, int stage,
+                                                           int warp, int lane) {
+    constexpr int CHUNKS = RB / 16;
+    const int32_t *row = a.slots + c.span.q * a.slot_stride;
+    const int32_t mine = lane < 16 ? sane_slot(a, row, c.entry + 16 * warp + lane, c.span.end) : -1;
+    uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
+    if (lane < 16) valid[16 * warp + lane] = mine >= 0;
+    uint8_t *dst = smem + pl.off_raw + (stage * ATT_KEYS + 16 * warp) * RB;
+    fence_proxy_async();
+#pragma unroll 4
+    for (int j = 0; j < 16; j++) {
+        const int32_t slot = __shfl_sync(0xFFFFFFFFu, mine, j);
+        if (slot < 0) continue;
+        const uint8_t *src = record_src<RB>(a, pl, slot);
+        if (lane < CHUNKS) cp_async16(dst + j * RB + 16 * lane, src + 16 * lane, 16);
+        if (CHUNKS > 32 && lane + 32 < CHUNKS) cp_async16(dst + j * RB + 16 * (lane + 32), src + 16 * (lane + 32), 16);
+    }
+    cp_async_arrive_noinc(&bars.raw_full[stage]);
 }
 
 /* ---- producer: dequantisation of one 8 KB operand block ---- */
@@ -295,15 +323,22 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     tile_cursor cur;
     cur.item = blockIdx.x;
     cursor_seek(a, pl, cur);
-    int64_t issued = 0;
-    for (int s = 0; s < pl.stages && cur.valid; s++, issued++) {
-        if (warp == 0) issue_tile<RB>(a, pl, smem, bars, cur, s, lane);
+    uint32_t issued = 0;
+    auto issue = [&](int stage) {
+        if (pl.cp_async) {
+            issue_tile_cp_async<RB>(a, pl, smem, bars, cur, stage, warp, lane);
+            named_sync(BAR_PRODUCER, ATT_PRODUCER_THREADS); /* the stage's validity flags, for every warp */
+        } else if (warp == 0) {
+            issue_tile<RB>(a, pl, smem, bars, cur, stage, lane);
+        }
         cursor_next(a, pl, cur);
-    }
-    int64_t pos = 0;
-    for (int64_t tile = 0; tile < issued; tile++) {
-        const int stage = (int)(tile % pl.stages);
-        mbar_wait(&bars.raw_full[stage], (uint32_t)((tile / pl.stages) & 1));
+        issued++;
+    };
+    for (int s = 0; s < pl.stages && cur.valid; s++) issue(s);
+    uint32_t pos = 0;
+    for (uint32_t tile = 0; tile < issued; tile++) {
+        const int stage = (int)(tile % (uint32_t)pl.stages);
+        mbar_wait(&bars.raw_full[stage], (tile / (uint32_t)pl.stages) & 1u);
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
         for (int i = 0; i < per_tile; i++, pos++) {
@@ -321,11 +356,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             if (lane == 0) mbar_arrive(&bars.slot_full[slot]);
         }
         named_sync(BAR_PRODUCER, ATT_PRODUCER_THREADS); /* every producer thread is done with the stage */
-        if (cur.valid) {
-            if (warp == 0) issue_tile<RB>(a, pl, smem, bars, cur, stage, lane);
-            cursor_next(a, pl, cur);
-            issued++;
-        }
+        if (cur.valid) issue(stage);
     }
 }
 
@@ -435,17 +466,17 @@ static __device__ __forceinline__ void store_lse(const item_out &o, int64_t head
 }
 
 /* Consumer warp releases a slot once its reads of it are complete. */
-static __device__ __forceinline__ void release_slot(const attend_bars &bars, int64_t pos, const attend_plan &pl,
+static __device__ __forceinline__ void release_slot(const attend_bars &bars, uint32_t pos, const attend_plan &pl,
                                                     int lane) {
     __syncwarp();
     if (lane == 0) mbar_arrive(&bars.slot_empty[pos_slot(pos, pl)]);
 }
 
-static __device__ __forceinline__ uint8_t *slot_ptr(uint8_t *smem, const attend_plan &pl, int64_t pos) {
+static __device__ __forceinline__ uint8_t *slot_ptr(uint8_t *smem, const attend_plan &pl, uint32_t pos) {
     return smem + pl.off_ring + pos_slot(pos, pl) * ATT_BLOCK;
 }
 
-static __device__ __forceinline__ void wait_full(const attend_bars &bars, int64_t pos, const attend_plan &pl) {
+static __device__ __forceinline__ void wait_full(const attend_bars &bars, uint32_t pos, const attend_plan &pl) {
     mbar_wait(&bars.slot_full[pos_slot(pos, pl)], pos_parity(pos, pl));
 }
 

@@ -27,7 +27,7 @@ struct wide_state {
 
 /* S over the tile's 9 blocks (positions pos0..pos0+8) for this warpgroup's 32 keys. */
 static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                               int64_t pos0, int cw, float *lat, float *rope, int lane) {
+                                               uint32_t pos0, int cw, float *lat, float *rope, int lane) {
     const uint32_t q0 = smem_addr(smem + pl.off_q);
     wgmma_fence();
 #pragma unroll 1
@@ -130,7 +130,7 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
 
 /* O += P V over this warpgroup's 4 latent blocks, then releases them. */
 static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                               wide_state &st, int64_t pos0, int cw, uint32_t (*pf)[4], int lane) {
+                                               wide_state &st, uint32_t pos0, int cw, uint32_t (*pf)[4], int lane) {
     const uint32_t p0 = smem_addr(smem + pl.off_p);
     wgmma_fence();
 #pragma unroll
@@ -189,7 +189,7 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
     const int cw = t >> 7, warp = (t >> 5) & 3, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
     const tile_meta *meta = reinterpret_cast<const tile_meta *>(smem + pl.off_meta);
-    int64_t pos = 0, tile = 0;
+    uint32_t pos = 0, tile = 0;
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
         const int64_t tiles = item_tiles(span);
