@@ -136,14 +136,18 @@ static int place_tail(attend_plan &p, int record_bytes, int red_bytes) {
     return p.off_bar + (p.stages + 2 * p.slots) * 8;
 }
 
-/* Chooses stages R and slots S under `budget` bytes: whole tiles resident (S >= 11, R as large as
- * fits up to `max_stages`) when possible, else (if allowed) streaming (R = 2, S >= 3). */
+/* Chooses stages R and slots S under `budget` bytes. Resident rings (whole tiles, produced in one
+ * batch) first: 17+ slots let the producer write tile T+1 while the consumers run P.V of tile T,
+ * so prefer them with 2-3 stages, then take what fits down to 9 slots; else (if allowed)
+ * streaming (3+ slots, 2 or 1 stages). At most 2 tiles of slots: the metadata ring's bound. */
 static bool fit_ring(attend_plan &p, int record_bytes, int red_bytes, int budget, int max_stages, bool may_stream) {
-    for (int r = max_stages; r >= 1; r--) {
-        p.stages = r, p.slots = 18, p.resident = 1;
-        while (p.slots >= 11 && place_tail(p, record_bytes, red_bytes) > budget) p.slots--;
-        if (p.slots >= 11) return true;
-    }
+    const int want[2] = {17, 9};
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = pass == 0 ? max_stages : 2; r >= (pass == 0 ? 2 : 1); r--) {
+            p.stages = r, p.slots = 18, p.resident = 1;
+            while (p.slots >= want[pass] && place_tail(p, record_bytes, red_bytes) > budget) p.slots--;
+            if (p.slots >= want[pass]) return true;
+        }
     if (!may_stream) return false;
     for (int r = 2; r >= 1; r--) { /* one stage (656-byte records in 99 KB) serialises copies and work */
         p.stages = r, p.slots = 34, p.resident = 0;

@@ -263,6 +263,45 @@ static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, cons
     }
 }
 
+/* The whole tile at once (resident rings): thread t takes key t / 2 and latent half t % 2 (blocks
+ * 4h..4h+3, groups 16h..16h+15): its 128 code bytes and 16 scale codes come in 9 vector loads and
+ * give 32 independent 8-element chunks, which is what keeps four warps busy (one block at a time
+ * left each thread two dependent chains and the producer latency-bound). blk(b) = latent block b. */
+template <int RB, typename BlockAt>
+static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage, const uint8_t *valid, BlockAt blk,
+                                                           int t) {
+    const int k = t >> 1, half = t & 1;
+    const uint8_t *rec = stage + k * RB;
+    const bool v = valid[k] != 0;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    if (RB == 656) {
+        const float4 tiles = v ? *reinterpret_cast<const float4 *>(rec + 512) : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int i = 0; i < 16; i++) { /* 16 bytes = chunks 2i, 2i+1 of this half = group i */
+            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + 256 * half + 16 * i) : z;
+            const int gl = 16 * half + i, b = gl >> 2, gq = gl & 3;
+            const float scale = (b >> 1) == 0 ? tiles.x : (b >> 1) == 1 ? tiles.y : (b >> 1) == 2 ? tiles.z : tiles.w;
+            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e4m3x8_scaled(c.x, c.y, scale, true);
+            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e4m3x8_scaled(c.z, c.w, scale, true);
+        }
+    } else {
+        uint4 codes[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) codes[i] = v ? *reinterpret_cast<const uint4 *>(rec + 128 * half + 16 * i) : z;
+        const uint4 sc = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_REC_GROUP_SCALE_OFF + 16 * half) : z;
+        const uint32_t scw[4] = {sc.x, sc.y, sc.z, sc.w};
+#pragma unroll
+        for (int i = 0; i < 16; i++) { /* group i of this half: 8 code bytes, one scale byte */
+            const int gl = 16 * half + i, b = gl >> 2, gq = gl & 3;
+            const __nv_bfloat162 d2 = group_scale_x2((scw[i >> 2] >> (8 * (i & 3))) & 0xFFu);
+            const uint32_t w0 = (i & 1) ? codes[i >> 1].z : codes[i >> 1].x;
+            const uint32_t w1 = (i & 1) ? codes[i >> 1].w : codes[i >> 1].y;
+            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e2m1x8_block(w0, d2);
+            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e2m1x8_block(w1, d2);
+        }
+    }
+}
+
 /* The RoPE block (dims 512..575) of the stage's records: thread t writes chunks 4(t%2)..+3 of
  * key t / 2. 368: the bare E4M3 values (exact in bf16); 432 / 656: the stored bf16. */
 template <int RB>
@@ -341,7 +380,18 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
         mbar_wait(&bars.raw_full[stage], (tile / (uint32_t)pl.stages) & 1u);
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
-        for (int i = 0; i < per_tile; i++, pos++) {
+        if (pl.resident) { /* the tile's 9 blocks in one batch */
+            for (int i = 0; i < 9; i++) mbar_wait(&bars.slot_empty[pos_slot(pos + i, pl)], pos_parity(pos + i, pl) ^ 1u);
+            write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
+            dequant_rope<RB>(raw, valid, smem + pl.off_ring + pos_slot(pos, pl) * ATT_BLOCK, t);
+            dequant_latent_tile<RB>(raw, valid, [&](int b) { return smem + pl.off_ring + pos_slot(pos + 1 + b, pl) * ATT_BLOCK; }, t);
+            fence_proxy_async();
+            __syncwarp();
+            if (lane == 0)
+                for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[pos_slot(pos + i, pl)]);
+            pos += 9;
+        }
+        for (int i = 0; i < per_tile && !pl.resident; i++, pos++) {
             const uint32_t slot = pos_slot(pos, pl);
             mbar_wait(&bars.slot_empty[slot], pos_parity(pos, pl) ^ 1u);
             uint8_t *blk = smem + pl.off_ring + slot * ATT_BLOCK;
