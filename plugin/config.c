@@ -16,6 +16,7 @@
 #include "args.h"
 #include "calibration.h"
 #include "errors.h"
+#include "settings.h"
 
 struct nvfp4_mla_config {
     nvfp4_mla_config_info_t info; /* strings point into the arrays below */
@@ -44,27 +45,16 @@ static const char *lookup(const char *const *environ, const char *name) {
     return NULL;
 }
 
+/* The three settings by the one rule of settings.h: a value that is not understood is an error,
+ * never "off". */
 static nvfp4_mla_status_t read_settings(const char *const *environ, env_settings_t *s) {
-    const char *v = lookup(environ, NVFP4_ENV_DYNAMIC_SCALE);
-    s->dynamic_scale = v && strcmp(v, "1") == 0;
-    v = lookup(environ, NVFP4_ENV_FP8_ROPE);
-    s->fp8_rope = v && strcmp(v, "1") == 0;
-    v = lookup(environ, NVFP4_ENV_SCALES_FILE);
-    s->scales_file[0] = '\0';
-    if (v) {
-        while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') {
-            v++;
-        }
-        size_t len = strlen(v);
-        while (len && (v[len - 1] == ' ' || v[len - 1] == '\t' || v[len - 1] == '\n' || v[len - 1] == '\r')) {
-            len--;
-        }
-        if (len >= sizeof s->scales_file) {
-            return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s is longer than %zu bytes", NVFP4_ENV_SCALES_FILE,
-                              sizeof s->scales_file - 1);
-        }
-        memcpy(s->scales_file, v, len);
-        s->scales_file[len] = '\0';
+    char why[NVFP4_SETTING_MESSAGE_MAX];
+    if (nvfp4_setting_bool(NVFP4_ENV_DYNAMIC_SCALE, lookup(environ, NVFP4_ENV_DYNAMIC_SCALE), &s->dynamic_scale, why,
+                           sizeof why) ||
+        nvfp4_setting_bool(NVFP4_ENV_FP8_ROPE, lookup(environ, NVFP4_ENV_FP8_ROPE), &s->fp8_rope, why, sizeof why) ||
+        nvfp4_setting_path(NVFP4_ENV_SCALES_FILE, lookup(environ, NVFP4_ENV_SCALES_FILE), s->scales_file,
+                           sizeof s->scales_file, why, sizeof why)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s", why);
     }
     return NVFP4_MLA_OK;
 }

@@ -13,6 +13,7 @@
 #include "calibration.h"
 #include "config.h"
 #include "errors.h"
+#include "settings.h"
 
 #define REAL_FILE "glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json"
 #define REAL_SHA "52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"
@@ -93,13 +94,75 @@ static void identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4(void *
 static void identity_should_name_layout_and_mode(void **state) {
     (void)state;
     char file_env[4200];
-    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=  %s \t", data_path(REAL_FILE));
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
     const char *dynamic[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "KV_FP8_ROPE=1", NULL};
-    const char *static368[] = {file_env, "KV_FP8_ROPE=1", NULL};
-    const char *static432[] = {file_env, "KV_FP8_ROPE=0", NULL};
+    const char *dynamic_words[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=True", "KV_FP8_ROPE=TRUE", NULL};
+    const char *static368[] = {file_env, "KV_FP8_ROPE=true", NULL};
+    const char *static432[] = {file_env, "KV_FP8_ROPE=0", "VLLM_NVFP4_MLA_DYNAMIC_SCALE=False", NULL};
+    const char *empty[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=", "KV_FP8_ROPE=", "VLLM_NVFP4_MLA_SCALES_FILE=", NULL};
     expect_identity("nvfp4_ds_mla", NULL, dynamic, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+    expect_identity("nvfp4_ds_mla", NULL, dynamic_words, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+    expect_identity("nvfp4_ds_mla", NULL, empty, "vllm-default-v1");
     expect_identity("nvfp4_ds_mla", NULL, static368, "nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:" REAL_SHA);
     expect_identity("torch.nvfp4_ds_mla", NULL, static432, "nvfp4_ds_mla:bf16-rope-432:static-calibrated-v1:" REAL_SHA);
+}
+
+/* Issue 13, case 1: a value the rule does not understand is ERR_CONFIG naming the variable, the
+ * quoted value and the accepted spellings; it never means "off" and never skips a check. */
+static void settings_should_refuse_values_they_do_not_understand(void **state) {
+    (void)state;
+    char file_env[4200];
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
+    const char *accepted = "is not a boolean: use 1 or true for on, 0 or false for off (any case); unset or empty is off";
+    struct {
+        const char *env[4], *needle;
+    } cases[] = {
+        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=yes", "KV_FP8_ROPE=1"}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"yes\" is not a boolean"},
+        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=2", "KV_FP8_ROPE=1"}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"2\" is not a boolean"},
+        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 ", "KV_FP8_ROPE=1"}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"1 \" is not a boolean"},
+        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=on", "KV_FP8_ROPE=1", file_env}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"on\""},
+        {{"KV_FP8_ROPE=\ttrue"}, "KV_FP8_ROPE=\"\\ttrue\" is not a boolean"},
+        {{"KV_FP8_ROPE=y\x01\xc3\xa9\"\\"}, "KV_FP8_ROPE=\"y\\x01\\xc3\\xa9\\\"\\\\\" is not a boolean"},
+        {{"VLLM_NVFP4_MLA_SCALES_FILE=  ", "KV_FP8_ROPE=1"},
+         "VLLM_NVFP4_MLA_SCALES_FILE=\"  \" has leading or trailing whitespace: give the path without it; unset or "
+         "empty means none"},
+        {{"VLLM_NVFP4_MLA_SCALES_FILE=/x.json\n"}, "VLLM_NVFP4_MLA_SCALES_FILE=\"/x.json\\n\" has leading or trailing"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        expect_refusal("nvfp4_ds_mla", NULL, cases[c].env, NVFP4_MLA_ERR_CONFIG, cases[c].needle);
+        if (strstr(cases[c].needle, "boolean")) {
+            expect_refusal("nvfp4_ds_mla", NULL, cases[c].env, NVFP4_MLA_ERR_CONFIG, accepted);
+        }
+    }
+    /* Settings are read before the dtype decides anything: a malformed one is refused for any dtype. */
+    const char *bad[] = {"KV_FP8_ROPE=yes", NULL};
+    expect_refusal("fp8", NULL, bad, NVFP4_MLA_ERR_CONFIG, "KV_FP8_ROPE=\"yes\" is not a boolean");
+}
+
+static void setting_quote_should_escape_and_cut(void **state) {
+    (void)state;
+    char out[NVFP4_SETTING_QUOTE_MAX * 4 + 8], longer[300];
+    nvfp4_setting_quote("a b\t\x7f", out, sizeof out);
+    assert_string_equal(out, "\"a b\\t\\x7f\"");
+    memset(longer, 'x', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    nvfp4_setting_quote(longer, out, sizeof out);
+    assert_int_equal(strlen(out), NVFP4_SETTING_QUOTE_MAX + 5); /* two quotes and "..." */
+    assert_string_equal(out + NVFP4_SETTING_QUOTE_MAX + 1, "\"...");
+    nvfp4_setting_quote("abcdef", out, 5); /* never past the buffer: whole pieces only */
+    assert_string_equal(out, "\"abc");
+    int on = 7;
+    char message[NVFP4_SETTING_MESSAGE_MAX];
+    assert_int_equal(nvfp4_setting_bool("X", NULL, &on, message, sizeof message), 0);
+    assert_int_equal(on, 0);
+    assert_int_equal(nvfp4_setting_bool("X", "FaLsE", &on, message, sizeof message), 0);
+    assert_int_equal(on, 0);
+    assert_int_equal(nvfp4_setting_bool("X", "tRuE", &on, message, sizeof message), 0);
+    assert_int_equal(on, 1);
+    char path[8];
+    assert_int_equal(nvfp4_setting_path("P", "12345678", path, sizeof path, message, sizeof message), -1);
+    assert_string_equal(message, "P is 8 bytes long, longer than the 7-byte limit of a path");
+    assert_string_equal(path, "");
 }
 
 static void identity_should_change_with_one_byte_of_the_scales_file(void **state) {
@@ -273,6 +336,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4),
         cmocka_unit_test(identity_should_name_layout_and_mode),
+        cmocka_unit_test(settings_should_refuse_values_they_do_not_understand),
+        cmocka_unit_test(setting_quote_should_escape_and_cut),
         cmocka_unit_test(identity_should_change_with_one_byte_of_the_scales_file),
         cmocka_unit_test(configuration_should_fail_closed_on_conflicts_and_missing_files),
         cmocka_unit_test(scales_should_come_from_override_then_checkpoint_then_one),
