@@ -9,7 +9,7 @@ import ctypes as C
 
 from . import _abi
 from .arrays import tensor, stream_handle
-from .errors import check
+from .errors import check, member
 
 _LATENT, _ROPE, _ROW = 512, 64, 576
 
@@ -78,7 +78,7 @@ class Context:
                               outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
                               kv_c=kv, k_pe=pe, slot_mapping=sl, cache=self._cache(cache, layout),
                               capture_max_abs=cap.data, nonfinite_count=cnt.data, stream=self._stream(stream))
-        check(self.plugin, self.plugin.table.write(self._handle, C.byref(args)), "write")
+        check(self.plugin, member(self.plugin, "write")(self._handle, C.byref(args)), "write")
 
     def gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=1.0, stream=None):
         """Dequantise the records at slots [N] (int32, -1 = zeros) into out [N,576] bf16."""
@@ -87,7 +87,7 @@ class Context:
         args = _abi.GatherArgs(struct_size=C.sizeof(_abi.GatherArgs), layout=layout, scale_mode=scale_mode,
                                outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
                                cache=self._cache(cache, layout), slots=sl, out=o, stream=self._stream(stream))
-        check(self.plugin, self.plugin.table.gather(self._handle, C.byref(args)), "gather")
+        check(self.plugin, member(self.plugin, "gather")(self._handle, C.byref(args)), "gather")
 
     def attend(self, q, slots, cache, out, *, layout, scale_mode, sm_scale, outer_scale=1.0, valid_len=None,
                lse=None, workspace=None, stream=None):
@@ -104,4 +104,4 @@ class Context:
                                outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
                                sm_scale=sm_scale, q=qt, slots=st, valid_len=vl, cache=self._cache(cache, layout),
                                out=ot, lse=lt, workspace=wt, stream=self._stream(stream))
-        check(self.plugin, self.plugin.table.attend(self._handle, C.byref(args)), "attend")
+        check(self.plugin, member(self.plugin, "attend")(self._handle, C.byref(args)), "attend")
