@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -303,6 +305,104 @@ static void loader_should_reject_each_invalid_field_by_name(void **state) {
     }
 }
 
+/* Issue 13, case 8: a duplicate key is refused at every depth, not only at the top. */
+static void calibration_should_refuse_duplicate_keys_at_every_depth(void **state) {
+    (void)state;
+    assert_int_equal(load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"name\": \"a\", \"name\": \"b\"},"),
+                     NVFP4_MLA_ERR_CONFIG);
+    assert_non_null(strstr(nvfp4_last_error(), "variant.json: key \"dataset\".\"name\" appears more than once"));
+    assert_int_equal(load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"w\": [1, {\"k\": 1, \"k\": 2}]},"),
+                     NVFP4_MLA_ERR_CONFIG);
+    assert_non_null(strstr(nvfp4_last_error(), "key \"dataset\".\"w\"[1].\"k\" appears more than once"));
+    assert_int_equal(load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"name\": \"a\", \"Name\": \"b\"},"),
+                     NVFP4_MLA_OK); /* keys are case-sensitive: two keys */
+    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
+    tmp_file("config.json", "{\"nvfp4_mla_outer_scales\": {\"file\": \"a.json\"}, \"nvfp4_mla_outer_scales\": 7}");
+    expect_refusal("nvfp4_ds_mla", tmp_dir, plain, NVFP4_MLA_ERR_CONFIG,
+                   "config.json: key \"nvfp4_mla_outer_scales\" appears more than once");
+    tmp_file("config.json", "{\"nvfp4_mla_outer_scales\": {\"format\": \"nvfp4_ds_mla_outer_scale_v1\", \"num_layers\": 1, "
+                            "\"latent_dim\": 512, \"denominator\": 2688.0, \"scales\": [0.001], "
+                            "\"dataset\": {\"n\": 1, \"n\": 2}}}");
+    expect_refusal("nvfp4_ds_mla", tmp_dir, plain, NVFP4_MLA_ERR_CONFIG, "key \"dataset\".\"n\" appears more than once");
+}
+
+/* Issue 13, case 8: the containment check reads the resolved path, so a link cannot lead out. */
+static void sidecar_links_should_not_lead_out_of_the_model_folder(void **state) {
+    (void)state;
+    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
+    char model[4200], outside[4200], link_path[4400], target[4400];
+    snprintf(model, sizeof model, "%s/model_links", tmp_dir);
+    snprintf(outside, sizeof outside, "%s/outside", tmp_dir);
+    mkdir(model, 0755);
+    mkdir(outside, 0755);
+    snprintf(target, sizeof target, "%s/scales.json", outside);
+    char *text;
+    size_t len;
+    assert_int_equal(nvfp4_read_file(data_path("model_sidecar/calib/scales.json"), 1 << 20, &text, &len), NVFP4_MLA_OK);
+    FILE *f = fopen(target, "wb");
+    fwrite(text, 1, len, f);
+    fclose(f);
+    free(text);
+    snprintf(link_path, sizeof link_path, "%s/calib", model);
+    unlink(link_path);
+    assert_int_equal(symlink(outside, link_path), 0); /* a folder link */
+    snprintf(link_path, sizeof link_path, "%s/config.json", model);
+    f = fopen(link_path, "wb");
+    fputs("{\"nvfp4_mla_outer_scales\": {\"file\": \"calib/scales.json\"}}", f);
+    fclose(f);
+    expect_refusal("nvfp4_ds_mla", model, plain, NVFP4_MLA_ERR_CONFIG,
+                   "\"file\" = \"calib/scales.json\" resolves to ");
+    expect_refusal("nvfp4_ds_mla", model, plain, NVFP4_MLA_ERR_CONFIG, "/outside/scales.json, outside the model folder");
+    snprintf(link_path, sizeof link_path, "%s/calib", model);
+    unlink(link_path);
+    mkdir(link_path, 0755);
+    snprintf(link_path, sizeof link_path, "%s/calib/scales.json", model);
+    assert_int_equal(symlink(target, link_path), 0); /* a file link */
+    expect_refusal("nvfp4_ds_mla", model, plain, NVFP4_MLA_ERR_CONFIG, "outside the model folder");
+    /* A link that stays inside is fine. */
+    unlink(link_path);
+    snprintf(target, sizeof target, "%s/real.json", model);
+    snprintf(link_path, sizeof link_path, "%s/outside/scales.json", tmp_dir);
+    assert_int_equal(rename(link_path, target), 0);
+    snprintf(link_path, sizeof link_path, "%s/calib/scales.json", model);
+    assert_int_equal(symlink("../real.json", link_path), 0);
+    nvfp4_mla_config_t *cfg;
+    nvfp4_mla_config_info_t info;
+    assert_int_equal(make("nvfp4_ds_mla", model, plain, &cfg, &info), NVFP4_MLA_OK);
+    assert_int_equal(info.scale_source, NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_FILE);
+    assert_non_null(strstr(info.scale_source_path, "model_links/real.json"));
+    nvfp4_config_destroy(cfg);
+}
+
+/* Issue 13, case 8: a scales file that is a device, FIFO or folder is refused without blocking, and a
+ * file past the size limit is refused from its size. */
+static void scales_files_should_be_regular_and_bounded(void **state) {
+    (void)state;
+    char fifo[4200], big[4200], env[4300];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmp_dir);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(big, sizeof big, "%s/big.json", tmp_dir);
+    int fd = open(big, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    assert_true(fd >= 0 && ftruncate(fd, 5 << 20) == 0);
+    close(fd);
+    struct {
+        const char *path, *needle;
+    } cases[] = {
+        {"/dev/zero", "/dev/zero is a character device, not a regular file"},
+        {fifo, "/fifo is a FIFO, not a regular file"},
+        {tmp_dir, " is a directory, not a regular file"},
+        {big, "big.json is larger than the 4194304-byte limit (5242880 bytes)"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(env, sizeof env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", cases[c].path);
+        const char *settings[] = {env, "KV_FP8_ROPE=1", NULL};
+        expect_refusal("nvfp4_ds_mla", NULL, settings, NVFP4_MLA_ERR_CONFIG, cases[c].needle);
+    }
+    unlink(big);
+    unlink(fifo);
+}
+
 static void real_production_file_should_load(void **state) {
     (void)state;
     nvfp4_calibration_t cal;
@@ -343,6 +443,9 @@ int main(void) {
         cmocka_unit_test(scales_should_come_from_override_then_checkpoint_then_one),
         cmocka_unit_test(sidecar_paths_should_stay_inside_the_model_folder),
         cmocka_unit_test(loader_should_reject_each_invalid_field_by_name),
+        cmocka_unit_test(calibration_should_refuse_duplicate_keys_at_every_depth),
+        cmocka_unit_test(sidecar_links_should_not_lead_out_of_the_model_folder),
+        cmocka_unit_test(scales_files_should_be_regular_and_bounded),
         cmocka_unit_test(real_production_file_should_load),
         cmocka_unit_test(source_should_be_reported_through_the_log_callback),
     };
