@@ -7,8 +7,10 @@
  *   MOCK_RETURN_NULL                     the entry returns NULL
  *   MOCK_NO_ENTRY                        a shared object that is not a plugin at all
  *   MOCK_NULL_MEMBER                     this table member is NULL (the loaders must refuse it)
- * Every other member is set: entry points are stubs that refuse with ERR_UNSUPPORTED. */
+ * Every other member is set: context and codec entry points are stubs that refuse with
+ * ERR_UNSUPPORTED; the configuration is a fixed one (mock_config_info). */
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "nvfp4_mla.h"
 
@@ -67,20 +69,30 @@ static nvfp4_mla_status_t mock_context_info(const nvfp4_mla_context_t *ctx, nvfp
     return NVFP4_MLA_ERR_UNSUPPORTED;
 }
 
+/* A configuration that wants per-token scales when VLLM_NVFP4_MLA_DYNAMIC_SCALE is set, so that a host's
+ * capability check (require) can be exercised against the mock's capability bits. */
+static char mock_config_object;
+
 static nvfp4_mla_status_t mock_config_create(const nvfp4_mla_config_request_t *request, nvfp4_mla_config_t **out) {
     (void)request;
-    *out = NULL;
-    return NVFP4_MLA_ERR_UNSUPPORTED;
+    *out = (nvfp4_mla_config_t *)&mock_config_object;
+    return NVFP4_MLA_OK;
 }
 
 static nvfp4_mla_status_t mock_config_info(const nvfp4_mla_config_t *config, nvfp4_mla_config_info_t *info) {
-    (void)config, (void)info;
-    return NVFP4_MLA_ERR_UNSUPPORTED;
+    (void)config;
+    int per_token = getenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE") != NULL;
+    *info = (nvfp4_mla_config_info_t){sizeof *info, 1, NVFP4_MLA_LAYOUT_FP8_ROPE_368,
+                                      per_token ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC,
+                                      per_token ? NVFP4_MLA_SCALE_SOURCE_PER_TOKEN : NVFP4_MLA_SCALE_SOURCE_NONE,
+                                      0, "mock-identity", ""};
+    return NVFP4_MLA_OK;
 }
 
 static nvfp4_mla_status_t mock_config_layer_scale(const nvfp4_mla_config_t *config, uint32_t layer, float *scale) {
-    (void)config, (void)layer, (void)scale;
-    return NVFP4_MLA_ERR_UNSUPPORTED;
+    (void)config, (void)layer;
+    *scale = 1.0f;
+    return NVFP4_MLA_OK;
 }
 
 static void mock_config_destroy(nvfp4_mla_config_t *config) {

@@ -58,11 +58,30 @@ static uint64_t runtime_caps(const nvfp4_mla_plugin_t *t, int32_t type, int32_t 
     return bits;
 }
 
+/* A load failure as JSON: what a script needs to tell a missing file from an ABI mismatch. */
+static void print_load_failure(const nvfp4_mla_loader_t *loader, const char *message) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "loaded", 0);
+    cJSON_AddBoolToObject(o, "accepted", 0);
+    cJSON_AddStringToObject(o, "reason", loader->reason);
+    cJSON_AddStringToObject(o, "message", message);
+    if (loader->path[0]) {
+        cJSON_AddStringToObject(o, "path", loader->path);
+    }
+    char *text = cJSON_Print(o);
+    printf("%s\n", text ? text : "{\"loaded\": false}");
+    free(text);
+    cJSON_Delete(o);
+}
+
 int cli_probe(int argc, char **argv) {
     const char *plugin = NULL, *model_dir = NULL, *dtype = "nvfp4_ds_mla";
     int json = 0;
+    cli_seen_t seen = {0};
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
+        if (cli_once("probe", &seen, argv[i])) {
+            return 1;
+        } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (i + 1 < argc && strcmp(argv[i], "--plugin") == 0) {
             plugin = argv[++i];
@@ -76,10 +95,9 @@ int cli_probe(int argc, char **argv) {
     }
     nvfp4_mla_loader_t loader;
     char message[1024];
-    int load = nvfp4_mla_loader_open(&loader, plugin, message, sizeof message);
-    if (load != NVFP4_MLA_LOAD_OK) {
+    if (nvfp4_mla_loader_open(&loader, plugin, message, sizeof message) != NVFP4_MLA_LOAD_OK) {
         if (json) {
-            printf("{\"loaded\": false, \"reason\": \"%s\"}\n", load == NVFP4_MLA_LOAD_DISABLED ? "disabled" : "refused");
+            print_load_failure(&loader, message);
         }
         return cli_fail("probe", "%s", message);
     }
@@ -94,23 +112,29 @@ int cli_probe(int argc, char **argv) {
     nvfp4_mla_config_request_t req = {sizeof req, 0, dtype, model_dir, NULL, &host, {0}};
     nvfp4_mla_config_t *cfg = NULL;
     nvfp4_mla_config_info_t info = {.struct_size = sizeof info};
-    int refused = 0;
+    const char *reason = NULL; /* set when refused: "missing_capability" or "config_error" */
     char decision[8192];
     if (!NVFP4_MLA_TABLE_HAS(t, config_destroy)) {
-        refused = 1;
+        reason = "missing_capability";
         snprintf(decision, sizeof decision, "plugin %s has no configuration entries (config.cache_identity)", loader.path);
     } else if (t->config_create(&req, &cfg) != NVFP4_MLA_OK) {
-        refused = 1;
+        reason = "config_error";
         snprintf(decision, sizeof decision, "configuration refused: %s", t->last_error());
+    } else if (t->config_info(cfg, &info) != NVFP4_MLA_OK) {
+        reason = "config_error";
+        snprintf(decision, sizeof decision, "configuration refused: %s", t->last_error());
+        t->config_destroy(cfg);
+        cfg = NULL;
+    } else if (!info.is_nvfp4) {
+        snprintf(decision, sizeof decision, "cache dtype %s does not use the plugin", dtype);
     } else {
-        t->config_info(cfg, &info);
         nvfp4_mla_requirement_t want = {info.layout, info.scale_mode, 0,
                                         info.scale_source != NVFP4_MLA_SCALE_SOURCE_NONE};
-        refused = info.is_nvfp4 && nvfp4_mla_loader_require(&loader, &want, compiled, decision, sizeof decision) != 0;
-        if (!info.is_nvfp4) {
-            snprintf(decision, sizeof decision, "cache dtype %s does not use the plugin", dtype);
+        if (nvfp4_mla_loader_require(&loader, &want, compiled, decision, sizeof decision) != 0) {
+            reason = "missing_capability";
         }
     }
+    int refused = reason != NULL;
 
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -142,6 +166,10 @@ int cli_probe(int argc, char **argv) {
         }
         cJSON_AddBoolToObject(o, "accepted", !refused);
         cJSON_AddStringToObject(o, "decision", decision);
+        if (refused) {
+            cJSON_AddStringToObject(o, "reason", reason);
+            cJSON_AddStringToObject(o, "message", decision);
+        }
         char *text = cJSON_Print(o);
         printf("%s\n", text);
         free(text);

@@ -1,7 +1,6 @@
 /* Synthetic latents and error measurement (see synth.h). */
 #include "synth.h"
 
-#include <cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,35 +154,6 @@ void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t 
     score(tokens, got, count, err);
     err->subnormal_groups = err->zero_groups = 0;
     free(got);
-}
-
-int synth_load_profile(const char *cmd, const char *path, double **max_abs, int *layers) {
-    uint8_t *text;
-    size_t len;
-    if (cli_read_file(cmd, path, &text, &len)) {
-        return 1;
-    }
-    cJSON *root = cJSON_ParseWithLength((const char *)text, len);
-    free(text);
-    const cJSON *array = cJSON_GetObjectItemCaseSensitive(root, "max_abs");
-    int n = cJSON_GetArraySize(array);
-    if (!cJSON_IsArray(array) || n < 1) {
-        cJSON_Delete(root);
-        return cli_fail(cmd, "%s: no \"max_abs\" array to take the magnitude profile from", path);
-    }
-    *max_abs = malloc((size_t)n * sizeof **max_abs);
-    int l = 0;
-    for (const cJSON *item = array->child; item; item = item->next) {
-        if (!cJSON_IsNumber(item) || !(item->valuedouble > 0)) {
-            free(*max_abs);
-            cJSON_Delete(root);
-            return cli_fail(cmd, "%s: \"max_abs\"[%d] is not a positive number", path, l);
-        }
-        (*max_abs)[l++] = item->valuedouble;
-    }
-    *layers = n;
-    cJSON_Delete(root);
-    return 0;
 }
 
 int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
