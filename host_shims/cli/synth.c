@@ -174,7 +174,9 @@ int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *f, const uint1
     for (int64_t i = 0; i < count * 576; i++) key_norm += (double)nvfp4_bf16_to_f32(tokens[i]) * nvfp4_bf16_to_f32(tokens[i]);
     key_norm = sqrt(key_norm / (double)count);
     for (int64_t i = 0; i < (int64_t)queries * heads * 576; i++) q[i] = nvfp4_f32_to_bf16((float)(synth_normal(&rng) / key_norm * 24.0));
-    for (int64_t i = 0; i < (int64_t)queries * topk; i++) slots[i] = (int32_t)(((uint64_t)(synth_normal(&rng) * 1e6) & 0x7FFFFFFF) % (uint64_t)count);
+    /* Through int64_t: a negative double converted straight to uint64_t is undefined (UBSan). */
+    for (int64_t i = 0; i < (int64_t)queries * topk; i++)
+        slots[i] = (int32_t)(((uint64_t)(int64_t)(synth_normal(&rng) * 1e6) & 0x7FFFFFFF) % (uint64_t)count);
     double num = 0, den = 0;
     if (!rc) {
         nvfp4_mla_attend_args_t a = {.struct_size = sizeof a,
