@@ -238,6 +238,7 @@ static void real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts(vo
     nvfp4_mla_context_t *c;
     assert_int_equal(t->init(&init, &c), NVFP4_MLA_OK);
     nvfp4_mla_attend_args_t attend = {.struct_size = sizeof attend};
+    assert_true(NVFP4_MLA_TABLE_HAS(t, attend));
     assert_int_equal(t->attend(c, &attend), NVFP4_MLA_ERR_INVALID_ARGUMENT);
     assert_contains(t->last_error(), "attend: layout is 0");
     assert_true(t->capability_bits & NVFP4_MLA_CAP_OP_ATTEND);
