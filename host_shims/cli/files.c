@@ -120,6 +120,9 @@ static int output_target(const char *cmd, const char *path, char *target, size_t
         return cli_fail(cmd, "cannot write %s: it is %s, only regular files are replaced", path,
                         file_kind(st.st_mode));
     }
+    if (access(target, W_OK) != 0) { /* a rename would replace a write-protected file; in place it could not */
+        return cli_fail(cmd, "cannot write %s: %s", path, strerror(errno));
+    }
     *mode = st.st_mode & 07777; /* a replaced file keeps its permissions */
     return 0;
 }
