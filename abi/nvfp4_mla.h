@@ -78,9 +78,11 @@ typedef struct nvfp4_mla_plugin {
 
     /* [any-thread] Build the immutable cache-format configuration (record-format.md 6 and 7) from the
      * environment (or request->environ), the cache dtype and the checkpoint. *out is owned by the
-     * host (config_destroy). Fails closed: mutually exclusive modes, per-token without the 368
-     * layout, an unreadable or invalid scales file or checkpoint field are NVFP4_MLA_ERR_CONFIG (or
-     * ERR_IO) with the variable, file and key named; *out is then NULL. */
+     * host (config_destroy). Boolean variables accept unset or "" (off), 0/1 and false/true in any
+     * case; path variables are taken exactly. Fails closed: any other boolean value, a path with
+     * surrounding whitespace, mutually exclusive modes, per-token without the 368 layout, an
+     * unreadable or invalid scales file or checkpoint field are NVFP4_MLA_ERR_CONFIG (or ERR_IO)
+     * with the variable, its quoted value, file and key named; *out is then NULL. */
     nvfp4_mla_status_t (*config_create)(const nvfp4_mla_config_request_t *request,
                                         nvfp4_mla_config_t **out);
 
@@ -120,7 +122,9 @@ typedef struct nvfp4_mla_plugin {
 /* Every plugin of ABI major 1 carries at least the members before config_create (build
  * information, capabilities, status/error text, init/shutdown/context_info); a host reads any later
  * member only after NVFP4_MLA_TABLE_HAS says the plugin's table is long enough to hold it, and treats
- * an operation whose member is missing as an absent capability. */
+ * an operation whose member is missing as an absent capability. Every member that struct_size
+ * covers is set (never NULL; an operation a device lacks returns UNSUPPORTED): the loaders refuse a
+ * table with a NULL one, naming it. */
 #define NVFP4_MLA_TABLE_MIN_SIZE offsetof(nvfp4_mla_plugin_t, config_create)
 
 /* True when a plugin table of header.struct_size bytes carries `member`. */

@@ -70,7 +70,7 @@ typedef struct nvfp4_mla_config_request {
 typedef struct nvfp4_mla_config_info {
     uint32_t struct_size;       /* set by the host; the plugin fills fields that fit in it */
     uint32_t is_nvfp4;          /* 1 when the cache dtype is nvfp4_ds_mla */
-    uint32_t layout;            /* NVFP4_MLA_LAYOUT_* (KV_FP8_ROPE=1 gives 368, else 432) */
+    uint32_t layout;            /* NVFP4_MLA_LAYOUT_* (KV_FP8_ROPE on gives 368, else 432) */
     uint32_t scale_mode;        /* NVFP4_MLA_SCALE_STATIC or NVFP4_MLA_SCALE_PER_TOKEN */
     uint32_t scale_source;      /* NVFP4_MLA_SCALE_SOURCE_* */
     uint32_t num_layers;        /* calibrated layers; layers >= num_layers use 1.0 */

@@ -2,35 +2,62 @@
 #include "calibration.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "errors.h"
 
+static const char *file_kind(mode_t mode) {
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device"
+           : S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
+/* Only regular files: a FIFO would block the open (hence O_NONBLOCK until fstat has refused it) and
+ * /dev/zero would be read until the limit; the size is checked before a byte is read or allocated. */
 nvfp4_mla_status_t nvfp4_read_file(const char *path, size_t max_bytes, char **data, size_t *len) {
     *data = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         return nvfp4_fail(NVFP4_MLA_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     }
-    char *buf = malloc(max_bytes + 1);
-    if (!buf) {
-        fclose(f);
-        return nvfp4_fail(NVFP4_MLA_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to read %s", max_bytes, path);
+    struct stat st;
+    nvfp4_mla_status_t status = NVFP4_MLA_OK;
+    if (fstat(fd, &st) != 0) {
+        status = nvfp4_fail(NVFP4_MLA_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        status = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s is %s, not a regular file", path, file_kind(st.st_mode));
+    } else if ((uint64_t)st.st_size > max_bytes) {
+        status = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s is larger than the %zu-byte limit (%lld bytes)", path, max_bytes,
+                            (long long)st.st_size);
     }
-    size_t n = fread(buf, 1, max_bytes + 1, f);
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return nvfp4_fail(NVFP4_MLA_ERR_IO, "cannot read %s", path);
+    size_t size = status ? 0 : (size_t)st.st_size, n = 0;
+    char *buf = status ? NULL : malloc(size + 1);
+    if (!status && !buf) {
+        status = nvfp4_fail(NVFP4_MLA_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to read %s", size + 1, path);
     }
-    if (n > max_bytes) {
+    while (!status && n <= size) { /* one byte more than fstat said: a file that grew is refused */
+        ssize_t got = read(fd, buf + n, size + 1 - n);
+        if (got < 0 && errno != EINTR) {
+            status = nvfp4_fail(NVFP4_MLA_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+        } else if (got == 0) {
+            break;
+        } else if (got > 0) {
+            n += (size_t)got;
+        }
+    }
+    close(fd);
+    if (!status && n != size) {
+        status = nvfp4_fail(NVFP4_MLA_ERR_IO, "%s changed size while being read", path);
+    }
+    if (status) {
         free(buf);
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s is larger than the %zu-byte limit", path, max_bytes);
+        return status;
     }
     buf[n] = '\0';
     *data = buf;
@@ -71,13 +98,69 @@ static nvfp4_mla_status_t check_keys(const cJSON *object, const char *origin) {
             return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: unknown key \"%s\" (keys are case-sensitive)", origin,
                               item->string);
         }
-        for (const cJSON *other = item->next; other; other = other->next) {
-            if (strcmp(item->string, other->string) == 0) {
-                return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: key \"%s\" appears more than once", origin, item->string);
-            }
+    }
+    return nvfp4_json_unique_keys(object, origin);
+}
+
+static int compare_keys(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The keys of one object, sorted (n log n: a fuzzed object may hold a hundred thousand keys). */
+static nvfp4_mla_status_t object_unique(const cJSON *object, const char *origin, const char *path) {
+    size_t n = 0;
+    for (const cJSON *c = object->child; c; c = c->next) {
+        n++;
+    }
+    if (n < 2) {
+        return NVFP4_MLA_OK;
+    }
+    const char **keys = malloc(n * sizeof *keys);
+    if (!keys) {
+        return nvfp4_fail(NVFP4_MLA_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu keys", origin, n);
+    }
+    n = 0;
+    for (const cJSON *c = object->child; c; c = c->next) {
+        keys[n++] = c->string;
+    }
+    qsort(keys, n, sizeof *keys, compare_keys);
+    nvfp4_mla_status_t st = NVFP4_MLA_OK;
+    for (size_t i = 1; i < n && !st; i++) {
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: key %s%s\"%s\" appears more than once", origin, path,
+                            path[0] ? "." : "", keys[i]);
         }
     }
-    return NVFP4_MLA_OK;
+    free(keys);
+    return st;
+}
+
+/* path[0..used) names `item` ("" at the top, then "dataset" quoted, "dataset"."w"[1] and so on); depth
+ * is bounded by cJSON's nesting limit. */
+static nvfp4_mla_status_t unique_below(const cJSON *item, const char *origin, char *path, size_t used) {
+    nvfp4_mla_status_t st = cJSON_IsObject(item) ? object_unique(item, origin, path) : NVFP4_MLA_OK;
+    size_t index = 0;
+    for (const cJSON *c = item->child; c && !st; c = c->next, index++) {
+        if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) {
+            continue;
+        }
+        int wrote = cJSON_IsObject(item)
+                        ? snprintf(path + used, NVFP4_JSON_PATH_MAX - used, "%s\"%s\"", used ? "." : "", c->string)
+                        : snprintf(path + used, NVFP4_JSON_PATH_MAX - used, "[%zu]", index);
+        size_t next = used + (size_t)wrote;
+        if (wrote < 0 || next >= NVFP4_JSON_PATH_MAX) { /* too deep to name: the path stops here */
+            path[used] = '\0';
+            next = used;
+        }
+        st = unique_below(c, origin, path, next);
+        path[used] = '\0';
+    }
+    return st;
+}
+
+nvfp4_mla_status_t nvfp4_json_unique_keys(const cJSON *root, const char *origin) {
+    char path[NVFP4_JSON_PATH_MAX] = "";
+    return unique_below(root, origin, path, 0);
 }
 
 static nvfp4_mla_status_t get_integer(const cJSON *object, const char *key, const char *origin, double lo, double hi,

@@ -1,8 +1,8 @@
 /* Static calibration files, format nvfp4_ds_mla_outer_scale_v1 (record-format.md section 7).
  *
- * A strict loader: exact format string, exact key case, no duplicate or unknown keys, exactly
- * num_layers finite positive scales, max_abs consistent with them; every rejection names the key
- * (and the byte offset for malformed JSON) and the file it came from.
+ * A strict loader: exact format string, exact key case, no duplicate keys at any depth, no unknown
+ * keys, exactly num_layers finite positive scales, max_abs consistent with them; every rejection
+ * names the key (and the byte offset for malformed JSON) and the file it came from.
  */
 #ifndef NVFP4_MLA_PLUGIN_CALIBRATION_H
 #define NVFP4_MLA_PLUGIN_CALIBRATION_H
@@ -24,14 +24,21 @@ typedef struct nvfp4_calibration {
     float *scales;       /* [num_layers], owned; free with nvfp4_calibration_free */
 } nvfp4_calibration_t;
 
-/* Reads a whole file of at most max_bytes into a NUL-terminated heap buffer. ERR_IO names the file. */
+/* Reads a whole regular file of at most max_bytes into a NUL-terminated heap buffer. ERR_IO (cannot
+ * open or read) or ERR_CONFIG (not a regular file, too large) names the file. */
 nvfp4_mla_status_t nvfp4_read_file(const char *path, size_t max_bytes, char **data, size_t *len);
 
 /* Parses JSON text (length-bounded, no NUL needed); `origin` names it in messages. On a syntax
  * error the message gives the byte offset. The caller cJSON_Delete()s *root. */
 nvfp4_mla_status_t nvfp4_json_parse(const char *text, size_t len, const char *origin, cJSON **root);
 
-/* Validates a v1 object; on success fills *out (caller frees). */
+/* Refuses an object, at any depth, that holds a key twice (cJSON keeps both and a lookup finds the
+ * first, while other JSON readers take the last): ERR_CONFIG naming the key path, e.g.
+ * key "dataset"."name" appears more than once. */
+#define NVFP4_JSON_PATH_MAX 256
+nvfp4_mla_status_t nvfp4_json_unique_keys(const cJSON *root, const char *origin);
+
+/* Validates a v1 object (its keys unique at every depth); on success fills *out (caller frees). */
 nvfp4_mla_status_t nvfp4_calibration_from_json(const cJSON *object, const char *origin, nvfp4_calibration_t *out);
 
 /* Parses and validates v1 JSON text (length-bounded); `origin` names it in messages. */

@@ -8,6 +8,8 @@
  */
 #include "config.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include "args.h"
 #include "calibration.h"
 #include "errors.h"
+#include "settings.h"
 
 struct nvfp4_mla_config {
     nvfp4_mla_config_info_t info; /* strings point into the arrays below */
@@ -44,27 +47,16 @@ static const char *lookup(const char *const *environ, const char *name) {
     return NULL;
 }
 
+/* The three settings by the one rule of settings.h: a value that is not understood is an error,
+ * never "off". */
 static nvfp4_mla_status_t read_settings(const char *const *environ, env_settings_t *s) {
-    const char *v = lookup(environ, NVFP4_ENV_DYNAMIC_SCALE);
-    s->dynamic_scale = v && strcmp(v, "1") == 0;
-    v = lookup(environ, NVFP4_ENV_FP8_ROPE);
-    s->fp8_rope = v && strcmp(v, "1") == 0;
-    v = lookup(environ, NVFP4_ENV_SCALES_FILE);
-    s->scales_file[0] = '\0';
-    if (v) {
-        while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') {
-            v++;
-        }
-        size_t len = strlen(v);
-        while (len && (v[len - 1] == ' ' || v[len - 1] == '\t' || v[len - 1] == '\n' || v[len - 1] == '\r')) {
-            len--;
-        }
-        if (len >= sizeof s->scales_file) {
-            return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s is longer than %zu bytes", NVFP4_ENV_SCALES_FILE,
-                              sizeof s->scales_file - 1);
-        }
-        memcpy(s->scales_file, v, len);
-        s->scales_file[len] = '\0';
+    char why[NVFP4_SETTING_MESSAGE_MAX];
+    if (nvfp4_setting_bool(NVFP4_ENV_DYNAMIC_SCALE, lookup(environ, NVFP4_ENV_DYNAMIC_SCALE), &s->dynamic_scale, why,
+                           sizeof why) ||
+        nvfp4_setting_bool(NVFP4_ENV_FP8_ROPE, lookup(environ, NVFP4_ENV_FP8_ROPE), &s->fp8_rope, why, sizeof why) ||
+        nvfp4_setting_path(NVFP4_ENV_SCALES_FILE, lookup(environ, NVFP4_ENV_SCALES_FILE), s->scales_file,
+                           sizeof s->scales_file, why, sizeof why)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s", why);
     }
     return NVFP4_MLA_OK;
 }
@@ -95,7 +87,14 @@ static nvfp4_mla_status_t load_static_file(nvfp4_mla_config_t *cfg, const char *
     return st;
 }
 
-/* A sidecar path from config.json: relative, inside the model folder. */
+/* A resolved sidecar path must lie under the resolved model folder. */
+static int inside(const char *dir, const char *file) {
+    size_t n = strlen(dir);
+    return strncmp(file, dir, n) == 0 && (file[n] == '/' || (n == 1 && dir[0] == '/'));
+}
+
+/* A sidecar path from config.json: relative, and inside the model folder once every link on the
+ * way is resolved (the text alone cannot tell: "calib" may be a link to /etc). */
 static nvfp4_mla_status_t sidecar_path(const char *model_dir, const char *config_path, const cJSON *file, char *out,
                                        size_t out_size) {
     if (!cJSON_IsString(file) || !file->valuestring[0]) {
@@ -109,10 +108,35 @@ static nvfp4_mla_status_t sidecar_path(const char *model_dir, const char *config
                           "%s: \"%s\".\"file\" = \"%s\" must be a path relative to the model folder, inside it",
                           config_path, NVFP4_CHECKPOINT_FIELD, rel);
     }
-    if ((size_t)snprintf(out, out_size, "%s/%s", model_dir, rel) >= out_size) {
+    char joined[PATH_MAX + 64], real_dir[PATH_MAX], real_file[PATH_MAX];
+    if ((size_t)snprintf(joined, sizeof joined, "%s/%s", model_dir, rel) >= sizeof joined) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: sidecar path is too long", config_path);
+    }
+    if (!realpath(model_dir, real_dir)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_IO, "cannot open %s: %s", model_dir, strerror(errno));
+    }
+    if (!realpath(joined, real_file)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_IO, "cannot open %s: %s", joined, strerror(errno));
+    }
+    if (!inside(real_dir, real_file)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
+                          "%s: \"%s\".\"file\" = \"%s\" resolves to %s, outside the model folder %s (a link on the "
+                          "way leads out of it)",
+                          config_path, NVFP4_CHECKPOINT_FIELD, rel, real_file, real_dir);
+    }
+    if ((size_t)snprintf(out, out_size, "%s", real_file) >= out_size) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: sidecar path is too long", config_path);
     }
     return NVFP4_MLA_OK;
+}
+
+/* The field once at most: cJSON would find the first of two, another reader the last. */
+static int field_count(const cJSON *root) {
+    int n = 0;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        n += strcmp(c->string, NVFP4_CHECKPOINT_FIELD) == 0;
+    }
+    return n;
 }
 
 /* The checkpoint's field in config.json text: absent (nothing to do), an inline v1 object, or
@@ -128,6 +152,9 @@ nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *cfg, const cha
     const cJSON *field = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, NVFP4_CHECKPOINT_FIELD) : NULL;
     if (!cJSON_IsObject(root)) {
         st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: config.json must be a JSON object", config_path);
+    } else if (field_count(root) > 1) {
+        st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: key \"%s\" appears more than once", config_path,
+                        NVFP4_CHECKPOINT_FIELD);
     } else if (!field) {
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_NONE;
     } else if (!cJSON_IsObject(field)) {
@@ -135,7 +162,7 @@ nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *cfg, const cha
                         config_path, NVFP4_CHECKPOINT_FIELD);
     } else if (cJSON_GetObjectItemCaseSensitive(field, "file")) {
         const cJSON *file = cJSON_GetObjectItemCaseSensitive(field, "file");
-        char path[4096 + 64];
+        char path[PATH_MAX];
         if (cJSON_GetArraySize(field) != 1) {
             st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"%s\" with \"file\" must have no other key", config_path,
                             NVFP4_CHECKPOINT_FIELD);

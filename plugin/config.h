@@ -1,7 +1,7 @@
 /* The cache-format configuration: one immutable object per process (record-format.md 6 and 7).
  * Built from the environment (VLLM_NVFP4_MLA_DYNAMIC_SCALE, VLLM_NVFP4_MLA_SCALES_FILE,
- * KV_FP8_ROPE), the cache dtype and the checkpoint; it fixes layout, mode, per-layer scales and the
- * persistent-cache identity. */
+ * KV_FP8_ROPE, parsed by the one rule of settings.h), the cache dtype and the checkpoint; it fixes
+ * layout, mode, per-layer scales and the persistent-cache identity. */
 #ifndef NVFP4_MLA_PLUGIN_CONFIG_H
 #define NVFP4_MLA_PLUGIN_CONFIG_H
 

@@ -5,8 +5,12 @@
  *   MOCK_CAPS                            capability bits
  *   MOCK_ENTRY_NAME                      exported symbol (nvfp4_mla_plugin_v2 = a future major only)
  *   MOCK_RETURN_NULL                     the entry returns NULL
- *   MOCK_NO_ENTRY                        a shared object that is not a plugin at all */
+ *   MOCK_NO_ENTRY                        a shared object that is not a plugin at all
+ *   MOCK_NULL_MEMBER                     this table member is NULL (the loaders must refuse it)
+ * Every other member is set: context and codec entry points are stubs that refuse with
+ * ERR_UNSUPPORTED; the configuration is a fixed one (mock_config_info). */
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "nvfp4_mla.h"
 
@@ -46,10 +50,78 @@ static const char *status_string(nvfp4_mla_status_t s) {
 }
 
 static const char *last_error(void) {
-    return "";
+    return "mock plugin: every entry point is a stub";
 }
 
-static const mock_table_t table = {
+static nvfp4_mla_status_t mock_init(const nvfp4_mla_init_args_t *args, nvfp4_mla_context_t **out) {
+    (void)args;
+    *out = NULL;
+    return NVFP4_MLA_ERR_UNSUPPORTED;
+}
+
+static nvfp4_mla_status_t mock_shutdown(nvfp4_mla_context_t *ctx) {
+    (void)ctx;
+    return NVFP4_MLA_OK;
+}
+
+static nvfp4_mla_status_t mock_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_context_info_t *info) {
+    (void)ctx, (void)info;
+    return NVFP4_MLA_ERR_UNSUPPORTED;
+}
+
+/* A configuration that wants per-token scales when VLLM_NVFP4_MLA_DYNAMIC_SCALE is set, so that a host's
+ * capability check (require) can be exercised against the mock's capability bits. */
+static char mock_config_object;
+
+static nvfp4_mla_status_t mock_config_create(const nvfp4_mla_config_request_t *request, nvfp4_mla_config_t **out) {
+    (void)request;
+    *out = (nvfp4_mla_config_t *)&mock_config_object;
+    return NVFP4_MLA_OK;
+}
+
+static nvfp4_mla_status_t mock_config_info(const nvfp4_mla_config_t *config, nvfp4_mla_config_info_t *info) {
+    (void)config;
+    int per_token = getenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE") != NULL;
+    *info = (nvfp4_mla_config_info_t){sizeof *info, 1, NVFP4_MLA_LAYOUT_FP8_ROPE_368,
+                                      per_token ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC,
+                                      per_token ? NVFP4_MLA_SCALE_SOURCE_PER_TOKEN : NVFP4_MLA_SCALE_SOURCE_NONE,
+                                      0, "mock-identity", ""};
+    return NVFP4_MLA_OK;
+}
+
+static nvfp4_mla_status_t mock_config_layer_scale(const nvfp4_mla_config_t *config, uint32_t layer, float *scale) {
+    (void)config, (void)layer;
+    *scale = 1.0f;
+    return NVFP4_MLA_OK;
+}
+
+static void mock_config_destroy(nvfp4_mla_config_t *config) {
+    (void)config;
+}
+
+static nvfp4_mla_status_t mock_write(nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *args) {
+    (void)ctx, (void)args;
+    return NVFP4_MLA_ERR_UNSUPPORTED;
+}
+
+static nvfp4_mla_status_t mock_gather(nvfp4_mla_context_t *ctx, const nvfp4_mla_gather_args_t *args) {
+    (void)ctx, (void)args;
+    return NVFP4_MLA_ERR_UNSUPPORTED;
+}
+
+static nvfp4_mla_status_t mock_attend_workspace_bytes(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args,
+                                                      uint64_t *bytes) {
+    (void)ctx, (void)args, (void)bytes;
+    return NVFP4_MLA_ERR_UNSUPPORTED;
+}
+
+static nvfp4_mla_status_t mock_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args) {
+    (void)ctx, (void)args;
+    return NVFP4_MLA_ERR_UNSUPPORTED;
+}
+
+/* Not const: MOCK_NULL_MEMBER clears one member at the first call. */
+static mock_table_t table = {
     .v1 = {
         .header = {MOCK_MAGIC, MOCK_TABLE_SIZE, MOCK_MAJOR, MOCK_MINOR, 0},
         .plugin_name = "mock",
@@ -62,6 +134,17 @@ static const mock_table_t table = {
         .capabilities = caps,
         .status_string = status_string,
         .last_error = last_error,
+        .init = mock_init,
+        .shutdown = mock_shutdown,
+        .context_info = mock_context_info,
+        .config_create = mock_config_create,
+        .config_info = mock_config_info,
+        .config_layer_scale = mock_config_layer_scale,
+        .config_destroy = mock_config_destroy,
+        .write = mock_write,
+        .gather = mock_gather,
+        .attend_workspace_bytes = mock_attend_workspace_bytes,
+        .attend = mock_attend,
     },
 };
 
@@ -71,6 +154,9 @@ __attribute__((visibility("default"))) const nvfp4_mla_plugin_t *MOCK_ENTRY_NAME
     (void)table;
     return NULL;
 #else
+#ifdef MOCK_NULL_MEMBER
+    table.v1.MOCK_NULL_MEMBER = NULL;
+#endif
     return &table.v1;
 #endif
 }

@@ -8,7 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "fp_codes.h" /* header-only bf16 conversions; the test still reaches the plugin only through the CLI */
@@ -34,14 +38,12 @@ static void slurp(const char *path, char *buf, size_t size) {
     if (f) fclose(f);
 }
 
-/* Runs "nvfp4-mla ARGS" (ARGS may use %s for the temp folder); returns the exit status. */
-static int run(const char *env, const char *fmt, ...) {
+/* Runs "PREFIX 'nvfp4-mla' ARGS" through the shell (PREFIX: environment assignments, or "cd DIR &&");
+ * returns the exit status, with stdout and stderr in out_text and err_text. */
+static int vrun(const char *prefix, const char *tool, const char *fmt, va_list ap) {
     char args[4096], cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "%s '%s' %s >%s/out.txt 2>%s/err.txt", env ? env : "", cli, args, tmp, tmp);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s >%s/out.txt 2>%s/err.txt", prefix ? prefix : "", tool, args, tmp, tmp);
     int status = system(cmd);
     char path[4096];
     snprintf(path, sizeof path, "%s/out.txt", tmp);
@@ -49,6 +51,24 @@ static int run(const char *env, const char *fmt, ...) {
     snprintf(path, sizeof path, "%s/err.txt", tmp);
     slurp(path, err_text, sizeof err_text);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Runs another copy of the tool. */
+static int run_tool(const char *prefix, const char *tool, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vrun(prefix, tool, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Runs "nvfp4-mla ARGS" (ARGS may use %s for the temp folder); returns the exit status. */
+static int run(const char *env, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vrun(env, cli, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 static long file_size(const char *name) {
@@ -180,6 +200,254 @@ static void probe_should_report_and_decide(void **state) {
     assert_non_null(strstr(err_text, "disabled (NVFP4_MLA_PLUGIN=none)"));
 }
 
+/* ---- Issue 13: bad input on purpose. Each case asserts the exit status and the words. ---- */
+
+static void expect_failure(int rc, const char *needle) {
+    assert_int_equal(rc, 1);
+    if (!strstr(err_text, needle)) fail_msg("stderr \"%s\" lacks \"%s\"", err_text, needle);
+}
+
+static void expect_content(const char *name, const char *want) {
+    char path[4096], got[256];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    slurp(path, got, sizeof got);
+    assert_string_equal(got, want);
+}
+
+/* Names in tmp/DIR that start with '.' (temporary files the writer would have left). */
+static int leftovers(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tmp, dir);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* Case 1 through a host: "true" is on, "yes" is an error naming the variable and its value. */
+static void probe_should_apply_the_boolean_rule(void **state) {
+    (void)state;
+    assert_int_equal(run("VLLM_NVFP4_MLA_DYNAMIC_SCALE=true KV_FP8_ROPE=TRUE", "probe"), 0);
+    assert_non_null(strstr(out_text, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1"));
+    expect_failure(run("VLLM_NVFP4_MLA_DYNAMIC_SCALE=yes KV_FP8_ROPE=1", "probe"),
+                   "configuration refused: VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"yes\" is not a boolean: use 1 or true for on");
+    expect_failure(run("VLLM_NVFP4_MLA_SCALES_FILE='  '", "probe"),
+                   "VLLM_NVFP4_MLA_SCALES_FILE=\"  \" has leading or trailing whitespace");
+}
+
+/* Case 2: a plugin whose table has a NULL entry point is refused by every host command, by name. */
+static void tools_should_refuse_a_plugin_with_a_null_member(void **state) {
+    (void)state;
+    make_tokens(1.0);
+    char env[4200];
+    snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_null_init.so", getenv("NVFP4_MLA_MOCK_DIR"));
+    const char *words = "refused: table member \"init\" is NULL (plugin ABI 1.0, host ABI 1.0;";
+    expect_failure(run(env, "probe"), words);
+    expect_failure(run(env, "probe --json"), words);
+    assert_non_null(strstr(out_text, "\"reason\":\t\"incomplete_table\""));
+    expect_failure(run(env, "encode --layout 368 --mode static %s/in.bf16 %s/x.bin", tmp, tmp), words);
+    snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_null_attend.so", getenv("NVFP4_MLA_MOCK_DIR"));
+    expect_failure(run(env, "demo"), "refused: table member \"attend\" is NULL");
+    /* An older table ends before attend: a command that calls it says so instead of reading past it. */
+    snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_old_minor.so", getenv("NVFP4_MLA_MOCK_DIR"));
+    expect_failure(run(env, "quality --tokens 16"), "lacks op.attend, which this command calls");
+}
+
+/* Case 3: an output that is an input (same device and inode, by any name) is refused before anything
+ * is written; a failed write leaves the old output and no temporary file, and says why. */
+static void outputs_should_never_destroy_a_users_file(void **state) {
+    (void)state;
+    make_tokens(1.0);
+    char path[4096], link_path[4096];
+    snprintf(path, sizeof path, "%s/in.bf16", tmp);
+    snprintf(link_path, sizeof link_path, "%s/hard.bf16", tmp);
+    unlink(link_path);
+    assert_int_equal(link(path, link_path), 0);
+    expect_failure(run(NULL, "encode --layout 368 --mode static %s/in.bf16 %s/in.bf16", tmp, tmp),
+                   "in.bf16 is the input");
+    expect_failure(run(NULL, "encode --layout 368 --mode static %s/in.bf16 %s/hard.bf16", tmp, tmp),
+                   "hard.bf16 is the input");
+    assert_int_equal(file_size("in.bf16"), (long)sizeof tokens);
+    expect_failure(run(NULL, "quality --scales %s/in.bf16 --json %s/in.bf16", tmp, tmp), "(same file)");
+    expect_failure(run(NULL, "encode --layout 368 --mode static %s/in.bf16 /dev/null", tmp),
+                   "cannot write /dev/null: it is a character device, only regular files are replaced");
+
+    snprintf(path, sizeof path, "%s/full", tmp);
+    mkdir(path, 0755);
+    write_file("full/rec.bin", "old", 3);
+    write_file("full/cal.json", "old", 3);
+    write_file("full/q.json", "old", 3);
+    write_file("rank0.csv", "0,0.5\n1,2.0\n", 12);
+    /* A file-size limit stands in for a full disk: writes fail with EFBIG, as with ENOSPC. */
+    const char *limited = "trap '' XFSZ; ulimit -f 4;";
+    expect_failure(run(limited, "encode --layout 368 --mode per-token %s/in.bf16 %s/full/rec.bin", tmp, tmp),
+                   "cannot write ");
+    assert_non_null(strstr(err_text, "/full/rec.bin: File too large (nothing was replaced)"));
+    expect_content("full/rec.bin", "old");
+    expect_failure(run(limited, "quality --tokens 16 --json %s/full/q.json", tmp), "File too large");
+    expect_content("full/q.json", "old");
+    char big[3000]; /* a long --model makes the document outgrow the limit */
+    memset(big, 'm', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    expect_failure(run(limited, "calibrate --out %s/full/cal.json --model %s %s/rank0.csv", tmp, big, tmp),
+                   "File too large");
+    expect_content("full/cal.json", "old");
+    assert_int_equal(leftovers("full"), 0);
+    /* Unlimited, the same commands replace the files. */
+    assert_int_equal(run(NULL, "encode --layout 368 --mode per-token %s/in.bf16 %s/full/rec.bin", tmp, tmp), 0);
+    assert_int_equal(file_size("full/rec.bin"), T * 368);
+    assert_int_equal(leftovers("full"), 0);
+}
+
+/* Case 4: calibrate checks the file with the plugin's own rules before it replaces anything. */
+static void calibrate_should_check_before_writing(void **state) {
+    (void)state;
+    write_file("rank0.csv", "0,0.5\n1,2.0\n", 12);
+    write_file("tiny.csv", "0,0.5\n1,1e-300\n", 15);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cal", tmp);
+    mkdir(path, 0755);
+    write_file("cal/out.json", "good", 4);
+    expect_failure(run(NULL, "calibrate --out %s/cal/out.json %s/tiny.csv", tmp, tmp),
+                   "the plugin rejects the file, so ");
+    assert_non_null(strstr(err_text, "out.json was not written: "));
+    assert_non_null(strstr(err_text, "\"scales\"[1] = 3.72024e-304 must be finite, positive and a normal float"));
+    expect_content("cal/out.json", "good");
+    expect_failure(run("NVFP4_MLA_PLUGIN=", "calibrate --out %s/cal/out.json %s/rank0.csv", tmp, tmp),
+                   "no plugin to check ");
+    assert_non_null(strstr(err_text, "out.json against, so nothing was written: set NVFP4_MLA_PLUGIN (or --plugin), "
+                                     "or pass --no-check to write it unchecked"));
+    expect_content("cal/out.json", "good");
+    assert_int_equal(run("NVFP4_MLA_PLUGIN=", "calibrate --no-check --out %s/cal/out.json %s/rank0.csv", tmp, tmp), 0);
+    assert_non_null(strstr(out_text, "wrote "));
+    assert_non_null(strstr(out_text, "(2 layers); not checked by a plugin (--no-check)"));
+    assert_int_equal(leftovers("cal"), 0);
+}
+
+/* Case 5: numbers parse whole; "not a number" and "out of range" are told apart; flags come once. */
+static void flags_should_parse_strictly(void **state) {
+    (void)state;
+    make_tokens(1.0);
+    write_file("rank0.csv", "0,0.5\n1,2.0\n", 12);
+    const char *range = "out of range, must be a positive normal float (1.17549e-38 to 3.40282e+38)";
+    struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"--scale 0", "--scale is \"0\": out of range, must be a positive normal float"},
+        {"--scale -1", "--scale is \"-1\": out of range"},
+        {"--scale 1e40", "--scale is \"1e40\": out of range"},
+        {"--scale 1e-40", "--scale is \"1e-40\": out of range"},
+        {"--scale abc", "--scale is \"abc\": not a number"},
+        {"--scale nan", "--scale is \"nan\": not a number"},
+        {"--scale 1.5x", "--scale is \"1.5x\": not a number"},
+        {"--scale 1 --scale 2", "--scale is given twice: give each flag once"},
+        {"--layout 432", "--layout is given twice"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        expect_failure(run(NULL, "encode --layout 368 --mode static %s %s/in.bf16 %s/x.bin", cases[c].args, tmp, tmp),
+                       cases[c].needle);
+    }
+    expect_failure(run(NULL, "encode --layout 368 --mode static --scale 0 %s/in.bf16 %s/x.bin", tmp, tmp), range);
+    expect_failure(run(NULL, "inspect --layout 368 --tokens abc %s/in.bf16", tmp), "--tokens is \"abc\": not an integer");
+    expect_failure(run(NULL, "quality --tokens abc"), "--tokens is \"abc\": not an integer");
+    expect_failure(run(NULL, "quality --tokens 1"), "--tokens is \"1\": out of range, must be an integer in [2, 65536]");
+    expect_failure(run(NULL, "quality --tokens 99999999999999999999"), "out of range, must be an integer in [2, 65536]");
+    expect_failure(run(NULL, "quality --seed xyz"), "--seed is \"xyz\": not an integer");
+    expect_failure(run(NULL, "quality --seed -1"), "--seed is \"-1\": out of range");
+    expect_failure(run(NULL, "quality --seed 1 --seed 2"), "--seed is given twice");
+    expect_failure(run(NULL, "calibrate --out %s/c.json --tolerance abc %s/rank0.csv", tmp, tmp),
+                   "--tolerance is \"abc\": not a number");
+    expect_failure(run(NULL, "calibrate --out %s/c.json --tolerance 2 %s/rank0.csv", tmp, tmp),
+                   "--tolerance is \"2\": out of range, must be a finite number in [0, 1]");
+    expect_failure(run(NULL, "calibrate --out %s/c.json --out %s/d.json %s/rank0.csv", tmp, tmp, tmp),
+                   "--out is given twice");
+    expect_failure(run(NULL, "probe --json --json"), "--json is given twice");
+    expect_failure(run(NULL, "demo --scales a --scales b"), "--scales is given twice");
+}
+
+/* Case 6: an installed tool (here a copy outside the build tree) runs demo and quality from any
+ * folder, on the profile it carries; the plugin sees the real file's bytes (same identity). */
+static void demo_and_quality_should_work_from_any_folder(void **state) {
+    (void)state;
+    char bin[4096], where[4200], tool[4200], cmd[12000];
+    snprintf(bin, sizeof bin, "%s/installed", tmp);
+    mkdir(bin, 0755);
+    snprintf(where, sizeof where, "%s/elsewhere", tmp);
+    mkdir(where, 0755);
+    snprintf(tool, sizeof tool, "%s/nvfp4-mla", bin);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", cli, tool);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "cd '%s' && TMPDIR='%s' ", where, where);
+    assert_int_equal(run_tool(cmd, tool, "demo"), 0);
+    assert_non_null(strstr(out_text, "magnitude profile: built-in glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json (78 layers)"));
+    assert_non_null(strstr(out_text, "static-calibrated-v1:52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"));
+    assert_int_equal(run_tool(cmd, tool, "quality --tokens 16 --json q.json"), 0);
+    char json[4300];
+    snprintf(json, sizeof json, "%s/q.json", where);
+    slurp(json, out_text, sizeof out_text);
+    assert_non_null(strstr(out_text, "{\"scales_file\": \"built-in glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json\""));
+    /* The copy of the built-in profile the plugin read is gone again: only q.json is left. */
+    DIR *d = opendir(where);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));) entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    assert_int_equal(entries, 1);
+}
+
+/* Case 7: probe --json says why a load failed in a word a script can test, and the message. */
+static void probe_json_should_give_a_machine_readable_reason(void **state) {
+    (void)state;
+    const char *mocks = getenv("NVFP4_MLA_MOCK_DIR");
+    struct {
+        const char *env_fmt, *reason;
+    } cases[] = {
+        {"NVFP4_MLA_PLUGIN=/nonexistent/libnvfp4_mla.so", "not_found"},
+        {"NVFP4_MLA_PLUGIN=%s/libmock_not_a_plugin.so", "not_a_plugin"},
+        {"NVFP4_MLA_PLUGIN=%s/libmock_wrong_major.so", "abi_mismatch"},
+        {"NVFP4_MLA_PLUGIN=%s/libmock_null_version.so", "incomplete_table"},
+        {"NVFP4_MLA_PLUGIN=", "not_selected"},
+        {"NVFP4_MLA_PLUGIN=none", "disabled"},
+        {"NVFP4_MLA_PLUGIN=' none'", "invalid_selection"},
+        {"NVFP4_MLA_PLUGIN=%s/libmock_no_per_token.so VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "missing_capability"},
+        {"KV_FP8_ROPE=yes", "config_error"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char env[4200], want[128];
+        snprintf(env, sizeof env, cases[c].env_fmt, mocks);
+        assert_int_equal(run(env, "probe --json"), 1);
+        snprintf(want, sizeof want, "\"reason\":\t\"%s\"", cases[c].reason);
+        if (!strstr(out_text, want) || !strstr(out_text, "\"message\":\t\"") || !strstr(out_text, "\"accepted\":\tfalse"))
+            fail_msg("case %zu: %s lacks %s, a message or accepted false", c, out_text, want);
+    }
+}
+
+/* Case 8: inputs that are not regular files are refused without blocking; sizes are bounded before
+ * anything is read. */
+static void inputs_should_be_regular_files_of_bounded_size(void **state) {
+    (void)state;
+    char fifo[4096], path[4096];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmp);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    expect_failure(run(NULL, "encode --layout 368 --mode static /dev/zero %s/x.bin", tmp),
+                   "/dev/zero is a character device: only regular files are read");
+    expect_failure(run(NULL, "encode --layout 368 --mode static %s %s/x.bin", fifo, tmp), "fifo is a FIFO");
+    expect_failure(run(NULL, "calibrate --out %s/c.json %s", tmp, fifo), "fifo is a FIFO");
+    expect_failure(run(NULL, "quality --scales %s", tmp), "is a directory: only regular files are read");
+    expect_failure(run("VLLM_NVFP4_MLA_SCALES_FILE=/dev/zero", "probe"), "/dev/zero is a character device");
+    /* A sparse file: its size is refused from fstat, long before it could be read. */
+    snprintf(path, sizeof path, "%s/huge.bf16", tmp);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    assert_true(fd >= 0 && ftruncate(fd, (off_t)3 << 30) == 0);
+    close(fd);
+    expect_failure(run(NULL, "encode --layout 368 --mode static %s %s/x.bin", path, tmp),
+                   "huge.bf16 is 3221225472 bytes, more than the 1073741824-byte limit for this input");
+    expect_failure(run(NULL, "calibrate --out %s/c.json %s", tmp, path), "more than the 16777216-byte limit");
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tools_should_round_trip_records_through_files),
@@ -187,6 +455,14 @@ int main(void) {
         cmocka_unit_test(inspect_should_count_subnormal_group_scales),
         cmocka_unit_test(calibrate_should_envelope_ranks_and_load_through_the_plugin),
         cmocka_unit_test(probe_should_report_and_decide),
+        cmocka_unit_test(probe_should_apply_the_boolean_rule),
+        cmocka_unit_test(tools_should_refuse_a_plugin_with_a_null_member),
+        cmocka_unit_test(outputs_should_never_destroy_a_users_file),
+        cmocka_unit_test(calibrate_should_check_before_writing),
+        cmocka_unit_test(flags_should_parse_strictly),
+        cmocka_unit_test(demo_and_quality_should_work_from_any_folder),
+        cmocka_unit_test(probe_json_should_give_a_machine_readable_reason),
+        cmocka_unit_test(inputs_should_be_regular_files_of_bounded_size),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

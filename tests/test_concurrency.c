@@ -27,6 +27,11 @@ static int setup(void **state) {
         return -1;
     }
     plugin = loader.table;
+    /* The members called below lie past NVFP4_MLA_TABLE_MIN_SIZE: the table must hold them. */
+    if (!NVFP4_MLA_TABLE_HAS(plugin, config_destroy) || !NVFP4_MLA_TABLE_HAS(plugin, gather)) {
+        fprintf(stderr, "the plugin's table (%u bytes) lacks config/write/gather\n", plugin->header.struct_size);
+        return -1;
+    }
     return 0;
 }
 

@@ -7,12 +7,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "calibration.h"
 #include "config.h"
 #include "errors.h"
+#include "settings.h"
 
 #define REAL_FILE "glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json"
 #define REAL_SHA "52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"
@@ -93,13 +96,75 @@ static void identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4(void *
 static void identity_should_name_layout_and_mode(void **state) {
     (void)state;
     char file_env[4200];
-    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=  %s \t", data_path(REAL_FILE));
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
     const char *dynamic[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "KV_FP8_ROPE=1", NULL};
-    const char *static368[] = {file_env, "KV_FP8_ROPE=1", NULL};
-    const char *static432[] = {file_env, "KV_FP8_ROPE=0", NULL};
+    const char *dynamic_words[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=True", "KV_FP8_ROPE=TRUE", NULL};
+    const char *static368[] = {file_env, "KV_FP8_ROPE=true", NULL};
+    const char *static432[] = {file_env, "KV_FP8_ROPE=0", "VLLM_NVFP4_MLA_DYNAMIC_SCALE=False", NULL};
+    const char *empty[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=", "KV_FP8_ROPE=", "VLLM_NVFP4_MLA_SCALES_FILE=", NULL};
     expect_identity("nvfp4_ds_mla", NULL, dynamic, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+    expect_identity("nvfp4_ds_mla", NULL, dynamic_words, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+    expect_identity("nvfp4_ds_mla", NULL, empty, "vllm-default-v1");
     expect_identity("nvfp4_ds_mla", NULL, static368, "nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:" REAL_SHA);
     expect_identity("torch.nvfp4_ds_mla", NULL, static432, "nvfp4_ds_mla:bf16-rope-432:static-calibrated-v1:" REAL_SHA);
+}
+
+/* Issue 13, case 1: a value the rule does not understand is ERR_CONFIG naming the variable, the
+ * quoted value and the accepted spellings; it never means "off" and never skips a check. */
+static void settings_should_refuse_values_they_do_not_understand(void **state) {
+    (void)state;
+    char file_env[4200];
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
+    const char *accepted = "is not a boolean: use 1 or true for on, 0 or false for off (any case); unset or empty is off";
+    struct {
+        const char *env[4], *needle;
+    } cases[] = {
+        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=yes", "KV_FP8_ROPE=1"}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"yes\" is not a boolean"},
+        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=2", "KV_FP8_ROPE=1"}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"2\" is not a boolean"},
+        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 ", "KV_FP8_ROPE=1"}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"1 \" is not a boolean"},
+        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=on", "KV_FP8_ROPE=1", file_env}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"on\""},
+        {{"KV_FP8_ROPE=\ttrue"}, "KV_FP8_ROPE=\"\\ttrue\" is not a boolean"},
+        {{"KV_FP8_ROPE=y\x01\xc3\xa9\"\\"}, "KV_FP8_ROPE=\"y\\x01\\xc3\\xa9\\\"\\\\\" is not a boolean"},
+        {{"VLLM_NVFP4_MLA_SCALES_FILE=  ", "KV_FP8_ROPE=1"},
+         "VLLM_NVFP4_MLA_SCALES_FILE=\"  \" has leading or trailing whitespace: give the path without it; unset or "
+         "empty means none"},
+        {{"VLLM_NVFP4_MLA_SCALES_FILE=/x.json\n"}, "VLLM_NVFP4_MLA_SCALES_FILE=\"/x.json\\n\" has leading or trailing"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        expect_refusal("nvfp4_ds_mla", NULL, cases[c].env, NVFP4_MLA_ERR_CONFIG, cases[c].needle);
+        if (strstr(cases[c].needle, "boolean")) {
+            expect_refusal("nvfp4_ds_mla", NULL, cases[c].env, NVFP4_MLA_ERR_CONFIG, accepted);
+        }
+    }
+    /* Settings are read before the dtype decides anything: a malformed one is refused for any dtype. */
+    const char *bad[] = {"KV_FP8_ROPE=yes", NULL};
+    expect_refusal("fp8", NULL, bad, NVFP4_MLA_ERR_CONFIG, "KV_FP8_ROPE=\"yes\" is not a boolean");
+}
+
+static void setting_quote_should_escape_and_cut(void **state) {
+    (void)state;
+    char out[NVFP4_SETTING_QUOTE_MAX * 4 + 8], longer[300];
+    nvfp4_setting_quote("a b\t\x7f", out, sizeof out);
+    assert_string_equal(out, "\"a b\\t\\x7f\"");
+    memset(longer, 'x', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    nvfp4_setting_quote(longer, out, sizeof out);
+    assert_int_equal(strlen(out), NVFP4_SETTING_QUOTE_MAX + 5); /* two quotes and "..." */
+    assert_string_equal(out + NVFP4_SETTING_QUOTE_MAX + 1, "\"...");
+    nvfp4_setting_quote("abcdef", out, 5); /* never past the buffer: whole pieces only */
+    assert_string_equal(out, "\"abc");
+    int on = 7;
+    char message[NVFP4_SETTING_MESSAGE_MAX];
+    assert_int_equal(nvfp4_setting_bool("X", NULL, &on, message, sizeof message), 0);
+    assert_int_equal(on, 0);
+    assert_int_equal(nvfp4_setting_bool("X", "FaLsE", &on, message, sizeof message), 0);
+    assert_int_equal(on, 0);
+    assert_int_equal(nvfp4_setting_bool("X", "tRuE", &on, message, sizeof message), 0);
+    assert_int_equal(on, 1);
+    char path[8];
+    assert_int_equal(nvfp4_setting_path("P", "12345678", path, sizeof path, message, sizeof message), -1);
+    assert_string_equal(message, "P is 8 bytes long, longer than the 7-byte limit of a path");
+    assert_string_equal(path, "");
 }
 
 static void identity_should_change_with_one_byte_of_the_scales_file(void **state) {
@@ -240,6 +305,104 @@ static void loader_should_reject_each_invalid_field_by_name(void **state) {
     }
 }
 
+/* Issue 13, case 8: a duplicate key is refused at every depth, not only at the top. */
+static void calibration_should_refuse_duplicate_keys_at_every_depth(void **state) {
+    (void)state;
+    assert_int_equal(load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"name\": \"a\", \"name\": \"b\"},"),
+                     NVFP4_MLA_ERR_CONFIG);
+    assert_non_null(strstr(nvfp4_last_error(), "variant.json: key \"dataset\".\"name\" appears more than once"));
+    assert_int_equal(load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"w\": [1, {\"k\": 1, \"k\": 2}]},"),
+                     NVFP4_MLA_ERR_CONFIG);
+    assert_non_null(strstr(nvfp4_last_error(), "key \"dataset\".\"w\"[1].\"k\" appears more than once"));
+    assert_int_equal(load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"name\": \"a\", \"Name\": \"b\"},"),
+                     NVFP4_MLA_OK); /* keys are case-sensitive: two keys */
+    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
+    tmp_file("config.json", "{\"nvfp4_mla_outer_scales\": {\"file\": \"a.json\"}, \"nvfp4_mla_outer_scales\": 7}");
+    expect_refusal("nvfp4_ds_mla", tmp_dir, plain, NVFP4_MLA_ERR_CONFIG,
+                   "config.json: key \"nvfp4_mla_outer_scales\" appears more than once");
+    tmp_file("config.json", "{\"nvfp4_mla_outer_scales\": {\"format\": \"nvfp4_ds_mla_outer_scale_v1\", \"num_layers\": 1, "
+                            "\"latent_dim\": 512, \"denominator\": 2688.0, \"scales\": [0.001], "
+                            "\"dataset\": {\"n\": 1, \"n\": 2}}}");
+    expect_refusal("nvfp4_ds_mla", tmp_dir, plain, NVFP4_MLA_ERR_CONFIG, "key \"dataset\".\"n\" appears more than once");
+}
+
+/* Issue 13, case 8: the containment check reads the resolved path, so a link cannot lead out. */
+static void sidecar_links_should_not_lead_out_of_the_model_folder(void **state) {
+    (void)state;
+    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
+    char model[4200], outside[4200], link_path[4400], target[4400];
+    snprintf(model, sizeof model, "%s/model_links", tmp_dir);
+    snprintf(outside, sizeof outside, "%s/outside", tmp_dir);
+    mkdir(model, 0755);
+    mkdir(outside, 0755);
+    snprintf(target, sizeof target, "%s/scales.json", outside);
+    char *text;
+    size_t len;
+    assert_int_equal(nvfp4_read_file(data_path("model_sidecar/calib/scales.json"), 1 << 20, &text, &len), NVFP4_MLA_OK);
+    FILE *f = fopen(target, "wb");
+    fwrite(text, 1, len, f);
+    fclose(f);
+    free(text);
+    snprintf(link_path, sizeof link_path, "%s/calib", model);
+    unlink(link_path);
+    assert_int_equal(symlink(outside, link_path), 0); /* a folder link */
+    snprintf(link_path, sizeof link_path, "%s/config.json", model);
+    f = fopen(link_path, "wb");
+    fputs("{\"nvfp4_mla_outer_scales\": {\"file\": \"calib/scales.json\"}}", f);
+    fclose(f);
+    expect_refusal("nvfp4_ds_mla", model, plain, NVFP4_MLA_ERR_CONFIG,
+                   "\"file\" = \"calib/scales.json\" resolves to ");
+    expect_refusal("nvfp4_ds_mla", model, plain, NVFP4_MLA_ERR_CONFIG, "/outside/scales.json, outside the model folder");
+    snprintf(link_path, sizeof link_path, "%s/calib", model);
+    unlink(link_path);
+    mkdir(link_path, 0755);
+    snprintf(link_path, sizeof link_path, "%s/calib/scales.json", model);
+    assert_int_equal(symlink(target, link_path), 0); /* a file link */
+    expect_refusal("nvfp4_ds_mla", model, plain, NVFP4_MLA_ERR_CONFIG, "outside the model folder");
+    /* A link that stays inside is fine. */
+    unlink(link_path);
+    snprintf(target, sizeof target, "%s/real.json", model);
+    snprintf(link_path, sizeof link_path, "%s/outside/scales.json", tmp_dir);
+    assert_int_equal(rename(link_path, target), 0);
+    snprintf(link_path, sizeof link_path, "%s/calib/scales.json", model);
+    assert_int_equal(symlink("../real.json", link_path), 0);
+    nvfp4_mla_config_t *cfg;
+    nvfp4_mla_config_info_t info;
+    assert_int_equal(make("nvfp4_ds_mla", model, plain, &cfg, &info), NVFP4_MLA_OK);
+    assert_int_equal(info.scale_source, NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_FILE);
+    assert_non_null(strstr(info.scale_source_path, "model_links/real.json"));
+    nvfp4_config_destroy(cfg);
+}
+
+/* Issue 13, case 8: a scales file that is a device, FIFO or folder is refused without blocking, and a
+ * file past the size limit is refused from its size. */
+static void scales_files_should_be_regular_and_bounded(void **state) {
+    (void)state;
+    char fifo[4200], big[4200], env[4300];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmp_dir);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(big, sizeof big, "%s/big.json", tmp_dir);
+    int fd = open(big, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    assert_true(fd >= 0 && ftruncate(fd, 5 << 20) == 0);
+    close(fd);
+    struct {
+        const char *path, *needle;
+    } cases[] = {
+        {"/dev/zero", "/dev/zero is a character device, not a regular file"},
+        {fifo, "/fifo is a FIFO, not a regular file"},
+        {tmp_dir, " is a directory, not a regular file"},
+        {big, "big.json is larger than the 4194304-byte limit (5242880 bytes)"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(env, sizeof env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", cases[c].path);
+        const char *settings[] = {env, "KV_FP8_ROPE=1", NULL};
+        expect_refusal("nvfp4_ds_mla", NULL, settings, NVFP4_MLA_ERR_CONFIG, cases[c].needle);
+    }
+    unlink(big);
+    unlink(fifo);
+}
+
 static void real_production_file_should_load(void **state) {
     (void)state;
     nvfp4_calibration_t cal;
@@ -273,11 +436,16 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4),
         cmocka_unit_test(identity_should_name_layout_and_mode),
+        cmocka_unit_test(settings_should_refuse_values_they_do_not_understand),
+        cmocka_unit_test(setting_quote_should_escape_and_cut),
         cmocka_unit_test(identity_should_change_with_one_byte_of_the_scales_file),
         cmocka_unit_test(configuration_should_fail_closed_on_conflicts_and_missing_files),
         cmocka_unit_test(scales_should_come_from_override_then_checkpoint_then_one),
         cmocka_unit_test(sidecar_paths_should_stay_inside_the_model_folder),
         cmocka_unit_test(loader_should_reject_each_invalid_field_by_name),
+        cmocka_unit_test(calibration_should_refuse_duplicate_keys_at_every_depth),
+        cmocka_unit_test(sidecar_links_should_not_lead_out_of_the_model_folder),
+        cmocka_unit_test(scales_files_should_be_regular_and_bounded),
         cmocka_unit_test(real_production_file_should_load),
         cmocka_unit_test(source_should_be_reported_through_the_log_callback),
     };

@@ -76,26 +76,75 @@ static void loader_should_accept_a_future_minor_and_ignore_unknown_capabilities(
 static void loader_should_refuse_with_the_reason(void **state) {
     (void)state;
     struct {
-        const char *selection, *needle;
-        int outcome;
+        const char *selection, *needle, *reason;
     } cases[] = {
         {"future_major", "does not export nvfp4_mla_plugin_v1 (host ABI 1.0); it implements ABI major 2 only",
-         NVFP4_MLA_LOAD_FAILED},
-        {"wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.0)", NVFP4_MLA_LOAD_FAILED},
-        {"bad_magic", "refused: wrong magic (0x12345678, expected 0x4d34464e)", NVFP4_MLA_LOAD_FAILED},
-        {"null_entry", "refused: its entry returned no table", NVFP4_MLA_LOAD_FAILED},
-        {"tiny_table", "refused: table too small (struct_size 16 <", NVFP4_MLA_LOAD_FAILED},
-        {"not_a_plugin", "it is not an nvfp4-mla plugin", NVFP4_MLA_LOAD_FAILED},
+         "abi_mismatch"},
+        {"wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.0)", "abi_mismatch"},
+        {"bad_magic", "refused: wrong magic (0x12345678, expected 0x4d34464e)", "not_a_plugin"},
+        {"null_entry", "refused: its entry returned no table", "not_a_plugin"},
+        {"tiny_table", "refused: table too small (struct_size 16 <", "abi_mismatch"},
+        {"not_a_plugin", "it is not an nvfp4-mla plugin", "not_a_plugin"},
+        {"null_init", "refused: table member \"init\" is NULL (plugin ABI 1.0, host ABI 1.0; every member its "
+                      "struct_size", "incomplete_table"},
+        {"null_attend", "refused: table member \"attend\" is NULL", "incomplete_table"},
+        {"null_version", "refused: table member \"version\" is NULL", "incomplete_table"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         nvfp4_mla_loader_t l;
         char msg[2048];
-        assert_int_equal(nvfp4_mla_loader_open(&l, mock_path(cases[c].selection), msg, sizeof msg), cases[c].outcome);
+        assert_int_equal(nvfp4_mla_loader_open(&l, mock_path(cases[c].selection), msg, sizeof msg),
+                         NVFP4_MLA_LOAD_FAILED);
         assert_contains(msg, cases[c].needle);
         assert_contains(msg, mock_path(cases[c].selection));
+        assert_string_equal(l.reason, cases[c].reason);
         assert_null(l.table);
         assert_null(l.handle);
     }
+}
+
+/* A NULL member past an older table's struct_size is not covered: the table loads, the operation is
+ * an absent capability. */
+static void loader_should_accept_a_null_member_its_table_does_not_cover(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("old_minor_null_attend"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    assert_string_equal(l.reason, "");
+    assert_false(nvfp4_mla_loader_table_caps(&l) & NVFP4_MLA_CAP_OP_ATTEND);
+    nvfp4_mla_loader_close(&l);
+}
+
+/* NVFP4_MLA_PLUGIN by the settings rule: whitespace and keyword-like values are refused by name. */
+static void loader_should_refuse_a_malformed_selection(void **state) {
+    (void)state;
+    struct {
+        const char *value, *needle;
+    } cases[] = {
+        {" none", "NVFP4_MLA_PLUGIN=\" none\" has leading or trailing whitespace: give the path without it"},
+        {"/tmp/libnvfp4_mla.so\n", "NVFP4_MLA_PLUGIN=\"/tmp/libnvfp4_mla.so\\n\" has leading or trailing whitespace"},
+        {"   ", "NVFP4_MLA_PLUGIN=\"   \" has leading or trailing whitespace"},
+        {"None", "NVFP4_MLA_PLUGIN=\"None\" names no file and is not the keyword \"none\" (exactly, lower case)"},
+        {"0", "NVFP4_MLA_PLUGIN=\"0\" names no file and is not the keyword \"none\""},
+        {"off", "NVFP4_MLA_PLUGIN=\"off\" names no file"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        nvfp4_mla_loader_t l;
+        char msg[2048];
+        setenv("NVFP4_MLA_PLUGIN", cases[c].value, 1);
+        assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_FAILED);
+        assert_contains(msg, cases[c].needle);
+        assert_string_equal(l.reason, "invalid_selection");
+        assert_null(l.handle);
+    }
+    char long_path[5000];
+    memset(long_path, 'a', sizeof long_path - 1);
+    long_path[sizeof long_path - 1] = '\0';
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, long_path, msg, sizeof msg), NVFP4_MLA_LOAD_FAILED);
+    assert_contains(msg, "plugin selection is 4999 bytes long, longer than the");
+    unsetenv("NVFP4_MLA_PLUGIN");
 }
 
 static void loader_should_name_every_missing_capability(void **state) {
@@ -118,12 +167,23 @@ static void loader_should_handle_selection_by_environment(void **state) {
     setenv("NVFP4_MLA_PLUGIN", "none", 1);
     assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_DISABLED);
     assert_contains(msg, "disabled (NVFP4_MLA_PLUGIN=none)");
+    assert_string_equal(l.reason, "disabled");
     unsetenv("NVFP4_MLA_PLUGIN");
     assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_NOT_SELECTED);
     assert_contains(msg, "set NVFP4_MLA_PLUGIN");
+    assert_string_equal(l.reason, "not_selected");
     setenv("NVFP4_MLA_PLUGIN", "/nonexistent/libnvfp4_mla.so", 1);
     assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_FAILED);
     assert_contains(msg, "cannot load nvfp4-mla plugin /nonexistent/libnvfp4_mla.so:");
+    assert_string_equal(l.reason, "not_found");
+    setenv("NVFP4_MLA_PLUGIN", getenv("NVFP4_MLA_TEST_DATA"), 1); /* a folder without the plugin file */
+    assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_FAILED);
+    assert_string_equal(l.reason, "not_found");
+    char not_elf[4096];
+    snprintf(not_elf, sizeof not_elf, "%s/model_plain/config.json", getenv("NVFP4_MLA_TEST_DATA"));
+    setenv("NVFP4_MLA_PLUGIN", not_elf, 1); /* a file that is not a shared object */
+    assert_int_equal(nvfp4_mla_loader_open(&l, NULL, msg, sizeof msg), NVFP4_MLA_LOAD_FAILED);
+    assert_string_equal(l.reason, "load_error");
     char folder[2048];
     snprintf(folder, sizeof folder, "%s", real_plugin);
     *strrchr(folder, '/') = '\0';
@@ -178,6 +238,7 @@ static void real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts(vo
     nvfp4_mla_context_t *c;
     assert_int_equal(t->init(&init, &c), NVFP4_MLA_OK);
     nvfp4_mla_attend_args_t attend = {.struct_size = sizeof attend};
+    assert_true(NVFP4_MLA_TABLE_HAS(t, attend));
     assert_int_equal(t->attend(c, &attend), NVFP4_MLA_ERR_INVALID_ARGUMENT);
     assert_contains(t->last_error(), "attend: layout is 0");
     assert_true(t->capability_bits & NVFP4_MLA_CAP_OP_ATTEND);
@@ -224,6 +285,8 @@ int main(void) {
         cmocka_unit_test(loader_should_mask_members_an_older_minor_lacks),
         cmocka_unit_test(loader_should_accept_a_future_minor_and_ignore_unknown_capabilities),
         cmocka_unit_test(loader_should_refuse_with_the_reason),
+        cmocka_unit_test(loader_should_accept_a_null_member_its_table_does_not_cover),
+        cmocka_unit_test(loader_should_refuse_a_malformed_selection),
         cmocka_unit_test(loader_should_name_every_missing_capability),
         cmocka_unit_test(loader_should_handle_selection_by_environment),
         cmocka_unit_test(loader_should_give_the_plugins_cache_identity),

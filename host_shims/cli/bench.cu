@@ -151,14 +151,22 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
     const char *plugin = NULL, *json_path = NULL, *only = "";
     int quick = 0;
     int64_t only_tokens = 0;
+    cli_seen_t seen = {};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
+        long long tokens_value = 0;
+        if (cli_once("bench", &seen, argv[i])) return 1;
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--only")) only = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--tokens")) only_tokens = atoll(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--tokens")) {
+            if (cli_parse_int("bench", argv[i], argv[i + 1], 1, INT64_C(1) << 32, &tokens_value)) return 1;
+            only_tokens = tokens_value;
+            i++;
+        }
         else if (i + 1 < argc && !strcmp(argv[i], "--json")) json_path = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--plugin")) plugin = argv[++i];
         else return cli_fail("bench", "unknown or incomplete argument %s", argv[i]);
     }
+    int failed_json = 0;
     cli_host_t host;
     if (cli_host_open(&host, plugin)) return 1;
     const nvfp4_mla_plugin_t *t = host.table;
@@ -469,9 +477,10 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
     }
     cudaFree(d_656);
 
+    cli_out_t out;
+    if (json_path && cli_out_open("bench", json_path, &out)) json_path = NULL, failed_json = 1;
     if (json_path) {
-        FILE *f = fopen(json_path, "w");
-        if (!f) return cli_fail("bench", "cannot create %s", json_path);
+        FILE *f = out.f; /* a temporary file beside json_path, renamed over it when complete */
         fprintf(f, "{\"device\": \"%s\", \"copy_tbps\": %.4f, \"gather368_tbps\": %.4f, \"rows\": [\n", info.device_name,
                 copy_tbps, g368_tbps);
         for (size_t i = 0; i < rows.size(); i++) {
@@ -481,9 +490,9 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
                     r.ratio, r.ceiling, r.correct < 0 ? "-" : r.correct ? "pass" : "fail", i + 1 < rows.size() ? "," : "");
         }
         fprintf(f, "]}\n");
-        fclose(f);
+        failed_json = cli_out_commit(&out);
     }
-    int failed = 0;
+    int failed = failed_json;
     for (const result_row &r : rows) failed |= r.correct == 0;
     t->shutdown(gpu);
     cli_host_close(&host);

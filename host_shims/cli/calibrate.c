@@ -4,7 +4,10 @@
  * JSON array indexed by layer. The ranks must agree within --tolerance (relative); the worst
  * disagreement is always reported. The envelope (max per layer) becomes max_abs, and
  * scales = max_abs / 2688. --envelope-with FILE folds in an earlier v1 file (another capture).
- * The output is checked by loading it through the plugin, as a server would. */
+ * The file is checked by the plugin's own loader, as a server would load it, before it replaces
+ * anything: it is written to a temporary file beside --out, loaded through the plugin from there,
+ * and renamed over --out only when accepted. Without a plugin to check against, calibrate fails
+ * unless --no-check says to write the file unchecked. */
 #include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +25,7 @@ typedef struct capture {
 } capture_t;
 
 static int parse_json_capture(const char *path, const char *text, size_t len, capture_t *c, const char *key) {
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, NULL, 0);
     const cJSON *array = key ? cJSON_GetObjectItemCaseSensitive(root, key) : root;
     int rc = 0;
     if (!cJSON_IsArray(array)) {
@@ -85,15 +88,10 @@ static int parse_lines_capture(const char *path, char *text, capture_t *c) {
 static int load_capture(const char *path, capture_t *c, const char *json_key) {
     uint8_t *text;
     size_t len;
-    if (cli_read_file("calibrate", path, &text, &len)) {
+    if (cli_read_file("calibrate", path, json_key ? CLI_MAX_CALIBRATION_BYTES : CLI_MAX_CAPTURE_BYTES, &text, &len)) {
         return 1;
     }
-    char *s = realloc(text, len + 1);
-    if (!s) {
-        free(text);
-        return cli_fail("calibrate", "out of memory");
-    }
-    s[len] = '\0';
+    char *s = (char *)text; /* NUL-terminated by cli_read_file */
     size_t i = 0;
     while (i < len && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) i++;
     int rc = (json_key || (i < len && s[i] == '[')) ? parse_json_capture(path, s, len, c, json_key)
@@ -102,88 +100,99 @@ static int load_capture(const char *path, capture_t *c, const char *json_key) {
     return rc;
 }
 
-/* Loads the written file through the plugin's configuration, as a server would. */
-static int self_check(const char *out) {
-    cli_host_t host;
-    if (cli_host_open(&host, NULL)) {
-        fprintf(stderr, "nvfp4-mla calibrate: note: no plugin loaded, %s was not checked by the loader\n", out);
-        return 0;
-    }
-    char env_file[4200];
-    snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", out);
+/* Loads `path` through the plugin's configuration, as a server would. `shown` names the file in
+ * messages (the user's --out while `path` is still the temporary file). */
+static int plugin_check(cli_host_t *host, const char *path, const char *shown) {
+    char env_file[sizeof ((cli_out_t *)0)->temp + 32];
+    snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", path);
     const char *env[] = {env_file, "KV_FP8_ROPE=1", NULL};
     nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, env, NULL, {0}};
     nvfp4_mla_config_t *cfg;
-    int rc = 0;
-    if (host.table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
-        rc = cli_fail("calibrate", "the plugin rejects the written file: %s", host.table->last_error());
-    } else {
-        nvfp4_mla_config_info_t info = {.struct_size = sizeof info};
-        host.table->config_info(cfg, &info);
-        printf("loader check: %u layers, cache identity %s\n", info.num_layers, info.identity);
-        host.table->config_destroy(cfg);
+    if (host->table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
+        return cli_fail("calibrate", "the plugin rejects the file, so %s was not written: %s", shown,
+                        host->table->last_error());
     }
-    cli_host_close(&host);
-    return rc;
+    nvfp4_mla_config_info_t info = {.struct_size = sizeof info};
+    host->table->config_info(cfg, &info);
+    printf("loader check: %u layers, cache identity %s\n", info.num_layers, info.identity);
+    host->table->config_destroy(cfg);
+    return 0;
 }
 
-int cli_calibrate_cmd(int argc, char **argv) {
-    const char *out = NULL, *model = "unknown", *dataset = "unknown", *hook = "unknown", *envelope_with = NULL;
-    const char *created_utc = NULL;
-    double tolerance = 0.05;
-    const char *files[64];
-    int nfiles = 0;
+/* What the command line asks for. */
+typedef struct calibrate_opts {
+    const char *out, *model, *dataset, *hook, *envelope_with, *created_utc, *plugin;
+    double tolerance;
+    int no_check;
+    const char *files[64]; /* [nfiles] capture paths, borrowed from argv */
+    int nfiles;
+} calibrate_opts_t;
+
+static int parse_opts(int argc, char **argv, calibrate_opts_t *o) {
+    cli_seen_t seen = {0};
+    *o = (calibrate_opts_t){.model = "unknown", .dataset = "unknown", .hook = "unknown", .tolerance = 0.05};
     for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strncmp(argv[i], "--", 2) != 0) {
-            if (nfiles == 64) {
+        const char *flag = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strncmp(flag, "--", 2) != 0) {
+            if (o->nfiles == 64) {
                 return cli_fail("calibrate", "at most 64 capture files");
             }
-            files[nfiles++] = argv[i];
+            o->files[o->nfiles++] = flag;
             continue;
         }
-        if (!v) {
-            return cli_fail("calibrate", "%s needs a value", argv[i]);
-        } else if (strcmp(argv[i], "--out") == 0) {
-            out = v;
-        } else if (strcmp(argv[i], "--model") == 0) {
-            model = v;
-        } else if (strcmp(argv[i], "--dataset") == 0) {
-            dataset = v;
-        } else if (strcmp(argv[i], "--hook") == 0) {
-            hook = v;
-        } else if (strcmp(argv[i], "--created-utc") == 0) {
-            created_utc = v;
-        } else if (strcmp(argv[i], "--envelope-with") == 0) {
-            envelope_with = v;
-        } else if (strcmp(argv[i], "--tolerance") == 0) {
-            char *end;
-            tolerance = strtod(v, &end);
-            if (*end || !(tolerance >= 0)) {
-                return cli_fail("calibrate", "--tolerance is \"%s\", must be a number >= 0", v);
-            }
-        } else {
-            return cli_fail("calibrate", "unknown flag %s", argv[i]);
+        if (cli_once("calibrate", &seen, flag)) {
+            return 1;
+        }
+        if (strcmp(flag, "--no-check") == 0) {
+            o->no_check = 1;
+            continue;
+        }
+        const char **slot = strcmp(flag, "--out") == 0             ? &o->out
+                            : strcmp(flag, "--model") == 0         ? &o->model
+                            : strcmp(flag, "--dataset") == 0       ? &o->dataset
+                            : strcmp(flag, "--hook") == 0          ? &o->hook
+                            : strcmp(flag, "--created-utc") == 0   ? &o->created_utc
+                            : strcmp(flag, "--envelope-with") == 0 ? &o->envelope_with
+                            : strcmp(flag, "--plugin") == 0        ? &o->plugin
+                                                                   : NULL;
+        if (!slot && strcmp(flag, "--tolerance") != 0) {
+            return cli_fail("calibrate", "unknown flag %s", flag);
+        } else if (!v) {
+            return cli_fail("calibrate", "%s needs a value", flag);
+        } else if (slot) {
+            *slot = v;
+        } else if (cli_parse_real("calibrate", flag, v, 0, 1, &o->tolerance)) {
+            return 1;
         }
         i++;
     }
-    if (!out || !nfiles) {
-        return cli_fail("calibrate", "usage: calibrate --out FILE [--model M] [--dataset D] [--hook H] "
-                                     "[--created-utc T] [--tolerance T] [--envelope-with V1FILE] CAPTURE...");
+    if (!o->out || !o->nfiles) {
+        return cli_fail("calibrate", "usage: calibrate --out FILE [--model M] [--dataset D] [--hook H] [--created-utc T] "
+                                     "[--tolerance T] [--envelope-with V1FILE] [--plugin P] [--no-check] CAPTURE...");
     }
-    capture_t *ranks = calloc((size_t)nfiles + 1, sizeof *ranks);
-    double envelope[MAX_LAYERS], worst = 0;
-    int worst_layer = -1, rc = 0;
-    for (int r = 0; r < nfiles && !rc; r++) {
-        rc = load_capture(files[r], &ranks[r], NULL);
+    const char *inputs[65];
+    memcpy(inputs, o->files, (size_t)o->nfiles * sizeof *inputs);
+    inputs[o->nfiles] = o->envelope_with;
+    return cli_check_distinct("calibrate", o->out, inputs, o->nfiles + 1);
+}
+
+/* The ranks' envelope (max per layer), their worst disagreement checked against --tolerance, and
+ * --envelope-with folded in. */
+static int envelope_of(const calibrate_opts_t *o, double *envelope, int *layers_out) {
+    capture_t *ranks = calloc((size_t)o->nfiles + 1, sizeof *ranks);
+    double worst = 0;
+    int worst_layer = -1, rc = ranks ? 0 : cli_fail("calibrate", "out of memory");
+    for (int r = 0; r < o->nfiles && !rc; r++) {
+        rc = load_capture(o->files[r], &ranks[r], NULL);
         if (!rc && ranks[r].layers != ranks[0].layers) {
-            rc = cli_fail("calibrate", "%s has %d layers, %s has %d", files[r], ranks[r].layers, files[0], ranks[0].layers);
+            rc = cli_fail("calibrate", "%s has %d layers, %s has %d", o->files[r], ranks[r].layers, o->files[0],
+                          ranks[0].layers);
         }
     }
     int layers = rc ? 0 : ranks[0].layers;
     for (int l = 0; l < layers; l++) {
         double lo = ranks[0].value[l], hi = lo;
-        for (int r = 1; r < nfiles; r++) {
+        for (int r = 1; r < o->nfiles; r++) {
             lo = fmin(lo, ranks[r].value[l]);
             hi = fmax(hi, ranks[r].value[l]);
         }
@@ -194,54 +203,97 @@ int cli_calibrate_cmd(int argc, char **argv) {
         }
     }
     if (!rc) {
-        printf("%d ranks, %d layers; worst rank disagreement %.3g%% (layer %d)\n", nfiles, layers, 100 * worst,
+        printf("%d ranks, %d layers; worst rank disagreement %.3g%% (layer %d)\n", o->nfiles, layers, 100 * worst,
                worst_layer < 0 ? 0 : worst_layer);
-        if (worst > tolerance) {
+        if (worst > o->tolerance) {
             rc = cli_fail("calibrate", "ranks disagree by %.3g%% at layer %d, more than --tolerance %.3g%%: the captures "
-                                       "are not of one model/input", 100 * worst, worst_layer, 100 * tolerance);
+                                       "are not of one model/input", 100 * worst, worst_layer, 100 * o->tolerance);
         }
     }
-    if (!rc && envelope_with) {
-        rc = load_capture(envelope_with, &ranks[nfiles], "max_abs");
-        if (!rc && ranks[nfiles].layers != layers) {
-            rc = cli_fail("calibrate", "%s has %d layers, the captures %d", envelope_with, ranks[nfiles].layers, layers);
+    if (!rc && o->envelope_with) {
+        rc = load_capture(o->envelope_with, &ranks[o->nfiles], "max_abs");
+        if (!rc && ranks[o->nfiles].layers != layers) {
+            rc = cli_fail("calibrate", "%s has %d layers, the captures %d", o->envelope_with, ranks[o->nfiles].layers,
+                          layers);
         }
         for (int l = 0; l < layers && !rc; l++) {
-            envelope[l] = fmax(envelope[l], ranks[nfiles].value[l]);
+            envelope[l] = fmax(envelope[l], ranks[o->nfiles].value[l]);
         }
     }
     free(ranks);
-    if (rc) {
-        return rc;
-    }
+    *layers_out = layers;
+    return rc;
+}
+
+/* The v1 document (cJSON_Print text; the caller frees). */
+static char *v1_text(const calibrate_opts_t *o, const double *envelope, int layers) {
     char created[64];
     time_t now = time(NULL);
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%S+00:00", gmtime(&now));
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "format", "nvfp4_ds_mla_outer_scale_v1");
-    cJSON_AddNumberToObject(o, "num_layers", layers);
-    cJSON_AddNumberToObject(o, "latent_dim", 512);
-    cJSON_AddRawToObject(o, "denominator", "2688.0");
-    cJSON_AddStringToObject(o, "formula", "s_l = max_abs(kv_c_normed) / (6 * 448)");
-    cJSON_AddStringToObject(o, "model", model);
-    cJSON *ds = cJSON_AddObjectToObject(o, "dataset");
-    cJSON_AddStringToObject(ds, "name", dataset);
-    cJSON_AddNumberToObject(ds, "ranks", nfiles);
-    cJSON_AddStringToObject(o, "created_utc", created_utc ? created_utc : created);
-    cJSON_AddStringToObject(o, "hook", hook);
-    cJSON *m = cJSON_AddArrayToObject(o, "max_abs");
-    cJSON *s = cJSON_AddArrayToObject(o, "scales");
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "nvfp4_ds_mla_outer_scale_v1");
+    cJSON_AddNumberToObject(root, "num_layers", layers);
+    cJSON_AddNumberToObject(root, "latent_dim", 512);
+    cJSON_AddRawToObject(root, "denominator", "2688.0");
+    cJSON_AddStringToObject(root, "formula", "s_l = max_abs(kv_c_normed) / (6 * 448)");
+    cJSON_AddStringToObject(root, "model", o->model);
+    cJSON *ds = cJSON_AddObjectToObject(root, "dataset");
+    cJSON_AddStringToObject(ds, "name", o->dataset);
+    cJSON_AddNumberToObject(ds, "ranks", o->nfiles);
+    cJSON_AddStringToObject(root, "created_utc", o->created_utc ? o->created_utc : created);
+    cJSON_AddStringToObject(root, "hook", o->hook);
+    cJSON *m = cJSON_AddArrayToObject(root, "max_abs");
+    cJSON *s = cJSON_AddArrayToObject(root, "scales");
     for (int l = 0; l < layers; l++) {
         cJSON_AddItemToArray(m, cJSON_CreateNumber(envelope[l]));
         cJSON_AddItemToArray(s, cJSON_CreateNumber(envelope[l] / 2688.0));
     }
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
-    rc = !text || cli_write_file("calibrate", out, text, strlen(text));
-    free(text);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+/* Temporary file beside --out, checked by the plugin there, renamed over --out when accepted. */
+static int write_checked(const calibrate_opts_t *o, cli_host_t *host, const char *text, int layers) {
+    cli_out_t out;
+    if (cli_out_open("calibrate", o->out, &out)) {
+        return 1;
+    }
+    fputs(text, out.f); /* a failed write leaves the stream's error flag, which the sync reports */
+    if (cli_out_sync(&out)) {
+        return 1;
+    }
+    if (host && plugin_check(host, out.temp, o->out)) {
+        cli_out_abort(&out);
+        return 1;
+    }
+    if (cli_out_commit(&out)) {
+        return 1;
+    }
+    printf("wrote %s (%d layers)%s\n", o->out, layers, host ? "" : "; not checked by a plugin (--no-check)");
+    return 0;
+}
+
+int cli_calibrate_cmd(int argc, char **argv) {
+    calibrate_opts_t o;
+    if (parse_opts(argc, argv, &o)) {
+        return 1;
+    }
+    cli_host_t host;
+    int have_host = !o.no_check;
+    if (have_host && cli_host_open_for(&host, o.plugin, NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY)) {
+        return cli_fail("calibrate", "no plugin to check %s against, so nothing was written: set NVFP4_MLA_PLUGIN "
+                                     "(or --plugin), or pass --no-check to write it unchecked", o.out);
+    }
+    double envelope[MAX_LAYERS];
+    int layers, rc = envelope_of(&o, envelope, &layers);
+    char *text = rc ? NULL : v1_text(&o, envelope, layers);
     if (!rc) {
-        printf("wrote %s (%d layers)\n", out, layers);
-        rc = self_check(out);
+        rc = !text ? cli_fail("calibrate", "out of memory") : write_checked(&o, have_host ? &host : NULL, text, layers);
+    }
+    free(text);
+    if (have_host) {
+        cli_host_close(&host);
     }
     return rc;
 }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "nvfp4_mla_loader.h"
 
@@ -19,17 +20,66 @@ typedef struct cli_host {
     nvfp4_mla_context_t *cpu;
 } cli_host_t;
 
-/* Loads the plugin (--plugin value or NVFP4_MLA_PLUGIN) and opens a CPU context. Prints one line and
- * returns non-zero on failure. */
+/* Table members (as NVFP4_MLA_CAP_* operation bits) every command of the tool may call. */
+#define CLI_NEEDS_ALL                                                                                    \
+    (NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER | NVFP4_MLA_CAP_OP_ATTEND | NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY)
+
+/* Loads the plugin (--plugin value or NVFP4_MLA_PLUGIN), checks that its table holds the members of
+ * the operations in `need` (an older minor's table ends before later members; the tool never reads
+ * past it) and opens a CPU context. Prints one line and returns non-zero on failure.
+ * cli_host_open needs CLI_NEEDS_ALL. */
+int cli_host_open_for(cli_host_t *host, const char *plugin, uint64_t need);
 int cli_host_open(cli_host_t *host, const char *plugin);
 void cli_host_close(cli_host_t *host);
 
 /* One line to stderr, "nvfp4-mla <cmd>: ...", and returns 1 (the exit status of a failed command). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Reads a whole file (the caller frees); writes one. Return 0 on success, else print and return 1. */
-int cli_read_file(const char *cmd, const char *path, uint8_t **data, size_t *len);
+/* Input bounds, checked on the file's size before anything is read. */
+#define CLI_MAX_DATA_BYTES ((size_t)1 << 30)        /* bf16 token and record files */
+#define CLI_MAX_CAPTURE_BYTES ((size_t)16 << 20)    /* calibrate's per-rank captures */
+#define CLI_MAX_CALIBRATION_BYTES ((size_t)4 << 20) /* v1 files (the plugin's own limit) */
+
+/* Reads a whole regular file of at most max_bytes (the caller frees; a NUL follows the data). A FIFO,
+ * device or directory is refused without blocking. 0 on success, else one line printed and 1. */
+int cli_read_file(const char *cmd, const char *path, size_t max_bytes, uint8_t **data, size_t *len);
+
+/* Refuses (prints, returns 1) when `out` exists and is the same file (device and inode) as one of
+ * the `count` inputs (NULL entries are skipped): run before anything is read or written. */
+int cli_check_distinct(const char *cmd, const char *out, const char *const *inputs, int count);
+
+/* An output written atomically: bytes go to `f`, a temporary file beside the target; commit
+ * flushes, fsync()s and renames it over the target; on any failure (and on abort) the temporary file
+ * is removed and the target is untouched. A target that is a link is replaced where it leads; one
+ * that exists but is not a regular file is refused. Messages carry strerror. */
+typedef struct cli_out {
+    FILE *f;              /* the temporary file; owned */
+    const char *cmd;      /* for messages; borrowed */
+    const char *path;     /* as the user gave it; borrowed */
+    char target[4096];    /* the file that is replaced */
+    char temp[4200];      /* the temporary file beside it; "" once renamed or removed */
+    int synced;           /* flushed and fsync()ed */
+} cli_out_t;
+int cli_out_open(const char *cmd, const char *path, cli_out_t *out);
+int cli_out_sync(cli_out_t *out);   /* flush + fsync: the temporary file is complete (may be read) */
+int cli_out_commit(cli_out_t *out); /* sync if needed, then rename over the target */
+void cli_out_abort(cli_out_t *out);
+/* open + write + commit. */
 int cli_write_file(const char *cmd, const char *path, const void *data, size_t len);
+
+/* Flags given twice are refused: the last one silently winning hid typos in scripts. */
+typedef struct cli_seen {
+    const char *flags[32]; /* borrowed from argv */
+    int count;
+} cli_seen_t;
+int cli_once(const char *cmd, cli_seen_t *seen, const char *flag);
+
+/* Strict values: the whole text, else "not an integer" / "not a number"; a number outside the
+ * range, else "out of range" with the range. --scale: a positive normal float. */
+int cli_parse_int(const char *cmd, const char *flag, const char *value, long long lo, long long hi, long long *out);
+int cli_parse_u64(const char *cmd, const char *flag, const char *value, unsigned long long *out);
+int cli_parse_real(const char *cmd, const char *flag, const char *value, double lo, double hi, double *out);
+int cli_parse_scale(const char *cmd, const char *flag, const char *value, float *out);
 
 /* CPU tensor descriptors for the ABI. */
 nvfp4_mla_tensor_t cli_tensor_2d(void *data, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride);
@@ -38,14 +88,15 @@ nvfp4_mla_tensor_t cli_tensor_1d(void *data, int32_t dtype, int64_t n);
 nvfp4_mla_tensor_t cli_cache_tensor(uint8_t *data, int64_t tokens, int32_t record_bytes);
 int64_t cli_cache_bytes(int64_t tokens, int32_t record_bytes);
 
-/* Parses --layout 368|432, --mode per-token|static, --scale S. */
+/* Parses --layout 368|432, --mode per-token|static, --scale S (each at most once). */
 typedef struct cli_codec_flags {
     uint32_t layout;
     int32_t record_bytes;
     uint32_t scale_mode;
-    float scale;
+    float scale; /* the static outer scale; 0 while --scale is not given */
 } cli_codec_flags_t;
-int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out);
+int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out,
+                         cli_seen_t *seen);
 int cli_check_codec_flags(const char *cmd, cli_codec_flags_t *flags, int need_mode);
 
 /* Encodes / decodes T tokens through the plugin's CPU write and gather entries.

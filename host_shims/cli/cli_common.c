@@ -1,5 +1,4 @@
 /* Loader, files, tensors and codec flags shared by the subcommands (see cli.h). */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +16,7 @@ int cli_fail(const char *cmd, const char *fmt, ...) {
     return 1;
 }
 
-int cli_host_open(cli_host_t *host, const char *plugin) {
+int cli_host_open_for(cli_host_t *host, const char *plugin, uint64_t need) {
     memset(host, 0, sizeof *host);
     char message[1024];
     if (nvfp4_mla_loader_open(&host->loader, plugin, message, sizeof message) != NVFP4_MLA_LOAD_OK) {
@@ -25,6 +24,18 @@ int cli_host_open(cli_host_t *host, const char *plugin) {
         return 1;
     }
     host->table = host->loader.table;
+    /* nvfp4_mla_loader_table_caps clears each operation whose member the table is too short to
+     * hold: what is left may be called. */
+    uint64_t missing = need & ~nvfp4_mla_loader_table_caps(&host->loader);
+    for (int b = 0; b < 64 && missing; b++) {
+        if (missing & (UINT64_C(1) << b)) {
+            fprintf(stderr, "nvfp4-mla: plugin %s (ABI %u.%u, table %u bytes) lacks %s, which this command calls\n",
+                    host->loader.path, host->table->header.abi_major, host->table->header.abi_minor,
+                    host->table->header.struct_size, nvfp4_mla_loader_cap_name(UINT64_C(1) << b));
+            nvfp4_mla_loader_close(&host->loader);
+            return 1;
+        }
+    }
     nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
     if (host->table->init(&init, &host->cpu) != NVFP4_MLA_OK) {
         fprintf(stderr, "nvfp4-mla: init on the CPU failed: %s\n", host->table->last_error());
@@ -34,55 +45,15 @@ int cli_host_open(cli_host_t *host, const char *plugin) {
     return 0;
 }
 
+int cli_host_open(cli_host_t *host, const char *plugin) {
+    return cli_host_open_for(host, plugin, CLI_NEEDS_ALL);
+}
+
 void cli_host_close(cli_host_t *host) {
     if (host->table && host->cpu) {
         host->table->shutdown(host->cpu);
     }
     nvfp4_mla_loader_close(&host->loader);
-}
-
-int cli_read_file(const char *cmd, const char *path, uint8_t **data, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        return cli_fail(cmd, "cannot open %s: %s", path, strerror(errno));
-    }
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) {
-            break;
-        }
-        uint8_t *bigger = realloc(buf, cap * 2);
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (!buf || failed) {
-        free(buf);
-        return cli_fail(cmd, "cannot read %s", path);
-    }
-    *data = buf;
-    *len = n;
-    return 0;
-}
-
-int cli_write_file(const char *cmd, const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        return cli_fail(cmd, "cannot create %s: %s", path, strerror(errno));
-    }
-    size_t n = fwrite(data, 1, len, f);
-    if (fclose(f) != 0 || n != len) {
-        return cli_fail(cmd, "cannot write %s", path);
-    }
-    return 0;
 }
 
 nvfp4_mla_tensor_t cli_tensor_2d(void *data, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride) {
@@ -108,9 +79,13 @@ nvfp4_mla_tensor_t cli_cache_tensor(uint8_t *data, int64_t tokens, int32_t recor
     return t;
 }
 
-int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out) {
+int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out,
+                         cli_seen_t *seen) {
     if (!value) {
         return cli_fail(cmd, "%s needs a value", flag);
+    }
+    if (cli_once(cmd, seen, flag)) {
+        return 1;
     }
     if (strcmp(flag, "--layout") == 0) {
         if (strcmp(value, "368") == 0) {
@@ -131,12 +106,7 @@ int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, c
             return cli_fail(cmd, "--mode is \"%s\", must be per-token or static", value);
         }
     } else if (strcmp(flag, "--scale") == 0) {
-        char *end;
-        errno = 0;
-        out->scale = strtof(value, &end);
-        if (errno || *end || end == value) {
-            return cli_fail(cmd, "--scale is \"%s\", not a number", value);
-        }
+        return cli_parse_scale(cmd, flag, value, &out->scale);
     } else {
         return cli_fail(cmd, "unknown flag %s", flag);
     }
@@ -155,7 +125,7 @@ int cli_check_codec_flags(const char *cmd, cli_codec_flags_t *f, int need_mode) 
             return cli_fail(cmd, "--scale applies to --mode static only");
         }
     } else if (f->scale == 0.0f) {
-        f->scale = 1.0f; /* uncalibrated */
+        f->scale = 1.0f; /* --scale not given: uncalibrated (a given --scale is a positive normal float) */
     }
     return 0;
 }

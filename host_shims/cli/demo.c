@@ -9,7 +9,6 @@
 #include "cli.h"
 #include "synth.h"
 
-#define DEFAULT_SCALES "tests/data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json"
 #define DEMO_TOKENS 256
 
 static void identity_of(cli_host_t *host, const char *const *env, const char *label) {
@@ -25,43 +24,52 @@ static void identity_of(cli_host_t *host, const char *const *env, const char *la
     host->table->config_destroy(cfg);
 }
 
-int cli_demo_cmd(int argc, char **argv) {
-    const char *plugin = NULL, *path = DEFAULT_SCALES;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--plugin") == 0) {
-            plugin = argv[i + 1];
-        } else if (strcmp(argv[i], "--scales") == 0) {
-            path = argv[i + 1];
-        } else {
+/* --plugin P and --scales FILE, each at most once. */
+static int parse_demo(int argc, char **argv, const char **plugin, const char **scales) {
+    cli_seen_t seen = {0};
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "--plugin") != 0 && strcmp(argv[i], "--scales") != 0) {
             return cli_fail("demo", "unknown flag %s", argv[i]);
         }
+        if (i + 1 >= argc) {
+            return cli_fail("demo", "%s needs a value", argv[i]);
+        }
+        if (cli_once("demo", &seen, argv[i])) {
+            return 1;
+        }
+        *(argv[i][2] == 'p' ? plugin : scales) = argv[i + 1];
     }
-    if (argc % 2 == 0) {
-        return cli_fail("demo", "%s needs a value", argv[argc - 1]);
-    }
-    double *max_abs;
-    int layers;
-    if (synth_load_profile("demo", path, &max_abs, &layers)) {
+    return 0;
+}
+
+int cli_demo_cmd(int argc, char **argv) {
+    const char *plugin = NULL, *path = NULL;
+    cli_profile_t profile;
+    if (parse_demo(argc, argv, &plugin, &path) || cli_profile_load("demo", path, &profile)) {
         return 1;
     }
+    const double *max_abs = profile.max_abs;
+    const int layers = profile.layers;
     cli_host_t host;
-    if (cli_host_open(&host, plugin)) {
-        free(max_abs);
+    if (cli_host_open_for(&host, plugin, NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER |
+                                             NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY)) {
+        cli_profile_free(&profile);
         return 1;
     }
     printf("plugin %s: %s %s, ABI %u.%u\n", host.loader.path, host.table->plugin_name, host.table->version,
            host.table->header.abi_major, host.table->header.abi_minor);
+    printf("magnitude profile: %s (%d layers)\n", profile.label, layers);
 
     /* Static scales come from the plugin's configuration, exactly as a server gets them. */
-    char env_file[4200];
-    snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", path);
+    char env_file[4500];
+    snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", profile.scales_path);
     const char *static_env[] = {env_file, "KV_FP8_ROPE=1", NULL};
     nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, static_env, NULL, {0}};
     nvfp4_mla_config_t *cfg;
     if (host.table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
         int rc = cli_fail("demo", "%s", host.table->last_error());
         cli_host_close(&host);
-        free(max_abs);
+        cli_profile_free(&profile);
         return rc;
     }
     int shallow = 0, deep = 0;
@@ -115,7 +123,7 @@ int cli_demo_cmd(int argc, char **argv) {
         identity_of(&host, both, "per-token + scales file:");
     }
     free(tokens);
-    free(max_abs);
     cli_host_close(&host);
+    cli_profile_free(&profile);
     return rc;
 }

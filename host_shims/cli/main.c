@@ -14,14 +14,15 @@ static const struct {
     {"encode", cli_encode_cmd, "encode --layout 368|432 --mode per-token|static [--scale S] IN OUT  bf16 [T,576] -> records"},
     {"decode", cli_decode_cmd, "decode --layout 368|432 --mode per-token|static [--scale S] IN OUT  records -> bf16 [T,576]"},
     {"inspect", cli_inspect_cmd, "inspect --layout 368|432 [--tokens N] IN  scales and code statistics of a record file"},
-    {"quality", cli_quality_cmd, "quality [--scales FILE] [--tokens N] [--seed S] [--json]  reconstruction error per layer and mode"},
-    {"calibrate", cli_calibrate_cmd, "calibrate --out FILE [--model M] ... CAPTURE...  envelope of captures -> v1 scales file"},
-    {"demo", cli_demo_cmd, "demo [--scales FILE]  the codec end to end on generated latents (the README's main job)"},
+    {"quality", cli_quality_cmd, "quality [--scales FILE] [--tokens N] [--seed S] [--json FILE]  reconstruction error per layer and mode (built-in GLM-5.2 profile by default)"},
+    {"calibrate", cli_calibrate_cmd, "calibrate --out FILE [--model M] ... [--no-check] CAPTURE...  envelope of captures -> v1 scales file, checked by the plugin before it is written"},
+    {"demo", cli_demo_cmd, "demo [--scales FILE]  the codec end to end on generated latents (the README's main job; built-in profile by default)"},
     {"bench", cli_bench_cmd, "bench [--json FILE] [--quick]  GPU benchmark against same-run memory ceilings"},
 };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: nvfp4-mla COMMAND [ARGS]\n  (the plugin comes from --plugin P or NVFP4_MLA_PLUGIN)\n");
+    fprintf(out, "usage: nvfp4-mla COMMAND [ARGS]\n  (the plugin comes from --plugin P or NVFP4_MLA_PLUGIN; each flag at most "
+                 "once; output files are replaced whole or not at all)\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         fprintf(out, "  nvfp4-mla %s\n", commands[i].usage);
     }

@@ -58,124 +58,174 @@ static uint64_t runtime_caps(const nvfp4_mla_plugin_t *t, int32_t type, int32_t 
     return bits;
 }
 
+/* A load failure as JSON: what a script needs to tell a missing file from an ABI mismatch. */
+static void print_load_failure(const nvfp4_mla_loader_t *loader, const char *message) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "loaded", 0);
+    cJSON_AddBoolToObject(o, "accepted", 0);
+    cJSON_AddStringToObject(o, "reason", loader->reason);
+    cJSON_AddStringToObject(o, "message", message);
+    if (loader->path[0]) {
+        cJSON_AddStringToObject(o, "path", loader->path);
+    }
+    char *text = cJSON_Print(o);
+    printf("%s\n", text ? text : "{\"loaded\": false}");
+    free(text);
+    cJSON_Delete(o);
+}
+
+/* What probe found: the loaded plugin, its runtime capabilities and the configuration decision. */
+typedef struct probe {
+    nvfp4_mla_loader_t loader;
+    const char *dtype;
+    uint64_t cpu_bits, cuda_bits;
+    char cpu_note[256], cuda_note[512];
+    nvfp4_mla_config_t *cfg;      /* NULL when the configuration was refused; owned */
+    nvfp4_mla_config_info_t info; /* valid with cfg */
+    const char *reason;           /* NULL when accepted, else "config_error" or "missing_capability" */
+    char decision[8192];
+} probe_t;
+
+/* The decision for the configuration in this environment. */
+static void decide(probe_t *p, const char *model_dir, int quiet) {
+    const nvfp4_mla_plugin_t *t = p->loader.table;
+    nvfp4_mla_host_desc_t host = {sizeof host, 0, "nvfp4-mla probe", quiet ? NULL : log_to_stderr, NULL};
+    nvfp4_mla_config_request_t req = {sizeof req, 0, p->dtype, model_dir, NULL, &host, {0}};
+    p->info = (nvfp4_mla_config_info_t){.struct_size = sizeof p->info};
+    if (!NVFP4_MLA_TABLE_HAS(t, config_destroy)) {
+        p->reason = "missing_capability";
+        snprintf(p->decision, sizeof p->decision, "plugin %s has no configuration entries (config.cache_identity)",
+                 p->loader.path);
+    } else if (t->config_create(&req, &p->cfg) != NVFP4_MLA_OK || t->config_info(p->cfg, &p->info) != NVFP4_MLA_OK) {
+        p->reason = "config_error";
+        snprintf(p->decision, sizeof p->decision, "configuration refused: %s", t->last_error());
+        if (p->cfg) {
+            t->config_destroy(p->cfg);
+            p->cfg = NULL;
+        }
+    } else if (!p->info.is_nvfp4) {
+        snprintf(p->decision, sizeof p->decision, "cache dtype %s does not use the plugin", p->dtype);
+    } else {
+        nvfp4_mla_requirement_t want = {p->info.layout, p->info.scale_mode, 0,
+                                        p->info.scale_source != NVFP4_MLA_SCALE_SOURCE_NONE};
+        if (nvfp4_mla_loader_require(&p->loader, &want, nvfp4_mla_loader_table_caps(&p->loader), p->decision,
+                                     sizeof p->decision) != 0) {
+            p->reason = "missing_capability";
+        }
+    }
+}
+
+static void print_json(const probe_t *p) {
+    const nvfp4_mla_plugin_t *t = p->loader.table;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "loaded", 1);
+    cJSON_AddStringToObject(o, "path", p->loader.path);
+    char abi[32];
+    snprintf(abi, sizeof abi, "%u.%u", t->header.abi_major, t->header.abi_minor);
+    cJSON_AddStringToObject(o, "abi", abi);
+    snprintf(abi, sizeof abi, "%d.%d", NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR);
+    cJSON_AddStringToObject(o, "host_abi", abi);
+    cJSON_AddStringToObject(o, "version", t->version);
+    cJSON_AddStringToObject(o, "git_revision", t->git_revision);
+    cJSON_AddStringToObject(o, "cuda_archs", t->cuda_archs);
+    cJSON *caps = cJSON_AddArrayToObject(o, "capabilities");
+    for (uint32_t i = 0; i < t->capability_count; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "name", t->capabilities[i].name);
+        cJSON_AddNumberToObject(c, "revision", t->capabilities[i].revision);
+        cJSON_AddItemToArray(caps, c);
+    }
+    cJSON_AddItemToObject(o, "runtime_cpu", caps_json(p->cpu_bits));
+    cJSON_AddItemToObject(o, "runtime_cuda0", caps_json(p->cuda_bits));
+    cJSON_AddStringToObject(o, "cuda0_note", p->cuda_note);
+    if (p->cfg) {
+        cJSON_AddStringToObject(o, "cache_identity", p->info.identity);
+        cJSON_AddStringToObject(o, "scale_source", source_name(p->info.scale_source));
+        cJSON_AddStringToObject(o, "scale_source_path", p->info.scale_source_path);
+        cJSON_AddNumberToObject(o, "calibrated_layers", p->info.num_layers);
+    }
+    cJSON_AddBoolToObject(o, "accepted", !p->reason);
+    cJSON_AddStringToObject(o, "decision", p->decision);
+    if (p->reason) {
+        cJSON_AddStringToObject(o, "reason", p->reason);
+        cJSON_AddStringToObject(o, "message", p->decision);
+    }
+    char *text = cJSON_Print(o);
+    printf("%s\n", text);
+    free(text);
+    cJSON_Delete(o);
+}
+
+static void print_text(const probe_t *p) {
+    const nvfp4_mla_plugin_t *t = p->loader.table;
+    printf("plugin                %s\n", p->loader.path);
+    printf("ABI                   %u.%u (host %d.%d), table %u bytes\n", t->header.abi_major, t->header.abi_minor,
+           NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR, t->header.struct_size);
+    printf("build                 %s %s (git %s), CUDA archs: %s\n", t->plugin_name, t->version, t->git_revision,
+           t->cuda_archs[0] ? t->cuda_archs : "none");
+    printf("capabilities          ");
+    for (uint32_t i = 0; i < t->capability_count; i++) {
+        printf("%s%s r%u", i ? ", " : "", t->capabilities[i].name, t->capabilities[i].revision);
+    }
+    printf("\n");
+    print_caps("runtime (cpu)", p->cpu_bits);
+    print_caps("runtime (cuda:0)", p->cuda_bits);
+    if (!p->cuda_bits) {
+        printf("                      (%s)\n", p->cuda_note);
+    }
+    if (p->cfg) {
+        printf("cache dtype           %s\n", p->dtype);
+        printf("cache identity        %s\n", p->info.identity);
+        printf("outer scales          %s%s%s, %u calibrated layers\n", source_name(p->info.scale_source),
+               p->info.scale_source_path[0] ? " from " : "", p->info.scale_source_path, p->info.num_layers);
+    }
+    printf("decision              %s: %s\n", p->reason ? "REFUSED" : "accepted", p->decision);
+}
+
 int cli_probe(int argc, char **argv) {
-    const char *plugin = NULL, *model_dir = NULL, *dtype = "nvfp4_ds_mla";
+    static probe_t p; /* large; one per process */
+    const char *plugin = NULL, *model_dir = NULL;
     int json = 0;
+    cli_seen_t seen = {0};
+    memset(&p, 0, sizeof p);
+    p.dtype = "nvfp4_ds_mla";
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
+        if (cli_once("probe", &seen, argv[i])) {
+            return 1;
+        } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (i + 1 < argc && strcmp(argv[i], "--plugin") == 0) {
             plugin = argv[++i];
         } else if (i + 1 < argc && strcmp(argv[i], "--model-dir") == 0) {
             model_dir = argv[++i];
         } else if (i + 1 < argc && strcmp(argv[i], "--cache-dtype") == 0) {
-            dtype = argv[++i];
+            p.dtype = argv[++i];
         } else {
             return cli_fail("probe", "unknown or incomplete argument %s", argv[i]);
         }
     }
-    nvfp4_mla_loader_t loader;
     char message[1024];
-    int load = nvfp4_mla_loader_open(&loader, plugin, message, sizeof message);
-    if (load != NVFP4_MLA_LOAD_OK) {
+    if (nvfp4_mla_loader_open(&p.loader, plugin, message, sizeof message) != NVFP4_MLA_LOAD_OK) {
         if (json) {
-            printf("{\"loaded\": false, \"reason\": \"%s\"}\n", load == NVFP4_MLA_LOAD_DISABLED ? "disabled" : "refused");
+            print_load_failure(&p.loader, message);
         }
         return cli_fail("probe", "%s", message);
     }
-    const nvfp4_mla_plugin_t *t = loader.table;
-    uint64_t compiled = nvfp4_mla_loader_table_caps(&loader);
-    char cpu_note[256], cuda_note[512];
-    uint64_t cpu_bits = runtime_caps(t, NVFP4_MLA_DEVICE_CPU, 0, cpu_note, sizeof cpu_note);
-    uint64_t cuda_bits = runtime_caps(t, NVFP4_MLA_DEVICE_CUDA, 0, cuda_note, sizeof cuda_note);
-
-    /* The decision for the configuration in this environment. */
-    nvfp4_mla_host_desc_t host = {sizeof host, 0, "nvfp4-mla probe", json ? NULL : log_to_stderr, NULL};
-    nvfp4_mla_config_request_t req = {sizeof req, 0, dtype, model_dir, NULL, &host, {0}};
-    nvfp4_mla_config_t *cfg = NULL;
-    nvfp4_mla_config_info_t info = {.struct_size = sizeof info};
-    int refused = 0;
-    char decision[8192];
-    if (!NVFP4_MLA_TABLE_HAS(t, config_destroy)) {
-        refused = 1;
-        snprintf(decision, sizeof decision, "plugin %s has no configuration entries (config.cache_identity)", loader.path);
-    } else if (t->config_create(&req, &cfg) != NVFP4_MLA_OK) {
-        refused = 1;
-        snprintf(decision, sizeof decision, "configuration refused: %s", t->last_error());
-    } else {
-        t->config_info(cfg, &info);
-        nvfp4_mla_requirement_t want = {info.layout, info.scale_mode, 0,
-                                        info.scale_source != NVFP4_MLA_SCALE_SOURCE_NONE};
-        refused = info.is_nvfp4 && nvfp4_mla_loader_require(&loader, &want, compiled, decision, sizeof decision) != 0;
-        if (!info.is_nvfp4) {
-            snprintf(decision, sizeof decision, "cache dtype %s does not use the plugin", dtype);
-        }
-    }
-
+    const nvfp4_mla_plugin_t *t = p.loader.table;
+    p.cpu_bits = runtime_caps(t, NVFP4_MLA_DEVICE_CPU, 0, p.cpu_note, sizeof p.cpu_note);
+    p.cuda_bits = runtime_caps(t, NVFP4_MLA_DEVICE_CUDA, 0, p.cuda_note, sizeof p.cuda_note);
+    decide(&p, model_dir, json);
     if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddBoolToObject(o, "loaded", 1);
-        cJSON_AddStringToObject(o, "path", loader.path);
-        char abi[32];
-        snprintf(abi, sizeof abi, "%u.%u", t->header.abi_major, t->header.abi_minor);
-        cJSON_AddStringToObject(o, "abi", abi);
-        snprintf(abi, sizeof abi, "%d.%d", NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR);
-        cJSON_AddStringToObject(o, "host_abi", abi);
-        cJSON_AddStringToObject(o, "version", t->version);
-        cJSON_AddStringToObject(o, "git_revision", t->git_revision);
-        cJSON_AddStringToObject(o, "cuda_archs", t->cuda_archs);
-        cJSON *caps = cJSON_AddArrayToObject(o, "capabilities");
-        for (uint32_t i = 0; i < t->capability_count; i++) {
-            cJSON *c = cJSON_CreateObject();
-            cJSON_AddStringToObject(c, "name", t->capabilities[i].name);
-            cJSON_AddNumberToObject(c, "revision", t->capabilities[i].revision);
-            cJSON_AddItemToArray(caps, c);
-        }
-        cJSON_AddItemToObject(o, "runtime_cpu", caps_json(cpu_bits));
-        cJSON_AddItemToObject(o, "runtime_cuda0", caps_json(cuda_bits));
-        cJSON_AddStringToObject(o, "cuda0_note", cuda_note);
-        if (cfg) {
-            cJSON_AddStringToObject(o, "cache_identity", info.identity);
-            cJSON_AddStringToObject(o, "scale_source", source_name(info.scale_source));
-            cJSON_AddStringToObject(o, "scale_source_path", info.scale_source_path);
-            cJSON_AddNumberToObject(o, "calibrated_layers", info.num_layers);
-        }
-        cJSON_AddBoolToObject(o, "accepted", !refused);
-        cJSON_AddStringToObject(o, "decision", decision);
-        char *text = cJSON_Print(o);
-        printf("%s\n", text);
-        free(text);
-        cJSON_Delete(o);
+        print_json(&p);
     } else {
-        printf("plugin                %s\n", loader.path);
-        printf("ABI                   %u.%u (host %d.%d), table %u bytes\n", t->header.abi_major, t->header.abi_minor,
-               NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR, t->header.struct_size);
-        printf("build                 %s %s (git %s), CUDA archs: %s\n", t->plugin_name, t->version, t->git_revision,
-               t->cuda_archs[0] ? t->cuda_archs : "none");
-        printf("capabilities          ");
-        for (uint32_t i = 0; i < t->capability_count; i++) {
-            printf("%s%s r%u", i ? ", " : "", t->capabilities[i].name, t->capabilities[i].revision);
-        }
-        printf("\n");
-        print_caps("runtime (cpu)", cpu_bits);
-        print_caps("runtime (cuda:0)", cuda_bits);
-        if (!cuda_bits) {
-            printf("                      (%s)\n", cuda_note);
-        }
-        if (cfg) {
-            printf("cache dtype           %s\n", dtype);
-            printf("cache identity        %s\n", info.identity);
-            printf("outer scales          %s%s%s, %u calibrated layers\n", source_name(info.scale_source),
-                   info.scale_source_path[0] ? " from " : "", info.scale_source_path, info.num_layers);
-        }
-        printf("decision              %s: %s\n", refused ? "REFUSED" : "accepted", decision);
+        print_text(&p);
     }
-    if (cfg) {
-        t->config_destroy(cfg);
+    if (p.cfg) {
+        t->config_destroy(p.cfg);
     }
-    nvfp4_mla_loader_close(&loader);
-    if (refused) {
-        fprintf(stderr, "nvfp4-mla probe: %s\n", decision);
+    nvfp4_mla_loader_close(&p.loader);
+    if (p.reason) {
+        fprintf(stderr, "nvfp4-mla probe: %s\n", p.decision);
     }
-    return refused;
+    return p.reason != NULL;
 }

@@ -1,6 +1,7 @@
 /* nvfp4-mla quality: reconstruction error per layer and mode on synthetic latents that follow the
  * real per-layer max_abs profile (performance.md, "Quality"). Modes: outer scale 1.0, static
  * calibrated (scales through the plugin's configuration), per-token, and the 656-byte FP8 record. */
+#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,14 +9,12 @@
 #include "cli.h"
 #include "synth.h"
 
-#define DEFAULT_SCALES "tests/data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json"
-
 enum { MODE_IDENTITY, MODE_STATIC, MODE_PER_TOKEN, MODE_FP8_656, MODES };
 static const char *const mode_names[MODES] = {"outer-1.0", "static", "per-token", "fp8-656"};
 
 /* Per-layer static scales, asked of the plugin exactly as a runtime would. */
 static int layer_scales(cli_host_t *host, const char *path, int layers, float *scales) {
-    char env_file[4200];
+    char env_file[4500];
     snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", path);
     const char *env[] = {env_file, "KV_FP8_ROPE=1", NULL};
     nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, env, NULL, {0}};
@@ -49,52 +48,74 @@ static int measure_layer(cli_host_t *host, const uint16_t *tokens, int64_t count
     return 0;
 }
 
-int cli_quality_cmd(int argc, char **argv) {
-    const char *plugin = NULL, *path = DEFAULT_SCALES, *json_path = NULL;
-    long count = 512;
-    unsigned long long seed = 1;
+/* What the command line asks for. */
+typedef struct quality_opts {
+    const char *plugin, *scales, *json_path; /* borrowed from argv; scales NULL = the built-in profile */
+    long long count;
+    unsigned long long seed;
+} quality_opts_t;
+
+static int parse_quality(int argc, char **argv, quality_opts_t *o) {
+    cli_seen_t seen = {0};
+    *o = (quality_opts_t){.count = 512, .seed = 1};
     for (int i = 1; i < argc; i += 2) { /* every flag takes a value */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) {
-            return cli_fail("quality", "%s needs a value", argv[i]);
-        } else if (strcmp(argv[i], "--plugin") == 0) {
-            plugin = v;
-        } else if (strcmp(argv[i], "--scales") == 0) {
-            path = v;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json_path = v;
-        } else if (strcmp(argv[i], "--tokens") == 0) {
-            count = strtol(v, NULL, 10);
-        } else if (strcmp(argv[i], "--seed") == 0) {
-            seed = strtoull(v, NULL, 10);
-        } else {
+        const char **slot = strcmp(argv[i], "--plugin") == 0   ? &o->plugin
+                            : strcmp(argv[i], "--scales") == 0 ? &o->scales
+                            : strcmp(argv[i], "--json") == 0   ? &o->json_path
+                                                               : NULL;
+        if (!slot && strcmp(argv[i], "--tokens") != 0 && strcmp(argv[i], "--seed") != 0) {
             return cli_fail("quality", "unknown flag %s", argv[i]);
+        } else if (!v) {
+            return cli_fail("quality", "%s needs a value", argv[i]);
+        } else if (cli_once("quality", &seen, argv[i])) {
+            return 1;
+        } else if (slot) {
+            *slot = v;
+        } else if (strcmp(argv[i], "--tokens") == 0 ? cli_parse_int("quality", argv[i], v, 2, 65536, &o->count)
+                                                    : cli_parse_u64("quality", argv[i], v, &o->seed)) {
+            return 1;
         }
     }
-    if (count < 2 || count > 65536) {
-        return cli_fail("quality", "--tokens must be in [2, 65536]");
-    }
-    double *max_abs;
-    int layers;
-    if (synth_load_profile("quality", path, &max_abs, &layers)) {
+    return o->json_path ? cli_check_distinct("quality", o->json_path, &o->scales, 1) : 0;
+}
+
+/* A JSON string literal for `text` (quotes and escapes by cJSON); the caller frees. */
+static char *json_string(const char *text) {
+    cJSON *s = cJSON_CreateString(text);
+    char *out = s ? cJSON_PrintUnformatted(s) : NULL;
+    cJSON_Delete(s);
+    return out;
+}
+
+int cli_quality_cmd(int argc, char **argv) {
+    quality_opts_t o;
+    cli_profile_t profile;
+    if (parse_quality(argc, argv, &o) || cli_profile_load("quality", o.scales, &profile)) {
         return 1;
     }
+    const double *max_abs = profile.max_abs;
+    const int layers = profile.layers;
+    const long count = (long)o.count;
+    const unsigned long long seed = o.seed;
     cli_host_t host;
     float *scales = malloc((size_t)layers * sizeof *scales);
     uint16_t *tokens = malloc((size_t)count * 576 * sizeof *tokens);
-    if (cli_host_open(&host, plugin)) {
-        free(max_abs);
+    if (!scales || !tokens || cli_host_open(&host, o.plugin)) {
         free(scales);
         free(tokens);
+        cli_profile_free(&profile);
         return 1;
     }
-    int rc = layer_scales(&host, path, layers, scales);
-    FILE *json = json_path && !rc ? fopen(json_path, "w") : NULL;
-    if (json_path && !rc && !json) {
-        rc = cli_fail("quality", "cannot create %s", json_path);
-    }
+    int rc = layer_scales(&host, profile.scales_path, layers, scales);
+    cli_out_t out = {0};
+    rc = rc || (o.json_path && cli_out_open("quality", o.json_path, &out));
+    FILE *json = rc ? NULL : out.f;
     if (json) {
-        fprintf(json, "{\"scales_file\": \"%s\", \"tokens_per_layer\": %ld, \"seed\": %llu, \"layers\": [\n", path, count, seed);
+        char *label = json_string(profile.label);
+        fprintf(json, "{\"scales_file\": %s, \"tokens_per_layer\": %ld, \"seed\": %llu, \"layers\": [\n",
+                label ? label : "null", count, seed);
+        free(label);
     }
     for (int heavy = 0; heavy < 2 && !rc; heavy++) {
         synth_rng_t rng = {seed * 1000003u + (uint64_t)heavy};
@@ -174,10 +195,10 @@ int cli_quality_cmd(int argc, char **argv) {
     }
     if (json) {
         fprintf(json, "\n]}\n");
-        fclose(json);
+        rc = rc ? (cli_out_abort(&out), rc) : cli_out_commit(&out);
     }
     cli_host_close(&host);
-    free(max_abs);
+    cli_profile_free(&profile);
     free(scales);
     free(tokens);
     return rc;

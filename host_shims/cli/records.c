@@ -11,18 +11,27 @@
 
 #define ROW_BYTES (576 * 2)
 
-/* Parses [--layout L] [--mode M] [--scale S] [--tokens N] and two (or one) positional files. */
+/* Parses [--layout L] [--mode M] [--scale S] [--plugin P] [--tokens N] (each at most once) and two (or
+ * one) positional files. */
 static int parse(const char *cmd, int argc, char **argv, cli_codec_flags_t *f, const char **plugin,
-                 const char **files, int nfiles, long *tokens) {
+                 const char **files, int nfiles, long long *tokens) {
     int positional = 0;
+    cli_seen_t seen = {0};
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--", 2) == 0) {
             const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-            if (strcmp(argv[i], "--plugin") == 0 && value) {
+            int own = strcmp(argv[i], "--plugin") == 0 || (tokens && strcmp(argv[i], "--tokens") == 0);
+            if (!own) {
+                if (cli_parse_codec_flag(cmd, argv[i], value, f, &seen)) {
+                    return 1;
+                }
+            } else if (!value) {
+                return cli_fail(cmd, "%s needs a value", argv[i]);
+            } else if (cli_once(cmd, &seen, argv[i])) {
+                return 1;
+            } else if (strcmp(argv[i], "--plugin") == 0) {
                 *plugin = value;
-            } else if (strcmp(argv[i], "--tokens") == 0 && value && tokens) {
-                *tokens = strtol(value, NULL, 10);
-            } else if (cli_parse_codec_flag(cmd, argv[i], value, f)) {
+            } else if (cli_parse_int(cmd, argv[i], value, 0, 1000000000, tokens)) {
                 return 1;
             }
             i++;
@@ -41,12 +50,13 @@ static int parse(const char *cmd, int argc, char **argv, cli_codec_flags_t *f, c
 int cli_encode_cmd(int argc, char **argv) {
     cli_codec_flags_t f = {0};
     const char *plugin = NULL, *files[2];
-    if (parse("encode", argc, argv, &f, &plugin, files, 2, NULL) || cli_check_codec_flags("encode", &f, 1)) {
+    if (parse("encode", argc, argv, &f, &plugin, files, 2, NULL) || cli_check_codec_flags("encode", &f, 1) ||
+        cli_check_distinct("encode", files[1], files, 1)) {
         return 1;
     }
     uint8_t *in;
     size_t len;
-    if (cli_read_file("encode", files[0], &in, &len)) {
+    if (cli_read_file("encode", files[0], CLI_MAX_DATA_BYTES, &in, &len)) {
         return 1;
     }
     if (len % ROW_BYTES) {
@@ -57,7 +67,7 @@ int cli_encode_cmd(int argc, char **argv) {
     int64_t count = (int64_t)(len / ROW_BYTES);
     uint8_t *records = malloc((size_t)(count * f.record_bytes) + 1);
     cli_host_t host;
-    int rc = !records || cli_host_open(&host, plugin);
+    int rc = !records || cli_host_open_for(&host, plugin, NVFP4_MLA_CAP_OP_WRITE);
     if (!rc) {
         rc = cli_encode("encode", &host, &f, (const uint16_t *)in, count, records) ||
              cli_write_file("encode", files[1], records, (size_t)(count * f.record_bytes));
@@ -71,12 +81,13 @@ int cli_encode_cmd(int argc, char **argv) {
 int cli_decode_cmd(int argc, char **argv) {
     cli_codec_flags_t f = {0};
     const char *plugin = NULL, *files[2];
-    if (parse("decode", argc, argv, &f, &plugin, files, 2, NULL) || cli_check_codec_flags("decode", &f, 1)) {
+    if (parse("decode", argc, argv, &f, &plugin, files, 2, NULL) || cli_check_codec_flags("decode", &f, 1) ||
+        cli_check_distinct("decode", files[1], files, 1)) {
         return 1;
     }
     uint8_t *in;
     size_t len;
-    if (cli_read_file("decode", files[0], &in, &len)) {
+    if (cli_read_file("decode", files[0], CLI_MAX_DATA_BYTES, &in, &len)) {
         return 1;
     }
     if (len % (size_t)f.record_bytes) {
@@ -87,7 +98,7 @@ int cli_decode_cmd(int argc, char **argv) {
     int64_t count = (int64_t)(len / (size_t)f.record_bytes);
     uint16_t *rows = malloc((size_t)count * ROW_BYTES + 1);
     cli_host_t host;
-    int rc = !rows || cli_host_open(&host, plugin);
+    int rc = !rows || cli_host_open_for(&host, plugin, NVFP4_MLA_CAP_OP_GATHER);
     if (!rc) {
         rc = cli_decode("decode", &host, &f, in, count, rows) ||
              cli_write_file("decode", files[1], rows, (size_t)count * ROW_BYTES);
@@ -107,14 +118,14 @@ static float read_f32(const uint8_t *p) {
 int cli_inspect_cmd(int argc, char **argv) {
     cli_codec_flags_t f = {0};
     const char *plugin = NULL, *files[1];
-    long show = 8;
+    long long show = 8;
     if (parse("inspect", argc, argv, &f, &plugin, files, 1, &show) || cli_check_codec_flags("inspect", &f, 0)) {
         return 1;
     }
     (void)plugin; /* inspect reads bytes only; it needs no plugin */
     uint8_t *in;
     size_t len;
-    if (cli_read_file("inspect", files[0], &in, &len)) {
+    if (cli_read_file("inspect", files[0], CLI_MAX_DATA_BYTES, &in, &len)) {
         return 1;
     }
     if (len % (size_t)f.record_bytes || len == 0) {
@@ -128,7 +139,7 @@ int cli_inspect_cmd(int argc, char **argv) {
     for (size_t t = 0; t < count; t++) {
         const uint8_t *r = in + t * (size_t)f.record_bytes;
         float s_t = read_f32(r + 292);
-        if ((long)t < show) {
+        if ((long long)t < show) {
             if (f.record_bytes == 368) {
                 printf("%8zu %14.7g %14.7g\n", t, (double)s_t, (double)read_f32(r + 288));
             } else {

@@ -1,7 +1,6 @@
 /* Synthetic latents and error measurement (see synth.h). */
 #include "synth.h"
 
-#include <cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,35 +156,6 @@ void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t 
     free(got);
 }
 
-int synth_load_profile(const char *cmd, const char *path, double **max_abs, int *layers) {
-    uint8_t *text;
-    size_t len;
-    if (cli_read_file(cmd, path, &text, &len)) {
-        return 1;
-    }
-    cJSON *root = cJSON_ParseWithLength((const char *)text, len);
-    free(text);
-    const cJSON *array = cJSON_GetObjectItemCaseSensitive(root, "max_abs");
-    int n = cJSON_GetArraySize(array);
-    if (!cJSON_IsArray(array) || n < 1) {
-        cJSON_Delete(root);
-        return cli_fail(cmd, "%s: no \"max_abs\" array to take the magnitude profile from", path);
-    }
-    *max_abs = malloc((size_t)n * sizeof **max_abs);
-    int l = 0;
-    for (const cJSON *item = array->child; item; item = item->next) {
-        if (!cJSON_IsNumber(item) || !(item->valuedouble > 0)) {
-            free(*max_abs);
-            cJSON_Delete(root);
-            return cli_fail(cmd, "%s: \"max_abs\"[%d] is not a positive number", path, l);
-        }
-        (*max_abs)[l++] = item->valuedouble;
-    }
-    *layers = n;
-    cJSON_Delete(root);
-    return 0;
-}
-
 int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
                        int queries, int heads, int topk, double *rel_err) {
     const int32_t rb = f ? f->record_bytes : 656;
@@ -204,7 +174,9 @@ int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *f, const uint1
     for (int64_t i = 0; i < count * 576; i++) key_norm += (double)nvfp4_bf16_to_f32(tokens[i]) * nvfp4_bf16_to_f32(tokens[i]);
     key_norm = sqrt(key_norm / (double)count);
     for (int64_t i = 0; i < (int64_t)queries * heads * 576; i++) q[i] = nvfp4_f32_to_bf16((float)(synth_normal(&rng) / key_norm * 24.0));
-    for (int64_t i = 0; i < (int64_t)queries * topk; i++) slots[i] = (int32_t)(((uint64_t)(synth_normal(&rng) * 1e6) & 0x7FFFFFFF) % (uint64_t)count);
+    /* Through int64_t: a negative double converted straight to uint64_t is undefined (UBSan). */
+    for (int64_t i = 0; i < (int64_t)queries * topk; i++)
+        slots[i] = (int32_t)(((uint64_t)(int64_t)(synth_normal(&rng) * 1e6) & 0x7FFFFFFF) % (uint64_t)count);
     double num = 0, den = 0;
     if (!rc) {
         nvfp4_mla_attend_args_t a = {.struct_size = sizeof a,

@@ -41,7 +41,18 @@ void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t 
 int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens, int64_t count,
                        int queries, int heads, int topk, double *rel_err);
 
-/* The real per-layer max_abs profile from a v1 calibration file (the caller frees *max_abs). */
-int synth_load_profile(const char *cmd, const char *path, double **max_abs, int *layers);
+/* The real per-layer max_abs profile (profile.c) and the scales file the plugin reads for it. */
+typedef struct cli_profile {
+    double *max_abs;        /* [layers], owned */
+    int layers;
+    char scales_path[4400]; /* the v1 file handed to the plugin: --scales, or a copy of the built-in */
+    char temp_dir[4096];    /* the private folder of that copy, "" for --scales; removed by free */
+    char label[4200];       /* how output names the profile: the --scales path or "built-in <name>" */
+} cli_profile_t;
+
+/* path: a v1 file (--scales), or NULL for the profile built into the tool. Prints and returns 1 on
+ * failure (holding nothing then). */
+int cli_profile_load(const char *cmd, const char *path, cli_profile_t *profile);
+void cli_profile_free(cli_profile_t *profile);
 
 #endif

@@ -2,11 +2,15 @@
 #include "nvfp4_mla_loader.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
+
+#include "settings.h"
 
 static int say(char *message, size_t size, int result, const char *fmt, ...) {
     if (message && size) {
@@ -22,33 +26,136 @@ const char *nvfp4_mla_loader_cap_name(uint64_t bit) {
     return nvfp4_mla_capability_name(bit);
 }
 
-/* A folder selection means the plugin file inside it. */
-static int resolve_path(const char *selection, char *path, size_t size) {
-    struct stat st;
-    if (stat(selection, &st) == 0 && S_ISDIR(st.st_mode)) {
-        return (size_t)snprintf(path, size, "%s/%s", selection, NVFP4_MLA_PLUGIN_FILE) < size ? 0 : -1;
+#define SELECTED -1 /* select_plugin's "go on": loader->path names the file to open */
+
+/* Values a user may have meant as a switch; refused (when no such file exists) rather than reported
+ * as a missing plugin file, because "none" alone disables the plugin. */
+static int keyword_like(const char *s) {
+    static const char *const words[] = {"none", "0", "1", "false", "true", "off", "on", "no", "yes", "disable", "disabled"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+        if (strcasecmp(s, words[i]) == 0) {
+            return 1;
+        }
     }
-    return (size_t)snprintf(path, size, "%s", selection) < size ? 0 : -1;
+    return 0;
+}
+
+static int refuse(nvfp4_mla_loader_t *loader, const char *reason, int outcome, char *message, size_t size,
+                  const char *text) {
+    loader->reason = reason;
+    return say(message, size, outcome, "%s", text);
+}
+
+/* The selection rule (plugin/settings.h for the whitespace part): unset or "" is no selection,
+ * "none" disables, a folder means the plugin file inside it. */
+static int select_plugin(nvfp4_mla_loader_t *loader, const char *selection, char *message, size_t size) {
+    const char *name = selection ? "plugin selection" : NVFP4_MLA_PLUGIN_ENV;
+    char text[NVFP4_SETTING_MESSAGE_MAX + 64], checked[sizeof loader->path - sizeof NVFP4_MLA_PLUGIN_FILE - 1];
+    selection = selection ? selection : secure_getenv(NVFP4_MLA_PLUGIN_ENV);
+    if (!selection || !selection[0]) {
+        snprintf(text, sizeof text, "no nvfp4-mla plugin selected (set %s to the plugin file or its folder)",
+                 NVFP4_MLA_PLUGIN_ENV);
+        return refuse(loader, NVFP4_MLA_REASON_NOT_SELECTED, NVFP4_MLA_LOAD_NOT_SELECTED, message, size, text);
+    }
+    if (strcmp(selection, "none") == 0) {
+        snprintf(text, sizeof text, "nvfp4-mla plugin disabled (%s=none)", NVFP4_MLA_PLUGIN_ENV);
+        return refuse(loader, NVFP4_MLA_REASON_DISABLED, NVFP4_MLA_LOAD_DISABLED, message, size, text);
+    }
+    if (nvfp4_setting_path(name, selection, checked, sizeof checked, text, sizeof text)) {
+        return refuse(loader, NVFP4_MLA_REASON_INVALID_SELECTION, NVFP4_MLA_LOAD_FAILED, message, size, text);
+    }
+    struct stat st;
+    int exists = stat(checked, &st) == 0;
+    if (!exists && keyword_like(checked)) {
+        char quoted[NVFP4_SETTING_QUOTE_MAX * 4 + 8];
+        nvfp4_setting_quote(checked, quoted, sizeof quoted);
+        snprintf(text, sizeof text,
+                 "%s=%s names no file and is not the keyword \"none\" (exactly, lower case), which disables the "
+                 "plugin: give the plugin file or its folder",
+                 name, quoted);
+        return refuse(loader, NVFP4_MLA_REASON_INVALID_SELECTION, NVFP4_MLA_LOAD_FAILED, message, size, text);
+    }
+    snprintf(loader->path, sizeof loader->path, exists && S_ISDIR(st.st_mode) ? "%s/" NVFP4_MLA_PLUGIN_FILE : "%s",
+             checked);
+    return SELECTED;
+}
+
+/* The first member the table's struct_size covers but leaves NULL, or NULL when all are set. A host
+ * calls these without looking again, so a NULL one would crash it at address 0. */
+static const char *null_member(const nvfp4_mla_plugin_t *t) {
+#define NVFP4_NULL_IF_COVERED(member)                                                                    \
+    if (NVFP4_MLA_TABLE_HAS(t, member) && !t->member) {                                                  \
+        return #member;                                                                                  \
+    }
+    NVFP4_NULL_IF_COVERED(plugin_name)
+    NVFP4_NULL_IF_COVERED(version)
+    NVFP4_NULL_IF_COVERED(git_revision)
+    NVFP4_NULL_IF_COVERED(cuda_archs)
+    NVFP4_NULL_IF_COVERED(record_format)
+    NVFP4_NULL_IF_COVERED(status_string)
+    NVFP4_NULL_IF_COVERED(last_error)
+    NVFP4_NULL_IF_COVERED(init)
+    NVFP4_NULL_IF_COVERED(shutdown)
+    NVFP4_NULL_IF_COVERED(context_info)
+    NVFP4_NULL_IF_COVERED(config_create)
+    NVFP4_NULL_IF_COVERED(config_info)
+    NVFP4_NULL_IF_COVERED(config_layer_scale)
+    NVFP4_NULL_IF_COVERED(config_destroy)
+    NVFP4_NULL_IF_COVERED(write)
+    NVFP4_NULL_IF_COVERED(gather)
+    NVFP4_NULL_IF_COVERED(attend_workspace_bytes)
+    NVFP4_NULL_IF_COVERED(attend)
+#undef NVFP4_NULL_IF_COVERED
+    return t->capability_count && !t->capabilities ? "capabilities" : NULL;
+}
+
+/* Why the table is refused (and *reason, and words in `detail`), or NULL when it is usable. */
+static const char *check_table(const nvfp4_mla_plugin_t *t, const char **reason, char *detail, size_t size) {
+    const char *member;
+    detail[0] = '\0';
+    *reason = NVFP4_MLA_REASON_NOT_A_PLUGIN;
+    if (!t) {
+        return "its entry returned no table";
+    }
+    if (t->header.magic != NVFP4_MLA_ABI_MAGIC) {
+        snprintf(detail, size, " (0x%08x, expected 0x%08x)", t->header.magic, NVFP4_MLA_ABI_MAGIC);
+        return "wrong magic";
+    }
+    *reason = NVFP4_MLA_REASON_ABI_MISMATCH;
+    if (t->header.abi_major != NVFP4_MLA_ABI_MAJOR) {
+        snprintf(detail, size, " (plugin ABI %u.%u, host ABI %d.%d)", t->header.abi_major, t->header.abi_minor,
+                 NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR);
+        return "ABI major mismatch";
+    }
+    if (t->header.struct_size < NVFP4_MLA_TABLE_MIN_SIZE) {
+        snprintf(detail, size, " (struct_size %u < %zu; plugin ABI %u.%u, host ABI %d.%d)", t->header.struct_size,
+                 (size_t)NVFP4_MLA_TABLE_MIN_SIZE, t->header.abi_major, t->header.abi_minor, NVFP4_MLA_ABI_MAJOR,
+                 NVFP4_MLA_ABI_MINOR);
+        return "table too small";
+    }
+    if ((member = null_member(t))) {
+        *reason = NVFP4_MLA_REASON_INCOMPLETE_TABLE;
+        snprintf(detail, size, " \"%s\" is NULL (plugin ABI %u.%u, host ABI %d.%d; every member its struct_size %u "
+                               "covers must be set)",
+                 member, t->header.abi_major, t->header.abi_minor, NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR,
+                 t->header.struct_size);
+        return "table member";
+    }
+    return NULL;
 }
 
 int nvfp4_mla_loader_open(nvfp4_mla_loader_t *loader, const char *selection, char *message, size_t size) {
     memset(loader, 0, sizeof *loader);
-    if (!selection) {
-        selection = secure_getenv(NVFP4_MLA_PLUGIN_ENV);
-    }
-    if (!selection || !selection[0]) {
-        return say(message, size, NVFP4_MLA_LOAD_NOT_SELECTED,
-                   "no nvfp4-mla plugin selected (set %s to the plugin file or its folder)", NVFP4_MLA_PLUGIN_ENV);
-    }
-    if (strcmp(selection, "none") == 0) {
-        return say(message, size, NVFP4_MLA_LOAD_DISABLED, "nvfp4-mla plugin disabled (%s=none)", NVFP4_MLA_PLUGIN_ENV);
-    }
-    if (resolve_path(selection, loader->path, sizeof loader->path)) {
-        return say(message, size, NVFP4_MLA_LOAD_FAILED, "nvfp4-mla plugin path is too long: %s", selection);
+    int selected = select_plugin(loader, selection, message, size);
+    if (selected != SELECTED) {
+        return selected;
     }
     void *handle = dlopen(loader->path, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char *why = dlerror();
+        struct stat st;
+        int missing = strchr(loader->path, '/') && stat(loader->path, &st) != 0 && errno == ENOENT;
+        loader->reason = missing ? NVFP4_MLA_REASON_NOT_FOUND : NVFP4_MLA_REASON_LOAD_ERROR;
         return say(message, size, NVFP4_MLA_LOAD_FAILED, "cannot load nvfp4-mla plugin %s: %s", loader->path,
                    why ? why : "unknown dlopen error");
     }
@@ -58,36 +165,24 @@ int nvfp4_mla_loader_open(nvfp4_mla_loader_t *loader, const char *selection, cha
     if (!symbol) {
         int other_major = dlsym(handle, "nvfp4_mla_plugin_v2") != NULL;
         dlclose(handle);
+        loader->reason = other_major ? NVFP4_MLA_REASON_ABI_MISMATCH : NVFP4_MLA_REASON_NOT_A_PLUGIN;
         return say(message, size, NVFP4_MLA_LOAD_FAILED,
                    "nvfp4-mla plugin %s does not export %s (host ABI %d.%d)%s", loader->path, NVFP4_MLA_ENTRY_SYMBOL,
                    NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR,
                    other_major ? "; it implements ABI major 2 only: upgrade the host" : "; it is not an nvfp4-mla plugin");
     }
     const nvfp4_mla_plugin_t *t = entry();
-    const char *refusal = NULL;
-    char detail[256] = "";
-    if (!t) {
-        refusal = "its entry returned no table";
-    } else if (t->header.magic != NVFP4_MLA_ABI_MAGIC) {
-        refusal = "wrong magic";
-        snprintf(detail, sizeof detail, " (0x%08x, expected 0x%08x)", t->header.magic, NVFP4_MLA_ABI_MAGIC);
-    } else if (t->header.abi_major != NVFP4_MLA_ABI_MAJOR) {
-        refusal = "ABI major mismatch";
-        snprintf(detail, sizeof detail, " (plugin ABI %u.%u, host ABI %d.%d)", t->header.abi_major,
-                 t->header.abi_minor, NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR);
-    } else if (t->header.struct_size < NVFP4_MLA_TABLE_MIN_SIZE) {
-        refusal = "table too small";
-        snprintf(detail, sizeof detail, " (struct_size %u < %zu; plugin ABI %u.%u, host ABI %d.%d)",
-                 t->header.struct_size, (size_t)NVFP4_MLA_TABLE_MIN_SIZE, t->header.abi_major, t->header.abi_minor,
-                 NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR);
-    }
+    char detail[256];
+    const char *reason, *refusal = check_table(t, &reason, detail, sizeof detail);
     if (refusal) {
         dlclose(handle);
+        loader->reason = reason;
         return say(message, size, NVFP4_MLA_LOAD_FAILED, "nvfp4-mla plugin %s refused: %s%s", loader->path, refusal,
                    detail);
     }
     loader->handle = handle;
     loader->table = t;
+    loader->reason = NVFP4_MLA_REASON_NONE;
     return say(message, size, NVFP4_MLA_LOAD_OK, "nvfp4-mla plugin %s (ABI %u.%u, host ABI %d.%d) loaded",
                loader->path, t->header.abi_major, t->header.abi_minor, NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR);
 }

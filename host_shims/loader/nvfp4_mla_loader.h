@@ -2,11 +2,15 @@
  * cache configuration this host wants (design.md, "Flow of one request").
  *
  * Selection: NVFP4_MLA_PLUGIN (read with secure_getenv) is a path to the .so, or a folder holding
- * libnvfp4_mla.so; "none" disables the plugin. The loader dlopen()s with RTLD_NOW|RTLD_LOCAL, looks
- * up the one entry symbol, and checks magic, ABI major and the minimum table size before the host
- * reads anything else. `require` names the plugin path, both ABI versions and every missing
- * capability when it refuses. Thread rules: open/close once per process (not concurrently with each
- * other); require and the table's [any-thread] members from any thread.
+ * libnvfp4_mla.so; "none" (exactly) disables the plugin. A value with leading or trailing whitespace
+ * is refused, as is a keyword-like value ("None", "0", "off", ...) that names no file: the same rule
+ * as the plugin's own path settings (plugin/settings.h). The loader dlopen()s with
+ * RTLD_NOW|RTLD_LOCAL, looks up the one entry symbol, and checks magic, ABI major, the minimum
+ * table size and that every member the table's struct_size covers is filled (a NULL entry point
+ * would crash the host on its first call) before the host reads anything else. `require` names the
+ * plugin path, both ABI versions and every missing capability when it refuses. Thread rules:
+ * open/close once per process (not concurrently with each other); require and the table's
+ * [any-thread] members from any thread.
  */
 #ifndef NVFP4_MLA_LOADER_H
 #define NVFP4_MLA_LOADER_H
@@ -27,14 +31,27 @@ extern "C" {
 #define NVFP4_MLA_LOAD_NOT_SELECTED 2 /* no selection: NVFP4_MLA_PLUGIN unset or empty */
 #define NVFP4_MLA_LOAD_FAILED 3       /* missing file, not a plugin, wrong ABI: see the message */
 
+/* Machine-readable reasons (nvfp4_mla_loader_t.reason, `probe --json`'s "reason"): static strings. */
+#define NVFP4_MLA_REASON_NONE ""                           /* loaded */
+#define NVFP4_MLA_REASON_DISABLED "disabled"               /* selection "none" */
+#define NVFP4_MLA_REASON_NOT_SELECTED "not_selected"       /* unset or empty */
+#define NVFP4_MLA_REASON_INVALID_SELECTION "invalid_selection" /* whitespace, keyword-like, too long */
+#define NVFP4_MLA_REASON_NOT_FOUND "not_found"             /* no such file */
+#define NVFP4_MLA_REASON_LOAD_ERROR "load_error"           /* dlopen failed on an existing file */
+#define NVFP4_MLA_REASON_NOT_A_PLUGIN "not_a_plugin"       /* no entry symbol, no table, wrong magic */
+#define NVFP4_MLA_REASON_ABI_MISMATCH "abi_mismatch"       /* other ABI major, table too small */
+#define NVFP4_MLA_REASON_INCOMPLETE_TABLE "incomplete_table" /* a covered member is NULL */
+
 typedef struct nvfp4_mla_loader {
     void *handle;                     /* dlopen handle; owned, released by close */
     const nvfp4_mla_plugin_t *table;  /* the plugin's table; valid until close */
     char path[4096];                  /* the file that was (or would have been) opened */
+    const char *reason;               /* NVFP4_MLA_REASON_* of the last open; static string */
 } nvfp4_mla_loader_t;
 
 /* Opens the plugin named by `selection` (NULL: NVFP4_MLA_PLUGIN). On anything but LOAD_OK the loader
- * holds nothing and `message` (always NUL-terminated, may be NULL) says why. */
+ * holds nothing, `reason` classifies the failure and `message` (always NUL-terminated, may be NULL)
+ * says why in words. */
 int nvfp4_mla_loader_open(nvfp4_mla_loader_t *loader, const char *selection, char *message, size_t message_size);
 
 /* dlclose()s the plugin; safe on a loader that holds nothing. The host first shuts down every

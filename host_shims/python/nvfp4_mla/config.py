@@ -1,7 +1,8 @@
 """The cache format of one server process, and the identity its persistent caches use.
 
 `CacheFormat.from_env()` snapshots the three variables deployments already set
-(VLLM_NVFP4_MLA_DYNAMIC_SCALE, VLLM_NVFP4_MLA_SCALES_FILE, KV_FP8_ROPE) into an immutable value;
+(VLLM_NVFP4_MLA_DYNAMIC_SCALE, VLLM_NVFP4_MLA_SCALES_FILE, KV_FP8_ROPE) into an immutable value,
+by the plugin's own settings rule (settings.py: a value it does not understand is a ConfigError);
 everything else is asked of the plugin (its config_create), never reimplemented here, so every host
 computes the same decision and the same identity string.
 """
@@ -11,7 +12,8 @@ import os
 from dataclasses import dataclass
 
 from . import _abi
-from .errors import check
+from .errors import ConfigError, check, member
+from .settings import SettingError, parse_bool, parse_path
 
 DYNAMIC_SCALE_ENV = "VLLM_NVFP4_MLA_DYNAMIC_SCALE"
 SCALES_FILE_ENV = "VLLM_NVFP4_MLA_SCALES_FILE"
@@ -26,7 +28,7 @@ class PluginConfig:
         self._plugin = plugin
         self._handle = handle
         info = _abi.ConfigInfo(struct_size=C.sizeof(_abi.ConfigInfo))
-        check(plugin, plugin.table.config_info(handle, C.byref(info)), "config_info")
+        check(plugin, member(plugin, "config_info")(handle, C.byref(info)), "config_info")
         self.is_nvfp4 = bool(info.is_nvfp4)
         self.layout = info.layout
         self.scale_mode = info.scale_mode
@@ -37,13 +39,13 @@ class PluginConfig:
 
     def layer_scale(self, layer):
         value = C.c_float()
-        check(self._plugin, self._plugin.table.config_layer_scale(self._handle, layer, C.byref(value)),
+        check(self._plugin, member(self._plugin, "config_layer_scale")(self._handle, layer, C.byref(value)),
               "config_layer_scale")
         return value.value
 
     def close(self):
         if self._handle:
-            self._plugin.table.config_destroy(self._handle)
+            member(self._plugin, "config_destroy")(self._handle)
             self._handle = None
 
     __del__ = close
@@ -57,10 +59,15 @@ class CacheFormat:
 
     @classmethod
     def from_env(cls, environ=None):
+        """Raises ConfigError (status ERR_CONFIG) with the plugin's words for a value the rule
+        does not understand; never reads it as off."""
         env = os.environ if environ is None else environ
-        return cls(dynamic_scale=env.get(DYNAMIC_SCALE_ENV, "0") == "1",
-                   fp8_rope=env.get(FP8_ROPE_ENV, "0") == "1",
-                   scales_file=env.get(SCALES_FILE_ENV, "").strip())
+        try:
+            return cls(dynamic_scale=parse_bool(DYNAMIC_SCALE_ENV, env.get(DYNAMIC_SCALE_ENV)),
+                       fp8_rope=parse_bool(FP8_ROPE_ENV, env.get(FP8_ROPE_ENV)),
+                       scales_file=parse_path(SCALES_FILE_ENV, env.get(SCALES_FILE_ENV)))
+        except SettingError as exc:
+            raise ConfigError(_abi.ERR_CONFIG, "CacheFormat.from_env", str(exc)) from None
 
     def environ(self):
         """The snapshot handed to the plugin instead of the process environment."""
@@ -82,7 +89,7 @@ class CacheFormat:
                                  environ=C.cast(env_array, C.POINTER(C.c_char_p)),
                                  host=C.pointer(host) if host else None)
         handle = C.c_void_p()
-        check(plugin, plugin.table.config_create(C.byref(req), C.byref(handle)), "config_create")
+        check(plugin, member(plugin, "config_create")(C.byref(req), C.byref(handle)), "config_create")
         return PluginConfig(plugin, handle)
 
     def validate(self, plugin, model_dir=None):

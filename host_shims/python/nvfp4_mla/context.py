@@ -9,7 +9,7 @@ import ctypes as C
 
 from . import _abi
 from .arrays import empty_bytes_like, stream_handle, tensor
-from .errors import check
+from .errors import check, member
 
 _LATENT, _ROPE, _ROW = 512, 64, 576
 
@@ -80,7 +80,7 @@ class Context:
                               outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
                               kv_c=kv, k_pe=pe, slot_mapping=sl, cache=self._cache(cache, layout),
                               capture_max_abs=cap.data, nonfinite_count=cnt.data, stream=self._stream(stream))
-        check(self.plugin, self.plugin.table.write(self._handle, C.byref(args)), "write")
+        check(self.plugin, member(self.plugin, "write")(self._handle, C.byref(args)), "write")
 
     def gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=1.0, stream=None):
         """Dequantise the records at slots [N] (int32, -1 = zeros) into out [N,576] bf16."""
@@ -89,7 +89,7 @@ class Context:
         args = _abi.GatherArgs(struct_size=C.sizeof(_abi.GatherArgs), layout=layout, scale_mode=scale_mode,
                                outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
                                cache=self._cache(cache, layout), slots=sl, out=o, stream=self._stream(stream))
-        check(self.plugin, self.plugin.table.gather(self._handle, C.byref(args)), "gather")
+        check(self.plugin, member(self.plugin, "gather")(self._handle, C.byref(args)), "gather")
 
     def attend(self, q, slots, cache, out, *, layout, scale_mode, sm_scale, outer_scale=1.0, valid_len=None,
                lse=None, workspace=None, stream=None):
@@ -113,11 +113,12 @@ class Context:
         if workspace is None:
             workspace = self._own_workspace(args, q, handle)
         args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device)
-        check(self.plugin, self.plugin.table.attend(self._handle, C.byref(args)), "attend")
+        check(self.plugin, member(self.plugin, "attend")(self._handle, C.byref(args)), "attend")
 
     def attend_workspace_bytes(self, args):
+        """Scratch bytes attend needs for these argument structs (shapes only)."""
         need = C.c_uint64(0)
-        check(self.plugin, self.plugin.table.attend_workspace_bytes(self._handle, C.byref(args), C.byref(need)),
+        check(self.plugin, member(self.plugin, "attend_workspace_bytes")(self._handle, C.byref(args), C.byref(need)),
               "attend_workspace_bytes")
         return need.value
 

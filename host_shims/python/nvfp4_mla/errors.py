@@ -1,7 +1,7 @@
 """Plugin status codes as exceptions carrying the plugin's last-error text."""
 
 from . import _abi
-from .loader import PluginError
+from .loader import HOST_ABI, PluginError
 
 
 class PluginCallError(PluginError):
@@ -41,3 +41,14 @@ def check(plugin, status, call):
     if status != _abi.OK:
         message = plugin.table.last_error().decode(errors="replace")
         raise _CLASSES.get(status, PluginCallError)(status, call, message)
+
+
+def member(plugin, name):
+    """The table member `name`, read only when the table's struct_size holds it (an older minor's
+    table ends before its later members); Unsupported otherwise. The loader has already refused a
+    table whose covered members include a NULL one."""
+    if not _abi.table_has(plugin.table, name):
+        raise Unsupported(_abi.ERR_UNSUPPORTED, name,
+                          f"nvfp4-mla plugin {plugin.path} (ABI {plugin.abi}, host ABI {HOST_ABI}): its table "
+                          f"({plugin.table.header.struct_size} bytes) has no {name} member")
+    return getattr(plugin.table, name)

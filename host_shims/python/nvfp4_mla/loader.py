@@ -1,20 +1,28 @@
 """Finding, loading and checking the plugin: the C loader's decisions and words, in Python.
 
-Selection is NVFP4_MLA_PLUGIN (a path to the .so, or a folder holding libnvfp4_mla.so; "none"
-disables). The header (magic, ABI major, minimum table size) is checked before anything else is
-read. `require` refuses a configuration the plugin cannot serve, naming the plugin path, both ABI
-versions and every missing capability, in the same words as host_shims/loader/nvfp4_mla_loader.c
-(tests/test_loader_matrix.py checks the words against the same mock plugins).
+Selection is NVFP4_MLA_PLUGIN (a path to the .so, or a folder holding libnvfp4_mla.so; exactly
+"none" disables; surrounding whitespace and keyword-like values naming no file are refused, by the
+settings rule). The header (magic, ABI major, minimum table size) and every member the table's
+struct_size covers (none may be NULL) are checked before anything else is read. `require` refuses a
+configuration the plugin cannot serve, naming the plugin path, both ABI versions and every missing
+capability, in the same words as host_shims/loader/nvfp4_mla_loader.c (tests/test_loading.py checks
+the words against the same mock plugins). Every PluginError carries the C loader's machine-readable
+`reason` (NVFP4_MLA_REASON_*).
 """
 
 import ctypes as C
 import os
 
 from . import _abi
+from .settings import SettingError, parse_path, quote
 
 
 class PluginError(RuntimeError):
-    """The plugin could not be loaded, or refused a request."""
+    """The plugin could not be loaded, or refused a request; `reason` classifies it."""
+
+    def __init__(self, message, reason=""):
+        super().__init__(message)
+        self.reason = reason
 
 
 class PluginDisabled(PluginError):
@@ -28,10 +36,44 @@ class PluginNotSelected(PluginError):
 HOST_ABI = f"{_abi.ABI_MAJOR}.{_abi.ABI_MINOR}"
 
 
-def _resolve(selection):
-    if os.path.isdir(selection):
-        return os.path.join(selection, _abi.PLUGIN_FILE)
-    return selection
+_KEYWORD_LIKE = ("none", "0", "1", "false", "true", "off", "on", "no", "yes", "disable", "disabled")
+
+
+def _select(selection):
+    """The C loader's select_plugin: the file to open, or the exception it would report."""
+    name = _abi.PLUGIN_ENV if selection is None else "plugin selection"
+    if selection is None:
+        selection = os.environ.get(_abi.PLUGIN_ENV)  # Python has no secure_getenv; see README
+    if not selection:
+        raise PluginNotSelected(
+            f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the plugin file or its folder)", "not_selected")
+    if selection == "none":
+        raise PluginDisabled(f"nvfp4-mla plugin disabled ({_abi.PLUGIN_ENV}=none)", "disabled")
+    try:
+        path = parse_path(name, selection)
+    except SettingError as exc:
+        raise PluginError(str(exc), "invalid_selection") from None
+    if not os.path.exists(path) and path.isascii() and path.lower() in _KEYWORD_LIKE:
+        raise PluginError(f"{name}={quote(path)} names no file and is not the keyword \"none\" (exactly, lower "
+                          "case), which disables the plugin: give the plugin file or its folder", "invalid_selection")
+    return os.path.join(path, _abi.PLUGIN_FILE) if os.path.isdir(path) else path
+
+
+# Pointer members a host reads or calls, in table order (the C loader's null_member list).
+_POINTER_MEMBERS = ("plugin_name", "version", "git_revision", "cuda_archs", "record_format", "status_string",
+                    "last_error", "init", "shutdown", "context_info", "config_create", "config_info",
+                    "config_layer_scale", "config_destroy", "write", "gather", "attend_workspace_bytes", "attend")
+
+
+def _null_member(table):
+    """The first member the table's struct_size covers but leaves NULL, else None."""
+    def is_null(name):  # the raw pointer: a c_char_p field would read b"" and NULL alike as false
+        return C.c_void_p.from_address(C.addressof(table) + getattr(_abi.Plugin, name).offset).value is None
+
+    for name in _POINTER_MEMBERS:
+        if _abi.table_has(table, name) and is_null(name):
+            return name
+    return "capabilities" if table.capability_count and is_null("capabilities") else None
 
 
 class LoadedPlugin:
@@ -61,20 +103,34 @@ class LoadedPlugin:
         return [(caps[i].name.decode(), caps[i].revision) for i in range(self.table.capability_count)]
 
 
+def _check_table(header_ptr):
+    """(refusal, detail, reason) for a table the host must not use, else None (check_table in C)."""
+    if not header_ptr:
+        return "its entry returned no table", "", "not_a_plugin"
+    h = header_ptr.contents
+    if h.magic != _abi.ABI_MAGIC:
+        return "wrong magic", f" (0x{h.magic:08x}, expected 0x{_abi.ABI_MAGIC:08x})", "not_a_plugin"
+    if h.abi_major != _abi.ABI_MAJOR:
+        return ("ABI major mismatch", f" (plugin ABI {h.abi_major}.{h.abi_minor}, host ABI {HOST_ABI})",
+                "abi_mismatch")
+    if h.struct_size < _abi.TABLE_MIN_SIZE:
+        return ("table too small", f" (struct_size {h.struct_size} < {_abi.TABLE_MIN_SIZE}; plugin ABI "
+                f"{h.abi_major}.{h.abi_minor}, host ABI {HOST_ABI})", "abi_mismatch")
+    missing = _null_member(C.cast(header_ptr, C.POINTER(_abi.Plugin)).contents)
+    if missing:
+        return ("table member", f" \"{missing}\" is NULL (plugin ABI {h.abi_major}.{h.abi_minor}, host ABI "
+                f"{HOST_ABI}; every member its struct_size {h.struct_size} covers must be set)", "incomplete_table")
+    return None
+
+
 def load(selection=None):
     """Loads and checks the plugin; raises PluginDisabled, PluginNotSelected or PluginError."""
-    if selection is None:
-        selection = os.environ.get(_abi.PLUGIN_ENV)  # Python has no secure_getenv; see README
-    if not selection:
-        raise PluginNotSelected(
-            f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the plugin file or its folder)")
-    if selection == "none":
-        raise PluginDisabled(f"nvfp4-mla plugin disabled ({_abi.PLUGIN_ENV}=none)")
-    path = _resolve(selection)
+    path = _select(selection)
     try:
         lib = C.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as exc:
-        raise PluginError(f"cannot load nvfp4-mla plugin {path}: {exc}") from None
+        reason = "not_found" if "/" in path and not os.path.exists(path) else "load_error"
+        raise PluginError(f"cannot load nvfp4-mla plugin {path}: {exc}", reason) from None
     try:
         entry = getattr(lib, _abi.ENTRY_SYMBOL)
     except AttributeError:
@@ -82,26 +138,14 @@ def load(selection=None):
         tail = ("; it implements ABI major 2 only: upgrade the host" if other
                 else "; it is not an nvfp4-mla plugin")
         raise PluginError(f"nvfp4-mla plugin {path} does not export {_abi.ENTRY_SYMBOL} "
-                          f"(host ABI {HOST_ABI}){tail}") from None
+                          f"(host ABI {HOST_ABI}){tail}", "abi_mismatch" if other else "not_a_plugin") from None
     entry.restype = C.POINTER(_abi.Header)
     entry.argtypes = []
     header_ptr = entry()
-    refusal, detail = None, ""
-    if not header_ptr:
-        refusal = "its entry returned no table"
-    else:
-        h = header_ptr.contents
-        if h.magic != _abi.ABI_MAGIC:
-            refusal, detail = "wrong magic", f" (0x{h.magic:08x}, expected 0x{_abi.ABI_MAGIC:08x})"
-        elif h.abi_major != _abi.ABI_MAJOR:
-            refusal = "ABI major mismatch"
-            detail = f" (plugin ABI {h.abi_major}.{h.abi_minor}, host ABI {HOST_ABI})"
-        elif h.struct_size < _abi.TABLE_MIN_SIZE:
-            refusal = "table too small"
-            detail = (f" (struct_size {h.struct_size} < {_abi.TABLE_MIN_SIZE}; plugin ABI "
-                      f"{h.abi_major}.{h.abi_minor}, host ABI {HOST_ABI})")
-    if refusal:
-        raise PluginError(f"nvfp4-mla plugin {path} refused: {refusal}{detail}")
+    refused = _check_table(header_ptr)
+    if refused:
+        refusal, detail, reason = refused
+        raise PluginError(f"nvfp4-mla plugin {path} refused: {refusal}{detail}", reason)
     table = C.cast(header_ptr, C.POINTER(_abi.Plugin)).contents
     return LoadedPlugin(path, lib, table)
 
@@ -128,4 +172,4 @@ def require(plugin, layout, scale_mode, available=None, extra=0, user_requested=
         return f"{head} serves {mode} scales on {lay}"
     names = ", ".join(_abi.cap_name(1 << b) for b in range(64) if missing & (1 << b))
     asked = " (requested by the configuration)" if user_requested else ""
-    raise PluginError(f"{head} cannot serve {mode} scales on {lay}{asked}: missing {names}")
+    raise PluginError(f"{head} cannot serve {mode} scales on {lay}{asked}: missing {names}", "missing_capability")

@@ -1,4 +1,5 @@
 """CacheFormat: an immutable snapshot; every decision and identity string asked of the plugin."""
+import ctypes as C
 import dataclasses
 import os
 
@@ -12,13 +13,54 @@ REAL_SHA = "52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"
 
 def test_from_env_should_snapshot_once_and_stay_immutable(monkeypatch):
     monkeypatch.setenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE", "1")
-    monkeypatch.setenv("KV_FP8_ROPE", "1")
-    monkeypatch.setenv("VLLM_NVFP4_MLA_SCALES_FILE", "  ")
+    monkeypatch.setenv("KV_FP8_ROPE", "TRUE")
+    monkeypatch.setenv("VLLM_NVFP4_MLA_SCALES_FILE", "")
     fmt = nvfp4_mla.CacheFormat.from_env()
     monkeypatch.setenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE", "0")
     assert fmt == nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True, scales_file="")
     with pytest.raises(dataclasses.FrozenInstanceError):
         fmt.dynamic_scale = False
+
+
+@pytest.mark.parametrize("env, want", [
+    ({}, nvfp4_mla.CacheFormat()),
+    ({"VLLM_NVFP4_MLA_DYNAMIC_SCALE": "", "KV_FP8_ROPE": "0"}, nvfp4_mla.CacheFormat()),
+    ({"VLLM_NVFP4_MLA_DYNAMIC_SCALE": "true", "KV_FP8_ROPE": "True"},
+     nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True)),
+    ({"KV_FP8_ROPE": "FALSE", "VLLM_NVFP4_MLA_SCALES_FILE": "/a b.json"},
+     nvfp4_mla.CacheFormat(scales_file="/a b.json")),
+])
+def test_from_env_should_accept_the_rules_spellings(env, want):
+    assert nvfp4_mla.CacheFormat.from_env(env) == want
+
+
+ACCEPTED = "is not a boolean: use 1 or true for on, 0 or false for off (any case); unset or empty is off"
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"VLLM_NVFP4_MLA_DYNAMIC_SCALE": "yes", "KV_FP8_ROPE": "1"}, 'VLLM_NVFP4_MLA_DYNAMIC_SCALE="yes" ' + ACCEPTED),
+    ({"VLLM_NVFP4_MLA_DYNAMIC_SCALE": "2"}, 'VLLM_NVFP4_MLA_DYNAMIC_SCALE="2" ' + ACCEPTED),
+    ({"VLLM_NVFP4_MLA_DYNAMIC_SCALE": "1 ", "VLLM_NVFP4_MLA_SCALES_FILE": "/x.json"},
+     'VLLM_NVFP4_MLA_DYNAMIC_SCALE="1 " ' + ACCEPTED),
+    ({"KV_FP8_ROPE": "\ttrue"}, 'KV_FP8_ROPE="\\ttrue" ' + ACCEPTED),
+    ({"KV_FP8_ROPE": "y\x01\u00e9\"\\"}, 'KV_FP8_ROPE="y\\x01\\xc3\\xa9\\"\\\\" ' + ACCEPTED),
+    ({"VLLM_NVFP4_MLA_SCALES_FILE": "  "}, 'VLLM_NVFP4_MLA_SCALES_FILE="  " has leading or trailing whitespace: '
+                                           "give the path without it; unset or empty means none"),
+    ({"VLLM_NVFP4_MLA_SCALES_FILE": "/x.json\n"}, 'VLLM_NVFP4_MLA_SCALES_FILE="/x.json\\n" has leading'),
+])
+def test_from_env_should_refuse_what_the_plugin_refuses_in_its_words(plugin, env, words):
+    with pytest.raises(nvfp4_mla.ConfigError) as err:
+        nvfp4_mla.CacheFormat.from_env(env)
+    assert err.value.status == nvfp4_mla._abi.ERR_CONFIG
+    assert words in str(err.value)
+    # The plugin, handed the same snapshot, says the same thing.
+    raw = [f"{k}={v}".encode() for k, v in env.items()]
+    req_env = (C.c_char_p * (len(raw) + 1))(*raw, None)
+    req = nvfp4_mla._abi.ConfigRequest(struct_size=C.sizeof(nvfp4_mla._abi.ConfigRequest), cache_dtype=b"nvfp4_ds_mla",
+                                       environ=C.cast(req_env, C.POINTER(C.c_char_p)))
+    handle = C.c_void_p()
+    assert plugin.table.config_create(C.byref(req), C.byref(handle)) == nvfp4_mla._abi.ERR_CONFIG
+    assert words in plugin.table.last_error().decode()
 
 
 def test_identity_strings_should_come_from_the_plugin(plugin, data_dir):

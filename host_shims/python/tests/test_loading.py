@@ -5,6 +5,7 @@ import pytest
 
 import nvfp4_mla
 from nvfp4_mla import _abi, loader
+from nvfp4_mla.errors import member
 
 
 def mock(mock_dir, name):
@@ -26,25 +27,60 @@ def test_loader_should_follow_the_environment(monkeypatch, plugin_path):
     with pytest.raises(nvfp4_mla.PluginNotSelected, match="set NVFP4_MLA_PLUGIN"):
         nvfp4_mla.load()
     monkeypatch.setenv("NVFP4_MLA_PLUGIN", "/nonexistent/libnvfp4_mla.so")
-    with pytest.raises(nvfp4_mla.PluginError, match="cannot load nvfp4-mla plugin /nonexistent/libnvfp4_mla.so:"):
+    with pytest.raises(nvfp4_mla.PluginError, match="cannot load nvfp4-mla plugin /nonexistent/libnvfp4_mla.so:") as err:
         nvfp4_mla.load()
+    assert err.value.reason == "not_found"
     monkeypatch.setenv("NVFP4_MLA_PLUGIN", plugin_path)
     assert nvfp4_mla.load().path == plugin_path
 
 
-@pytest.mark.parametrize("name, words", [
-    ("future_major", "does not export nvfp4_mla_plugin_v1 (host ABI 1.0); it implements ABI major 2 only"),
-    ("wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.0)"),
-    ("bad_magic", "refused: wrong magic (0x12345678, expected 0x4d34464e)"),
-    ("null_entry", "refused: its entry returned no table"),
-    ("tiny_table", "refused: table too small (struct_size 16 <"),
-    ("not_a_plugin", "it is not an nvfp4-mla plugin"),
+@pytest.mark.parametrize("name, words, reason", [
+    ("future_major", "does not export nvfp4_mla_plugin_v1 (host ABI 1.0); it implements ABI major 2 only",
+     "abi_mismatch"),
+    ("wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.0)", "abi_mismatch"),
+    ("bad_magic", "refused: wrong magic (0x12345678, expected 0x4d34464e)", "not_a_plugin"),
+    ("null_entry", "refused: its entry returned no table", "not_a_plugin"),
+    ("tiny_table", "refused: table too small (struct_size 16 <", "abi_mismatch"),
+    ("not_a_plugin", "it is not an nvfp4-mla plugin", "not_a_plugin"),
+    ("null_init", 'refused: table member "init" is NULL (plugin ABI 1.0, host ABI 1.0; every member its '
+                  "struct_size", "incomplete_table"),
+    ("null_attend", 'refused: table member "attend" is NULL', "incomplete_table"),
+    ("null_version", 'refused: table member "version" is NULL', "incomplete_table"),
 ])
-def test_loader_should_refuse_with_the_c_loaders_words(mock_dir, name, words):
+def test_loader_should_refuse_with_the_c_loaders_words(mock_dir, name, words, reason):
     with pytest.raises(nvfp4_mla.PluginError) as err:
         nvfp4_mla.load(mock(mock_dir, name))
     assert words in str(err.value)
     assert mock(mock_dir, name) in str(err.value)
+    assert err.value.reason == reason
+
+
+def test_require_should_never_reach_a_null_member(mock_dir, monkeypatch):
+    """Issue 13, case 2: the host is refused at load, before require() could call config_create."""
+    monkeypatch.setenv("NVFP4_MLA_PLUGIN", mock(mock_dir, "null_init"))
+    with pytest.raises(nvfp4_mla.PluginError, match='table member "init" is NULL'):
+        nvfp4_mla.require(nvfp4_mla.load(), nvfp4_mla.CacheFormat())
+
+
+def test_members_past_an_older_table_should_be_unsupported_not_read(mock_dir):
+    old = nvfp4_mla.load(mock(mock_dir, "old_minor_null_attend"))  # attend is NULL but not covered
+    assert member(old, "gather")
+    with pytest.raises(nvfp4_mla.Unsupported, match=r"its table \(\d+ bytes\) has no attend member"):
+        member(old, "attend")
+
+
+@pytest.mark.parametrize("value, words", [
+    (" none", 'NVFP4_MLA_PLUGIN=" none" has leading or trailing whitespace: give the path without it'),
+    ("   ", 'NVFP4_MLA_PLUGIN="   " has leading or trailing whitespace'),
+    ("None", 'NVFP4_MLA_PLUGIN="None" names no file and is not the keyword "none" (exactly, lower case)'),
+    ("off", 'NVFP4_MLA_PLUGIN="off" names no file'),
+])
+def test_loader_should_refuse_a_malformed_selection(monkeypatch, value, words):
+    monkeypatch.setenv("NVFP4_MLA_PLUGIN", value)
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        nvfp4_mla.load()
+    assert words in str(err.value)
+    assert err.value.reason == "invalid_selection"
 
 
 def test_require_should_name_every_missing_capability(mock_dir):

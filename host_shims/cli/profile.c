@@ -1,0 +1,90 @@
+/* The real per-layer magnitude profile `demo` and `quality` generate latents from (see synth.h).
+ *
+ * The default profile is compiled in (profile_data.h, generated from
+ * tests/data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json at build time), so an installed tool
+ * works from any folder. The plugin still reads the static scales from a file, exactly as a server
+ * does: the built-in bytes are copied into a private temporary folder for that, removed afterwards,
+ * and their cache identity is the real file's. */
+#include <cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "profile_data.h"
+#include "synth.h"
+
+/* max_abs[] of a v1 document. */
+static int profile_from_text(const char *cmd, const char *origin, const char *text, size_t len, cli_profile_t *p) {
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, NULL, 0);
+    const cJSON *array = cJSON_GetObjectItemCaseSensitive(root, "max_abs");
+    int n = cJSON_GetArraySize(array);
+    if (!cJSON_IsArray(array) || n < 1) {
+        cJSON_Delete(root);
+        return cli_fail(cmd, "%s: no \"max_abs\" array to take the magnitude profile from", origin);
+    }
+    if (!(p->max_abs = malloc((size_t)n * sizeof *p->max_abs))) {
+        cJSON_Delete(root);
+        return cli_fail(cmd, "out of memory");
+    }
+    int l = 0;
+    for (const cJSON *item = array->child; item; item = item->next) {
+        if (!cJSON_IsNumber(item) || !(item->valuedouble > 0)) {
+            cJSON_Delete(root);
+            return cli_fail(cmd, "%s: \"max_abs\"[%d] is not a positive number", origin, l);
+        }
+        p->max_abs[l++] = item->valuedouble;
+    }
+    p->layers = n;
+    cJSON_Delete(root);
+    return 0;
+}
+
+/* The built-in bytes as a file the plugin can read, in a folder of our own. */
+static int builtin_file(const char *cmd, cli_profile_t *p) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(p->temp_dir, sizeof p->temp_dir, "%s/nvfp4-mla-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(p->temp_dir)) {
+        p->temp_dir[0] = '\0';
+        return cli_fail(cmd, "cannot create a temporary folder for the built-in profile: %s", strerror(errno));
+    }
+    snprintf(p->scales_path, sizeof p->scales_path, "%s/%s", p->temp_dir, cli_profile_name);
+    return cli_write_file(cmd, p->scales_path, cli_profile_bytes, cli_profile_size);
+}
+
+int cli_profile_load(const char *cmd, const char *path, cli_profile_t *p) {
+    memset(p, 0, sizeof *p);
+    if (!path) {
+        snprintf(p->label, sizeof p->label, "built-in %s", cli_profile_name);
+        int rc = profile_from_text(cmd, p->label, (const char *)cli_profile_bytes, cli_profile_size, p) ||
+                 builtin_file(cmd, p);
+        if (rc) {
+            cli_profile_free(p);
+        }
+        return rc;
+    }
+    uint8_t *text;
+    size_t len;
+    if (cli_read_file(cmd, path, CLI_MAX_CALIBRATION_BYTES, &text, &len)) {
+        return 1;
+    }
+    snprintf(p->label, sizeof p->label, "%s", path);
+    snprintf(p->scales_path, sizeof p->scales_path, "%s", path);
+    int rc = profile_from_text(cmd, path, (const char *)text, len, p);
+    free(text);
+    if (rc) {
+        cli_profile_free(p);
+    }
+    return rc;
+}
+
+void cli_profile_free(cli_profile_t *p) {
+    free(p->max_abs);
+    p->max_abs = NULL;
+    if (p->temp_dir[0]) {
+        unlink(p->scales_path);
+        rmdir(p->temp_dir);
+        p->temp_dir[0] = '\0';
+    }
+}

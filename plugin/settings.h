@@ -1,0 +1,39 @@
+/* The one rule for settings read from the environment: booleans and paths.
+ *
+ * Shared by the plugin's configuration (config.c: VLLM_NVFP4_MLA_DYNAMIC_SCALE, KV_FP8_ROPE,
+ * VLLM_NVFP4_MLA_SCALES_FILE) and the C host loader (NVFP4_MLA_PLUGIN; the loader library compiles
+ * this file too), and mirrored rule for rule and word for word by the Python shim
+ * (host_shims/python/nvfp4_mla/settings.py).
+ *
+ * Why strict: a value the old parser did not understand ("true", "yes", "1 ") silently meant off, which
+ * ran a server on static scales at 1.0 when the user asked for per-token scales; a whitespace-only
+ * scales file silently meant uncalibrated. Now:
+ *   boolean  unset or "" is off; "0"/"false" off and "1"/"true" on, in any case; anything else fails;
+ *   path     unset or "" is none; leading or trailing whitespace fails (it is never part of a path a
+ *            user meant, and trimming it hid mistakes).
+ * A failure message names the variable, shows the value quoted (control, quote, backslash and
+ * non-ASCII bytes escaped, so whitespace shows) and says what is accepted. No I/O, no state: the
+ * functions are safe from any thread.
+ */
+#ifndef NVFP4_MLA_PLUGIN_SETTINGS_H
+#define NVFP4_MLA_PLUGIN_SETTINGS_H
+
+#include <stddef.h>
+
+/* Enough for any message below (the quoted value is cut at NVFP4_SETTING_QUOTE_MAX bytes). */
+#define NVFP4_SETTING_MESSAGE_MAX 768
+#define NVFP4_SETTING_QUOTE_MAX 100
+
+/* `value` NULL means unset. 0 and *on = 0 or 1, or -1 and `message` (NUL-terminated) says why. */
+int nvfp4_setting_bool(const char *name, const char *value, int *on, char *message, size_t message_size);
+
+/* `value` NULL means unset. 0 and the path in `out` ("" = none), or -1 and `message` says why
+ * (surrounding whitespace, or longer than out_size - 1 bytes); `out` is then "". */
+int nvfp4_setting_path(const char *name, const char *value, char *out, size_t out_size, char *message,
+                       size_t message_size);
+
+/* `value` between double quotes, escaped as above and cut after NVFP4_SETTING_QUOTE_MAX bytes ("..."
+ * follows the closing quote then). Always NUL-terminated. */
+void nvfp4_setting_quote(const char *value, char *out, size_t out_size);
+
+#endif
