@@ -41,7 +41,7 @@
 /* Registers per thread of the wide kernel's roles after setmaxnreg: 128 x (2 x consumers +
  * producer) must not exceed the 64K register file. */
 #ifndef ATT_PRODUCER_REGS
-#define ATT_PRODUCER_REGS 80
+#define ATT_PRODUCER_REGS 88
 #endif
 #ifndef ATT_CONSUMER_REGS
 #define ATT_CONSUMER_REGS 208

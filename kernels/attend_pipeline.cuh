@@ -285,19 +285,24 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
             *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e4m3x8_scaled(c.z, c.w, scale, true);
         }
     } else {
-        uint4 codes[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) codes[i] = v ? *reinterpret_cast<const uint4 *>(rec + 128 * half + 16 * i) : z;
         const uint4 sc = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_REC_GROUP_SCALE_OFF + 16 * half) : z;
         const uint32_t scw[4] = {sc.x, sc.y, sc.z, sc.w};
 #pragma unroll
-        for (int i = 0; i < 16; i++) { /* group i of this half: 8 code bytes, one scale byte */
-            const int gl = 16 * half + i, b = gl >> 2, gq = gl & 3;
-            const __nv_bfloat162 d2 = group_scale_x2((scw[i >> 2] >> (8 * (i & 3))) & 0xFFu);
-            const uint32_t w0 = (i & 1) ? codes[i >> 1].z : codes[i >> 1].x;
-            const uint32_t w1 = (i & 1) ? codes[i >> 1].w : codes[i >> 1].y;
-            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e2m1x8_block(w0, d2);
-            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e2m1x8_block(w1, d2);
+        for (int pass = 0; pass < 2; pass++) { /* two passes of 8 groups: enough ILP, fewer registers */
+            uint4 codes[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                codes[i] = v ? *reinterpret_cast<const uint4 *>(rec + 128 * half + 64 * pass + 16 * i) : z;
+#pragma unroll
+            for (int j = 0; j < 8; j++) { /* group i of this half: 8 code bytes, one scale byte */
+                const int i = 8 * pass + j, gl = 16 * half + i, b = gl >> 2, gq = gl & 3;
+                const __nv_bfloat162 d2 = group_scale_x2((scw[i >> 2] >> (8 * (i & 3))) & 0xFFu);
+                const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
+                const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
+                *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e2m1x8_block(w0, d2);
+                *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e2m1x8_block(w1, d2);
+            }
+            __syncwarp(); /* keeps the second pass's loads after the first pass's stores */
         }
     }
 }

@@ -134,7 +134,7 @@ def decode_rows(fm, ctx, args, out_rows):
     idx = torch.randint(0, n, (b, topk), device="cuda", generator=gen, dtype=torch.int32)
     sm_scale = 1.0 / math.sqrt(D)
     # Ceiling: gather the decode's records (368 bytes each) into a dense buffer.
-    rows32 = c368.view(n, 92).view(torch.int32)
+    rows32 = c368.view(n, 368).view(torch.int32)
     flat_idx = idx.view(-1).long()
     dense = torch.empty(flat_idx.numel(), 92, dtype=torch.int32, device="cuda")
     g_us = time_us(lambda: torch.index_select(rows32, 0, flat_idx, out=dense))
