@@ -116,30 +116,42 @@ static __device__ __forceinline__ int narrow_dim(int b, int i, int warp, int lan
 
 /* ---- one tile ---- */
 
-/* S^T of one tile into (lat, rope); releases what this phase is done with. */
+/* S^T of one tile into (lat, rope); releases what this phase is done with. The RoPE block and the
+ * latent blocks are separate loops, each opening with a wgmma fence: ptxas serialises wgmma whose
+ * accumulators meet at a branch join or cross a loop edge without one (warning C7519). */
 template <int N, bool WG>
 static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
                                                  uint32_t pos0, float *lat, float *rope, int warp, int lane) {
     const uint8_t *qs = smem + pl.off_q;
     const int qblock = N * 128;
+    wait_full(bars, pos0, pl);
 #if NVFP4_HAVE_WGMMA
     if (WG) wgmma_fence();
 #endif
+    qk_block<N, WG>(rope, slot_ptr(smem, pl, pos0), qs + 8 * qblock, true, warp, lane);
+    if constexpr (WG) {
+#if NVFP4_HAVE_WGMMA
+        wgmma_commit();
+#endif
+    } else {
+        release_slot(bars, pos0, pl, lane);
+    }
 #pragma unroll 1
-    for (int i = 0; i < 9; i++) {
+    for (int i = 1; i < 9; i++) {
         wait_full(bars, pos0 + i, pl);
-        const uint8_t *blk = slot_ptr(smem, pl, pos0 + i);
-        if (i == 0) qk_block<N, WG>(rope, blk, qs + 8 * qblock, true, warp, lane);
-        else qk_block<N, WG>(lat, blk, qs + (i - 1) * qblock, i == 1, warp, lane);
+#if NVFP4_HAVE_WGMMA
+        if (WG) wgmma_fence();
+#endif
+        qk_block<N, WG>(lat, slot_ptr(smem, pl, pos0 + i), qs + (i - 1) * qblock, i == 1, warp, lane);
         if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
             wgmma_commit();
             if (!pl.resident) { /* keep one block in flight; release the one before */
                 wgmma_wait<1>();
-                if (i > 0) release_slot(bars, pos0 + i - 1, pl, lane);
+                release_slot(bars, pos0 + i - 1, pl, lane);
             }
 #endif
-        } else if (!pl.resident || i == 0) {
+        } else if (!pl.resident) {
             release_slot(bars, pos0 + i, pl, lane);
         }
     }
@@ -148,8 +160,7 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
         wgmma_wait<0>();
         fence_regs<N / 2>(lat);
         fence_regs<N / 2>(rope);
-        if (pl.resident) release_slot(bars, pos0, pl, lane);
-        else release_slot(bars, pos0 + 8, pl, lane);
+        release_slot(bars, pl.resident ? pos0 : pos0 + 8, pl, lane);
     }
 #endif
 }
@@ -229,7 +240,11 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
                                                  narrow_state<N, WG> &st, uint32_t pos, int warp, int lane) {
     const uint8_t *pt = smem + pl.off_p;
 #if NVFP4_HAVE_WGMMA
-    if (WG) wgmma_fence();
+    if (WG) {
+#pragma unroll
+        for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+        wgmma_fence();
+    }
 #endif
 #pragma unroll
     for (int b = 0; b < 8; b++) {

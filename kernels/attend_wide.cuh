@@ -29,20 +29,29 @@ struct wide_state {
 static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
                                                uint32_t pos0, int cw, float *lat, float *rope, int lane) {
     const uint32_t q0 = smem_addr(smem + pl.off_q);
+    /* RoPE block, then the latent blocks: separate loops, each opening with a wgmma fence (see
+     * narrow_qk on C7519). */
+    wait_full(bars, pos0, pl);
     wgmma_fence();
-#pragma unroll 1
-    for (int i = 0; i < 9; i++) {
-        wait_full(bars, pos0 + i, pl);
-        const uint32_t kb = smem_addr(slot_ptr(smem, pl, pos0 + i)) + 4096 * cw; /* rows 32cw.. of the block */
-        const uint32_t qb = q0 + (i == 0 ? 8 : i - 1) * ATT_BLOCK;
+    {
+        const uint32_t kb = smem_addr(slot_ptr(smem, pl, pos0)) + 4096 * cw; /* rows 32cw.. of the block */
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            const uint64_t da = sw128_desc(qb + 32 * kk, 1024, 16), db = sw128_desc(kb + 32 * kk, 1024, 16);
-            if (i == 0) wgmma_ss_n32<0, 0>(rope, da, db, kk > 0);
-            else wgmma_ss_n32<0, 0>(lat, da, db, i > 1 || kk > 0);
-        }
+        for (int kk = 0; kk < 4; kk++)
+            wgmma_ss_n32<0, 0>(rope, sw128_desc(q0 + 8 * ATT_BLOCK + 32 * kk, 1024, 16), sw128_desc(kb + 32 * kk, 1024, 16),
+                               kk > 0);
     }
     wgmma_commit();
+#pragma unroll 1
+    for (int i = 1; i < 9; i++) {
+        wait_full(bars, pos0 + i, pl);
+        wgmma_fence();
+        const uint32_t kb = smem_addr(slot_ptr(smem, pl, pos0 + i)) + 4096 * cw;
+        const uint32_t qb = q0 + (i - 1) * ATT_BLOCK;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wgmma_ss_n32<0, 0>(lat, sw128_desc(qb + 32 * kk, 1024, 16), sw128_desc(kb + 32 * kk, 1024, 16), i > 1 || kk > 0);
+        wgmma_commit();
+    }
     wgmma_wait<0>();
     fence_regs<16>(lat);
     fence_regs<16>(rope);
@@ -132,15 +141,20 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
 static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
                                                wide_state &st, uint32_t pos0, int cw, uint32_t (*pf)[4], int lane) {
     const uint32_t p0 = smem_addr(smem + pl.off_p);
+#pragma unroll
+    for (int b = 0; b < 4; b++) fence_regs<32>(st.o[b]);
+    fence_regs<4>(pf[0]);
+    fence_regs<4>(pf[1]);
     wgmma_fence();
+    const int own = 2 * cw, other = 2 - own; /* first k-step (16 keys) of each half; no branch on cw */
 #pragma unroll
     for (int b = 0; b < 4; b++) {
         const uint32_t vb = smem_addr(slot_ptr(smem, pl, pos0 + 1 + 4 * cw + b));
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            const uint64_t db = sw128_desc(vb + 2048 * kk, 1024, ATT_BLOCK);
-            if ((kk >> 1) == cw) wgmma_rs_n64<1>(st.o[b], pf[kk & 1], db, 1);
-            else wgmma_ss_n64<0, 1>(st.o[b], sw128_desc(p0 + 32 * kk, 1024, 16), db, 1);
+        for (int kk = 0; kk < 2; kk++) {
+            wgmma_rs_n64<1>(st.o[b], pf[kk], sw128_desc(vb + 2048 * (own + kk), 1024, ATT_BLOCK), 1);
+            wgmma_ss_n64<0, 1>(st.o[b], sw128_desc(p0 + 32 * (other + kk), 1024, 16),
+                               sw128_desc(vb + 2048 * (other + kk), 1024, ATT_BLOCK), 1);
         }
     }
     wgmma_commit();

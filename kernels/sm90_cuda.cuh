@@ -48,13 +48,16 @@ static __device__ __forceinline__ void mbar_arrive_expect_tx(void *bar, uint32_t
                  ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 /* Blocks until the phase with the given parity has completed (acquire). A fresh barrier counts
- * its phase "-1" (parity 1) as complete, which is how an empty slot is first handed out. */
+ * its phase "-1" (parity 1) as complete, which is how an empty slot is first handed out. The
+ * suspend-time hint lets the waiting warp sleep until the phase completes instead of polling:
+ * producer and consumer warps share each scheduler, and a polling warp takes issue slots from
+ * the one doing the work. */
 static __device__ __forceinline__ void mbar_wait(void *bar, uint32_t parity) {
     uint32_t done;
     do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
-                     : "r"(smem_addr(bar)), "r"(parity)
+                     : "r"(smem_addr(bar)), "r"(parity), "r"(0x100000u)
                      : "memory");
     } while (!done);
 }
@@ -182,12 +185,19 @@ static __device__ __forceinline__ void wgmma_rs_n64(float *d, const uint32_t *a,
 
 #endif /* NVFP4_HAVE_WGMMA */
 
-/* Keeps the compiler from moving reads of accumulators across a wgmma wait (the asynchronous
- * writes are invisible to it). */
+/* Pins register values in program order against the volatile wgmma statements: after a wait,
+ * reads of accumulators cannot move above it (the asynchronous writes are invisible to the
+ * compiler); before a wgmma fence, writes to accumulators or A fragments (rescaling, packing
+ * P) cannot sink below it, which would make ptxas serialise the wgmma (C7519). */
 template <int N>
 static __device__ __forceinline__ void fence_regs(float *r) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+static __device__ __forceinline__ void fence_regs(uint32_t *r) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
 }
 
 #endif

@@ -108,12 +108,13 @@ class PreparedAttend:
             raise RuntimeError(f"attend: {self.ctx.plugin.table.last_error().decode()}")
 
 
-def rel_check(got, want):
-    """The gpu suite's bound: |got - want| <= 2/128 |want| + 1e-3 max|want| (worst excess reported)."""
+def rel_check(got, want, abs_of_max=1e-3):
+    """The gpu suite's bound: |got - want| <= 2/128 |want| + abs_of_max * max|want| (worst excess
+    reported as a fraction of max|want|)."""
     got, want = got.float(), want.float()
     excess = ((got - want).abs() - (2.0 / 128) * want.abs()).max().item()
     vmax = want.abs().max().item()
-    return excess <= 1e-3 * vmax, excess / max(vmax, 1e-30)
+    return excess <= abs_of_max * vmax, excess / max(vmax, 1e-30)
 
 
 def decode_rows(fm, ctx, args, out_rows):
@@ -218,7 +219,9 @@ def prefill_rows(fm, ctx, args, out_rows):
         a368()
         ref = gather_then_flash()[0]
         torch.cuda.synchronize()
-        ok, excess = rel_check(out[:256], ref[:256])
+        # attend reads the records' binary32 values, FlashMLA here their bf16 rounding (gather):
+        # keys and values differ by up to 2^-9 relative, so the bound is looser than the suite's.
+        ok, excess = rel_check(out[:256], ref[:256], abs_of_max=1e-2)
         t_f = time_us(flash_bf16, launches=5, reps=5, warmup=2)
         t_a = time_us(a368, launches=5, reps=5, warmup=2)
         t_g = time_us(gather_then_flash, launches=5, reps=5, warmup=2)
