@@ -35,9 +35,17 @@ static __device__ __forceinline__ int frag_col(int i, int lane) {
 
 /* ---- the two engines ---- */
 
-/* S^T over one operand block: 4 k-steps of 16 dims against Q block `qblk` (N rows). */
+/* Independent accumulator chains for the latent scores (wgmma): consecutive wgmma into one
+ * accumulator wait for each other, and at N = 16 or 32 each is too small to hide that. */
 template <int N, bool WG>
-static __device__ __forceinline__ void qk_block(float *acc, const uint8_t *blk, const uint8_t *qblk, bool first,
+struct qk_chains {
+    static constexpr int value = WG ? (N == 16 ? 4 : 2) : 1;
+};
+
+/* S^T over one operand block: 4 k-steps of 16 dims against Q block `qblk` (N rows); k-step kk
+ * accumulates into chain kk % C (the first block of a product starts each chain). */
+template <int N, bool WG, int C>
+static __device__ __forceinline__ void qk_block(float (*acc)[N / 2], const uint8_t *blk, const uint8_t *qblk, bool first,
                                                 int warp, int lane) {
     if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
@@ -45,14 +53,14 @@ static __device__ __forceinline__ void qk_block(float *acc, const uint8_t *blk, 
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             const uint64_t da = sw128_desc(a0 + 32 * kk, 1024, 16), db = sw128_desc(b0 + 32 * kk, 1024, 16);
-            if (N == 16) wgmma_ss_n16<0, 0>(acc, da, db, !(first && kk == 0));
-            else wgmma_ss_n32<0, 0>(acc, da, db, !(first && kk == 0));
+            if (N == 16) wgmma_ss_n16<0, 0>(acc[kk % C], da, db, !(first && kk < C));
+            else wgmma_ss_n32<0, 0>(acc[kk % C], da, db, !(first && kk < C));
         }
 #endif
     } else {
         if (first) {
 #pragma unroll
-            for (int i = 0; i < N / 2; i++) acc[i] = 0.0f;
+            for (int i = 0; i < N / 2; i++) acc[0][i] = 0.0f;
         }
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
@@ -62,8 +70,8 @@ static __device__ __forceinline__ void qk_block(float *acc, const uint8_t *blk, 
             for (int jp = 0; jp < N / 16; jp++) {
                 uint32_t bf[4];
                 ldsm_x4(bf, qblk + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
-                mma_bf16(acc + 4 * (2 * jp), af, bf[0], bf[1]);
-                mma_bf16(acc + 4 * (2 * jp + 1), af, bf[2], bf[3]);
+                mma_bf16(acc[0] + 4 * (2 * jp), af, bf[0], bf[1]);
+                mma_bf16(acc[0] + 4 * (2 * jp + 1), af, bf[2], bf[3]);
             }
         }
     }
@@ -107,6 +115,29 @@ static __device__ __forceinline__ void pv_block(narrow_state<N, WG> &st, const u
     }
 }
 
+#if NVFP4_HAVE_WGMMA
+/* O^T += V^T P^T over all 8 resident latent blocks, k-step major so that consecutive wgmma go to
+ * different accumulators. */
+template <int N>
+static __device__ __forceinline__ void pv_resident_wgmma(narrow_state<N, true> &st, uint8_t *smem, const attend_plan &pl,
+                                                         uint32_t pos, const uint8_t *pt) {
+    const uint32_t b0 = smem_addr(pt);
+    uint32_t a[8];
+#pragma unroll
+    for (int b = 0; b < 8; b++) a[b] = smem_addr(slot_ptr(smem, pl, pos + b));
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const uint64_t db = sw128_desc(b0 + 32 * kk, 1024, 16);
+#pragma unroll
+        for (int b = 0; b < 8; b++) {
+            const uint64_t da = sw128_desc(a[b] + 2048 * kk, 1024, ATT_BLOCK);
+            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da, db, 1);
+            else wgmma_ss_n32<1, 0>(st.o[b], da, db, 1);
+        }
+    }
+}
+#endif
+
 /* Operand dim (row) of O^T value (block b, index i) for this thread. */
 template <bool WG>
 static __device__ __forceinline__ int narrow_dim(int b, int i, int warp, int lane) {
@@ -121,14 +152,17 @@ static __device__ __forceinline__ int narrow_dim(int b, int i, int warp, int lan
  * accumulators meet at a branch join or cross a loop edge without one (warning C7519). */
 template <int N, bool WG>
 static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                                 uint32_t pos0, float *lat, float *rope, int warp, int lane) {
+                                                 uint32_t pos0, float *lat_out, float *rope, int warp, int lane) {
+    constexpr int C = qk_chains<N, WG>::value;
     const uint8_t *qs = smem + pl.off_q;
     const int qblock = N * 128;
+    float lat[C][N / 2];
+    float(*rope1)[N / 2] = reinterpret_cast<float(*)[N / 2]>(rope);
     wait_full(bars, pos0, pl);
 #if NVFP4_HAVE_WGMMA
     if (WG) wgmma_fence();
 #endif
-    qk_block<N, WG>(rope, slot_ptr(smem, pl, pos0), qs + 8 * qblock, true, warp, lane);
+    qk_block<N, WG, 1>(rope1, slot_ptr(smem, pl, pos0), qs + 8 * qblock, true, warp, lane);
     if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
         wgmma_commit();
@@ -142,7 +176,7 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
 #if NVFP4_HAVE_WGMMA
         if (WG) wgmma_fence();
 #endif
-        qk_block<N, WG>(lat, slot_ptr(smem, pl, pos0 + i), qs + (i - 1) * qblock, i == 1, warp, lane);
+        qk_block<N, WG, C>(lat, slot_ptr(smem, pl, pos0 + i), qs + (i - 1) * qblock, i == 1, warp, lane);
         if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
             wgmma_commit();
@@ -158,11 +192,19 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
 #if NVFP4_HAVE_WGMMA
     if (WG) {
         wgmma_wait<0>();
-        fence_regs<N / 2>(lat);
+#pragma unroll
+        for (int c = 0; c < C; c++) fence_regs<N / 2>(lat[c]);
         fence_regs<N / 2>(rope);
         release_slot(bars, pl.resident ? pos0 : pos0 + 8, pl, lane);
     }
 #endif
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        float v = lat[0][i];
+#pragma unroll
+        for (int c = 1; c < C; c++) v += lat[c][i];
+        lat_out[i] = v;
+    }
 }
 
 /* Softmax over the tile's keys: updates m, l, rescales O^T and writes P^T (times each key's
@@ -234,47 +276,51 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
         for (int i = 0; i < N / 2; i++) st.o[b][i] *= alpha[2 * (i >> 2) + (i & 1)];
 }
 
-/* O^T += V^T P^T over the tile's latent blocks (positions from `pos`), then releases them. */
+/* O^T += V^T P^T over the tile's latent blocks (positions from `pos`), then releases them. Each
+ * wgmma path is whole from fence to wait: no accumulator crosses a branch join in flight. */
 template <int N, bool WG>
 static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
                                                  narrow_state<N, WG> &st, uint32_t pos, int warp, int lane) {
     const uint8_t *pt = smem + pl.off_p;
+    if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
-    if (WG) {
+        if (pl.resident) {
 #pragma unroll
-        for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
-        wgmma_fence();
-    }
-#endif
-#pragma unroll
-    for (int b = 0; b < 8; b++) {
-        if (!pl.resident) wait_full(bars, pos + b, pl);
-        pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
-        if constexpr (WG) {
-#if NVFP4_HAVE_WGMMA
+            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+            wgmma_fence();
+            pv_resident_wgmma<N>(st, smem, pl, pos, pt);
             wgmma_commit();
-            if (!pl.resident) { /* a streaming ring may be smaller than 8 blocks: free as we go */
+            wgmma_wait<0>();
+#pragma unroll
+            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+#pragma unroll 1
+            for (int b = 0; b < 8; b++) release_slot(bars, pos + b, pl, lane);
+        } else { /* a streaming ring may be smaller than 8 blocks: free as we go */
+#pragma unroll
+            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+#pragma unroll
+            for (int b = 0; b < 8; b++) {
+                wait_full(bars, pos + b, pl);
+                wgmma_fence();
+                pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
+                wgmma_commit();
                 wgmma_wait<1>();
                 if (b > 0) release_slot(bars, pos + b - 1, pl, lane);
             }
+            wgmma_wait<0>();
+#pragma unroll
+            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+            release_slot(bars, pos + 7, pl, lane);
+        }
 #endif
-        } else {
+    } else {
+#pragma unroll
+        for (int b = 0; b < 8; b++) {
+            if (!pl.resident) wait_full(bars, pos + b, pl);
+            pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
             release_slot(bars, pos + b, pl, lane);
         }
     }
-#if NVFP4_HAVE_WGMMA
-    if (WG) {
-        wgmma_wait<0>();
-#pragma unroll
-        for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
-        if (pl.resident) {
-#pragma unroll 1
-            for (int b = 0; b < 8; b++) release_slot(bars, pos + b, pl, lane);
-        } else {
-            release_slot(bars, pos + 7, pl, lane);
-        }
-    }
-#endif
 }
 
 /* Column sums across the warpgroup, then the item's outputs. */

@@ -27,7 +27,8 @@ struct wide_state {
 
 /* S over the tile's 9 blocks (positions pos0..pos0+8) for this warpgroup's 32 keys. */
 static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                               uint32_t pos0, int cw, float *lat, float *rope, int lane) {
+                                               uint32_t pos0, int cw, float *lat_out, float *rope, int lane) {
+    float lat[2][16]; /* two accumulator chains (k-step parity): back-to-back wgmma into one wait */
     const uint32_t q0 = smem_addr(smem + pl.off_q);
     /* RoPE block, then the latent blocks: separate loops, each opening with a wgmma fence (see
      * narrow_qk on C7519). */
@@ -49,12 +50,16 @@ static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *s
         const uint32_t qb = q0 + (i - 1) * ATT_BLOCK;
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-            wgmma_ss_n32<0, 0>(lat, sw128_desc(qb + 32 * kk, 1024, 16), sw128_desc(kb + 32 * kk, 1024, 16), i > 1 || kk > 0);
+            wgmma_ss_n32<0, 0>(lat[kk & 1], sw128_desc(qb + 32 * kk, 1024, 16), sw128_desc(kb + 32 * kk, 1024, 16),
+                               i > 1 || kk > 1);
         wgmma_commit();
     }
     wgmma_wait<0>();
-    fence_regs<16>(lat);
+    fence_regs<16>(lat[0]);
+    fence_regs<16>(lat[1]);
     fence_regs<16>(rope);
+#pragma unroll
+    for (int i = 0; i < 16; i++) lat_out[i] = lat[0][i] + lat[1][i];
     /* Done with the RoPE block and with the other warpgroup's latent blocks. */
     release_slot(bars, pos0, pl, lane);
 #pragma unroll 1
@@ -147,16 +152,21 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
     fence_regs<4>(pf[1]);
     wgmma_fence();
     const int own = 2 * cw, other = 2 - own; /* first k-step (16 keys) of each half; no branch on cw */
+    uint32_t vb[4];
 #pragma unroll
-    for (int b = 0; b < 4; b++) {
-        const uint32_t vb = smem_addr(slot_ptr(smem, pl, pos0 + 1 + 4 * cw + b));
+    for (int b = 0; b < 4; b++) vb[b] = smem_addr(slot_ptr(smem, pl, pos0 + 1 + 4 * cw + b));
+    /* k-step major: consecutive wgmma go to different accumulators */
 #pragma unroll
-        for (int kk = 0; kk < 2; kk++) {
-            wgmma_rs_n64<1>(st.o[b], pf[kk], sw128_desc(vb + 2048 * (own + kk), 1024, ATT_BLOCK), 1);
+    for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            wgmma_rs_n64<1>(st.o[b], pf[kk], sw128_desc(vb[b] + 2048 * (own + kk), 1024, ATT_BLOCK), 1);
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
             wgmma_ss_n64<0, 1>(st.o[b], sw128_desc(p0 + 32 * (other + kk), 1024, 16),
-                               sw128_desc(vb + 2048 * (other + kk), 1024, ATT_BLOCK), 1);
-        }
-    }
+                               sw128_desc(vb[b] + 2048 * (other + kk), 1024, ATT_BLOCK), 1);
     wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll
