@@ -181,6 +181,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     static const int copy_cp_async = getenv("NVFP4_MLA_ATTEND_COPY") && !strcmp(getenv("NVFP4_MLA_ATTEND_COPY"), "cp.async"); /* EXPERIMENT */
     p.cp_async = copy_cp_async;
     p.bytes = place_tail(p, rb, p.wide ? 2 * 64 * 4 : 2 * 4 * 32 * 4) + 1024;
+    p.slots_magic = (uint32_t)((((uint64_t)1 << 32) + (uint64_t)p.slots - 1) / (uint64_t)p.slots);
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t base_items = a->num_queries * p.groups;

@@ -49,12 +49,12 @@ static __device__ __forceinline__ void qk_block(float (*acc)[N / 2], const uint8
                                                 int warp, int lane) {
     if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
-        const uint32_t a0 = smem_addr(blk), b0 = smem_addr(qblk);
+        /* k-step kk: +32 bytes = +2 in the descriptors' address field */
+        const uint64_t da = sw128_desc(smem_addr(blk), 1024, 16), db = sw128_desc(smem_addr(qblk), 1024, 16);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
-            const uint64_t da = sw128_desc(a0 + 32 * kk, 1024, 16), db = sw128_desc(b0 + 32 * kk, 1024, 16);
-            if (N == 16) wgmma_ss_n16<0, 0>(acc[kk % C], da, db, !(first && kk < C));
-            else wgmma_ss_n32<0, 0>(acc[kk % C], da, db, !(first && kk < C));
+            if (N == 16) wgmma_ss_n16<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
+            else wgmma_ss_n32<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
         }
 #endif
     } else {
@@ -84,12 +84,11 @@ static __device__ __forceinline__ void pv_block(narrow_state<N, WG> &st, const u
                                                 int warp, int lane) {
     if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
-        const uint32_t a0 = smem_addr(blk), b0 = smem_addr(pt);
+        const uint64_t da = sw128_desc(smem_addr(blk), 1024, ATT_BLOCK), db = sw128_desc(smem_addr(pt), 1024, 16);
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            const uint64_t da = sw128_desc(a0 + 2048 * kk, 1024, ATT_BLOCK), db = sw128_desc(b0 + 32 * kk, 1024, 16);
-            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da, db, 1);
-            else wgmma_ss_n32<1, 0>(st.o[b], da, db, 1);
+        for (int kk = 0; kk < 4; kk++) { /* +2048 bytes (A, 16 rows) and +32 (B) a k-step */
+            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
+            else wgmma_ss_n32<1, 0>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
         }
 #endif
     } else {
@@ -121,18 +120,16 @@ static __device__ __forceinline__ void pv_block(narrow_state<N, WG> &st, const u
 template <int N>
 static __device__ __forceinline__ void pv_resident_wgmma(narrow_state<N, true> &st, uint8_t *smem, const attend_plan &pl,
                                                          uint32_t pos, const uint8_t *pt) {
-    const uint32_t b0 = smem_addr(pt);
-    uint32_t a[8];
+    const uint64_t db = sw128_desc(smem_addr(pt), 1024, 16);
+    uint64_t da[8];
 #pragma unroll
-    for (int b = 0; b < 8; b++) a[b] = smem_addr(slot_ptr(smem, pl, pos + b));
+    for (int b = 0; b < 8; b++) da[b] = sw128_desc(smem_addr(slot_ptr(smem, pl, pos + b)), 1024, ATT_BLOCK);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-        const uint64_t db = sw128_desc(b0 + 32 * kk, 1024, 16);
 #pragma unroll
         for (int b = 0; b < 8; b++) {
-            const uint64_t da = sw128_desc(a[b] + 2048 * kk, 1024, ATT_BLOCK);
-            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da, db, 1);
-            else wgmma_ss_n32<1, 0>(st.o[b], da, db, 1);
+            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
+            else wgmma_ss_n32<1, 0>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
         }
     }
 }
@@ -270,10 +267,15 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
         stsm_x2_trans(pt + swizzle_off(8 * j + (ln & 7), 16 * warp + 8 * (ln >> 3)), pk[2 * j], pk[2 * j + 1]);
     fence_proxy_async();
     named_sync(BAR_CONSUMER, 128); /* P^T complete; red_max free */
+    bool moved = false; /* most tiles leave every running maximum where it was */
 #pragma unroll
-    for (int b = 0; b < 8; b++)
+    for (int c = 0; c < N / 4; c++) moved |= alpha[c] != 1.0f;
+    if (__any_sync(0xFFFFFFFFu, moved)) {
 #pragma unroll
-        for (int i = 0; i < N / 2; i++) st.o[b][i] *= alpha[2 * (i >> 2) + (i & 1)];
+        for (int b = 0; b < 8; b++)
+#pragma unroll
+            for (int i = 0; i < N / 2; i++) st.o[b][i] *= alpha[2 * (i >> 2) + (i & 1)];
+    }
 }
 
 /* O^T += V^T P^T over the tile's latent blocks (positions from `pos`), then releases them. Each

@@ -58,6 +58,7 @@ struct attend_plan {
     int32_t contiguous;      /* block_stride == block_size * record_bytes */
     int32_t grid;            /* persistent CTAs */
     int32_t threads;         /* 256 (narrow) or 384 (wide) */
+    uint32_t slots_magic;    /* ceil(2^32 / slots): ring positions divide by a multiply */
     int32_t cp_async;        /* 1: records land through 16-byte cp.async by the four producer warps;
                                 0: one bulk copy per record from producer warp 0 */
     int64_t items;           /* n_q * groups * splits */
@@ -114,12 +115,17 @@ static __device__ __forceinline__ attend_bars bars_of(uint8_t *smem, const atten
     return {b, b + pl.stages, b + pl.stages + pl.slots};
 }
 
-/* Ring position -> slot and phase parity (32-bit: a CTA walks at most items x tiles x 17 blocks). */
+/* Ring position -> slot and phase parity. The quotient pos / slots is umulhi(pos, ceil(2^32 /
+ * slots)), exact while pos * slots < 2^32 (a CTA walks at most items x tiles x 17 positions);
+ * an integer division here cost the consumers ~20 instructions a block. */
+static __device__ __forceinline__ uint32_t pos_round(uint32_t pos, const attend_plan &pl) {
+    return __umulhi(pos, pl.slots_magic);
+}
 static __device__ __forceinline__ uint32_t pos_slot(uint32_t pos, const attend_plan &pl) {
-    return pos % (uint32_t)pl.slots;
+    return pos - pos_round(pos, pl) * (uint32_t)pl.slots;
 }
 static __device__ __forceinline__ uint32_t pos_parity(uint32_t pos, const attend_plan &pl) {
-    return (pos / (uint32_t)pl.slots) & 1u;
+    return pos_round(pos, pl) & 1u;
 }
 
 /* ---- producer: copies ---- */

@@ -34,24 +34,21 @@ static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *s
      * narrow_qk on C7519). */
     wait_full(bars, pos0, pl);
     wgmma_fence();
-    {
-        const uint32_t kb = smem_addr(slot_ptr(smem, pl, pos0)) + 4096 * cw; /* rows 32cw.. of the block */
+    { /* rows 32cw.. of the block; a k-step is +32 bytes = +2 in the address field */
+        const uint64_t db = sw128_desc(smem_addr(slot_ptr(smem, pl, pos0)) + 4096 * cw, 1024, 16);
+        const uint64_t da = sw128_desc(q0 + 8 * ATT_BLOCK, 1024, 16);
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wgmma_ss_n32<0, 0>(rope, sw128_desc(q0 + 8 * ATT_BLOCK + 32 * kk, 1024, 16), sw128_desc(kb + 32 * kk, 1024, 16),
-                               kk > 0);
+        for (int kk = 0; kk < 4; kk++) wgmma_ss_n32<0, 0>(rope, da + 2 * kk, db + 2 * kk, kk > 0);
     }
     wgmma_commit();
 #pragma unroll 1
     for (int i = 1; i < 9; i++) {
         wait_full(bars, pos0 + i, pl);
         wgmma_fence();
-        const uint32_t kb = smem_addr(slot_ptr(smem, pl, pos0 + i)) + 4096 * cw;
-        const uint32_t qb = q0 + (i - 1) * ATT_BLOCK;
+        const uint64_t db = sw128_desc(smem_addr(slot_ptr(smem, pl, pos0 + i)) + 4096 * cw, 1024, 16);
+        const uint64_t da = sw128_desc(q0 + (i - 1) * ATT_BLOCK, 1024, 16);
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wgmma_ss_n32<0, 0>(lat[kk & 1], sw128_desc(qb + 32 * kk, 1024, 16), sw128_desc(kb + 32 * kk, 1024, 16),
-                               i > 1 || kk > 1);
+        for (int kk = 0; kk < 4; kk++) wgmma_ss_n32<0, 0>(lat[kk & 1], da + 2 * kk, db + 2 * kk, i > 1 || kk > 1);
         wgmma_commit();
     }
     wgmma_wait<0>();
@@ -136,10 +133,12 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
     }
     fence_proxy_async();
     named_sync(BAR_WIDE_P, 256); /* both halves of P written; the row maxima read */
+    if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) { /* most tiles move no maximum */
 #pragma unroll
-    for (int b = 0; b < 4; b++)
+        for (int b = 0; b < 4; b++)
 #pragma unroll
-        for (int i = 0; i < 32; i++) st.o[b][i] *= alpha[(i >> 1) & 1];
+            for (int i = 0; i < 32; i++) st.o[b][i] *= alpha[(i >> 1) & 1];
+    }
 }
 
 /* O += P V over this warpgroup's 4 latent blocks, then releases them. */
@@ -152,21 +151,19 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
     fence_regs<4>(pf[1]);
     wgmma_fence();
     const int own = 2 * cw, other = 2 - own; /* first k-step (16 keys) of each half; no branch on cw */
-    uint32_t vb[4];
+    uint64_t vd[4]; /* V block descriptors; a k-step (16 keys) is +2048 bytes = +128 */
 #pragma unroll
-    for (int b = 0; b < 4; b++) vb[b] = smem_addr(slot_ptr(smem, pl, pos0 + 1 + 4 * cw + b));
+    for (int b = 0; b < 4; b++) vd[b] = sw128_desc(smem_addr(slot_ptr(smem, pl, pos0 + 1 + 4 * cw + b)), 1024, ATT_BLOCK);
+    const uint64_t pd = sw128_desc(p0, 1024, 16);
     /* k-step major: consecutive wgmma go to different accumulators */
 #pragma unroll
     for (int kk = 0; kk < 2; kk++)
 #pragma unroll
-        for (int b = 0; b < 4; b++)
-            wgmma_rs_n64<1>(st.o[b], pf[kk], sw128_desc(vb[b] + 2048 * (own + kk), 1024, ATT_BLOCK), 1);
+        for (int b = 0; b < 4; b++) wgmma_rs_n64<1>(st.o[b], pf[kk], vd[b] + 128 * (own + kk), 1);
 #pragma unroll
     for (int kk = 0; kk < 2; kk++)
 #pragma unroll
-        for (int b = 0; b < 4; b++)
-            wgmma_ss_n64<0, 1>(st.o[b], sw128_desc(p0 + 32 * (other + kk), 1024, 16),
-                               sw128_desc(vb[b] + 2048 * (other + kk), 1024, ATT_BLOCK), 1);
+        for (int b = 0; b < 4; b++) wgmma_ss_n64<0, 1>(st.o[b], pd + 2 * (other + kk), vd[b] + 128 * (other + kk), 1);
     wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll
