@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(KIND == KIND_WIDE ? 384 : 256, 1)
     uint8_t *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u); /* SW128 atoms: 1024-aligned */
     if (threadIdx.x == 0) {
         const attend_bars bars = bars_of(smem, pl);
-        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], pl.cp_async ? ATT_PRODUCER_THREADS : 1);
+        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], 1);
         for (int s = 0; s < pl.slots; s++) {
             mbar_init(&bars.slot_full[s], ATT_PRODUCER_THREADS / 32);
             mbar_init(&bars.slot_empty[s], CONSUMERS / 32);
@@ -178,8 +178,6 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
         ok = fit_ring(p, rb, 2 * 4 * 32 * 4, budget, 4, true);
     }
     if (!ok) return attend_plan();
-    static const int copy_cp_async = getenv("NVFP4_MLA_ATTEND_COPY") && !strcmp(getenv("NVFP4_MLA_ATTEND_COPY"), "cp.async"); /* EXPERIMENT */
-    p.cp_async = copy_cp_async;
     p.bytes = place_tail(p, rb, p.wide ? 2 * 64 * 4 : 2 * 4 * 32 * 4) + 1024;
     p.slots_magic = (uint32_t)((((uint64_t)1 << 32) + (uint64_t)p.slots - 1) / (uint64_t)p.slots);
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);

@@ -59,8 +59,6 @@ struct attend_plan {
     int32_t grid;            /* persistent CTAs */
     int32_t threads;         /* 256 (narrow) or 384 (wide) */
     uint32_t slots_magic;    /* ceil(2^32 / slots): ring positions divide by a multiply */
-    int32_t cp_async;        /* 1: records land through 16-byte cp.async by the four producer warps;
-                                0: one bulk copy per record from producer warp 0 */
     int64_t items;           /* n_q * groups * splits */
     int32_t off_q, off_p, off_ring, off_raw, off_valid, off_meta, off_red, off_bar;
     int32_t bytes;           /* dynamic shared memory requested (alignment slack included) */
@@ -175,15 +173,25 @@ static __device__ __forceinline__ const uint8_t *record_src(const nvfp4_mla_atte
     return a.cache + (int64_t)block * a.block_stride + (int64_t)(u - block * bs) * RB;
 }
 
-/* Warp 0 of the producer: bulk copies of the cursor's tile into raw stage `stage`, one record per
- * valid entry (entries past the end, -1 or outside the cache are not read and count nothing). */
+/* Lane l's two entries (l, l + 32) of the cursor's tile, sanitised: loaded a tile ahead of the
+ * copies, since this global load on the copies' path stalled the whole producer each tile. */
+struct tile_slots {
+    int32_t s0, s1;
+};
+static __device__ __forceinline__ tile_slots load_tile_slots(const nvfp4_mla_attend_kernel_args_t &a,
+                                                             const tile_cursor &c, int lane) {
+    const int32_t *row = a.slots + c.span.q * a.slot_stride;
+    return {sane_slot(a, row, c.entry + lane, c.span.end), sane_slot(a, row, c.entry + 32 + lane, c.span.end)};
+}
+
+/* Warp 0 of the producer: bulk copies of a tile (slots from load_tile_slots) into raw stage
+ * `stage`, one record per valid entry (entries past the end, -1 or outside the cache are not read
+ * and count nothing). */
 template <int RB>
 static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
-                                                  uint8_t *smem, const attend_bars &bars, const tile_cursor &c,
-                                                  int stage, int lane) {
-    const int32_t *row = a.slots + c.span.q * a.slot_stride;
-    const int32_t s0 = sane_slot(a, row, c.entry + lane, c.span.end);
-    const int32_t s1 = sane_slot(a, row, c.entry + 32 + lane, c.span.end);
+                                                  uint8_t *smem, const attend_bars &bars, tile_slots ts, int stage,
+                                                  int lane) {
+    const int32_t s0 = ts.s0, s1 = ts.s1;
     uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
     valid[lane] = s0 >= 0;
     valid[lane + 32] = s1 >= 0;
@@ -194,32 +202,6 @@ static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_
     uint8_t *dst = smem + pl.off_raw + stage * ATT_KEYS * RB;
     if (s0 >= 0) bulk_copy_g2s(dst + lane * RB, record_src<RB>(a, pl, s0), RB, &bars.raw_full[stage]);
     if (s1 >= 0) bulk_copy_g2s(dst + (lane + 32) * RB, record_src<RB>(a, pl, s1), RB, &bars.raw_full[stage]);
-}
-
-/* The four producer warps: the same tile through 16-byte cp.async (warp w: entries 16w..16w+15,
- * lane l: chunk l (and l + 32) of each record); every producer thread then arrives on the stage's
- * barrier when its copies have landed (cp.async.mbarrier.arrive.noinc: the barrier counts 128). */
-template <int RB>
-static __device__ __forceinline__ void issue_tile_cp_async(const nvfp4_mla_attend_kernel_args_t &a,
-                                                           const attend_plan &pl, uint8_t *smem,
-                                                           const attend_bars &bars, const tile_cursor &c, int stage,
-                                                           int warp, int lane) {
-    constexpr int CHUNKS = RB / 16;
-    const int32_t *row = a.slots + c.span.q * a.slot_stride;
-    const int32_t mine = lane < 16 ? sane_slot(a, row, c.entry + 16 * warp + lane, c.span.end) : -1;
-    uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
-    if (lane < 16) valid[16 * warp + lane] = mine >= 0;
-    uint8_t *dst = smem + pl.off_raw + (stage * ATT_KEYS + 16 * warp) * RB;
-    fence_proxy_async();
-#pragma unroll 4
-    for (int j = 0; j < 16; j++) {
-        const int32_t slot = __shfl_sync(0xFFFFFFFFu, mine, j);
-        if (slot < 0) continue;
-        const uint8_t *src = record_src<RB>(a, pl, slot);
-        if (lane < CHUNKS) cp_async16(dst + j * RB + 16 * lane, src + 16 * lane, 16);
-        if (CHUNKS > 32 && lane + 32 < CHUNKS) cp_async16(dst + j * RB + 16 * (lane + 32), src + 16 * (lane + 32), 16);
-    }
-    cp_async_arrive_noinc(&bars.raw_full[stage]);
 }
 
 /* ---- producer: dequantisation of one 8 KB operand block ---- */
@@ -374,20 +356,15 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     cur.item = blockIdx.x;
     cursor_seek(a, pl, cur);
     uint32_t issued = 0;
-    auto issue = [&](int stage) {
-        if (pl.cp_async) {
-            issue_tile_cp_async<RB>(a, pl, smem, bars, cur, stage, warp, lane);
-            named_sync(BAR_PRODUCER, ATT_PRODUCER_THREADS); /* the stage's validity flags, for every warp */
-        } else if (warp == 0) {
-            issue_tile<RB>(a, pl, smem, bars, cur, stage, lane);
-        }
+    for (int s = 0; s < pl.stages && cur.valid; s++, issued++) {
+        if (warp == 0) issue_tile<RB>(a, pl, smem, bars, load_tile_slots(a, cur, lane), s, lane);
         cursor_next(a, pl, cur);
-        issued++;
-    };
-    for (int s = 0; s < pl.stages && cur.valid; s++) issue(s);
+    }
     uint32_t pos = 0;
     for (uint32_t tile = 0; tile < issued; tile++) {
         const int stage = (int)(tile % (uint32_t)pl.stages);
+        /* The next copies' slots, in flight during this tile's dequantisation. */
+        const tile_slots next = warp == 0 && cur.valid ? load_tile_slots(a, cur, lane) : tile_slots{-1, -1};
         mbar_wait(&bars.raw_full[stage], (tile / (uint32_t)pl.stages) & 1u);
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
@@ -417,7 +394,11 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             if (lane == 0) mbar_arrive(&bars.slot_full[slot]);
         }
         named_sync(BAR_PRODUCER, ATT_PRODUCER_THREADS); /* every producer thread is done with the stage */
-        if (cur.valid) issue(stage);
+        if (cur.valid) {
+            if (warp == 0) issue_tile<RB>(a, pl, smem, bars, next, stage, lane);
+            cursor_next(a, pl, cur);
+            issued++;
+        }
     }
 }
 

@@ -71,11 +71,6 @@ static __device__ __forceinline__ void bulk_copy_g2s(void *dst, const void *src,
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar))
                  : "memory");
 }
-/* Arrives on `bar` once this thread's earlier cp.async copies have landed (the barrier's count
- * includes this arrival: .noinc). */
-static __device__ __forceinline__ void cp_async_arrive_noinc(void *bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
 static __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
