@@ -4,7 +4,7 @@
  * Pipeline of one CTA (persistent: it takes items blockIdx.x, blockIdx.x + gridDim.x, ...; an
  * item is one query's top-k split for one group of heads):
  *
- *   global records --(bulk copies, warp 0 of the producer)--> raw stages [R x 64 records]
+ *   global records --(bulk copies, 16 per producer warp)--> raw stages [R x 64 records]
  *   raw stage --(dequantisation, the 4 producer warps)--> operand ring [S slots of 8 KB]
  *   operand ring --(wgmma / mma.sync, the consumer warpgroups)--> S, softmax, P.V
  *
@@ -103,7 +103,7 @@ static __device__ __forceinline__ int64_t item_tiles(const item_span &s) {
 
 /* Barrier arrays inside the shared-memory map. */
 struct attend_bars {
-    uint64_t *raw_full;   /* [R]: the stage's copies landed (1 arrival + transaction bytes) */
+    uint64_t *raw_full;   /* [R]: the stage's copies landed (4 arrivals + transaction bytes) */
     uint64_t *slot_full;  /* [S]: the block is written (one arrival per producer warp) */
     uint64_t *slot_empty; /* [S]: the block is consumed (one arrival per consumer warp) */
 };
@@ -173,35 +173,32 @@ static __device__ __forceinline__ const uint8_t *record_src(const nvfp4_mla_atte
     return a.cache + (int64_t)block * a.block_stride + (int64_t)(u - block * bs) * RB;
 }
 
-/* Lane l's two entries (l, l + 32) of the cursor's tile, sanitised: loaded a tile ahead of the
- * copies, since this global load on the copies' path stalled the whole producer each tile. */
-struct tile_slots {
-    int32_t s0, s1;
-};
-static __device__ __forceinline__ tile_slots load_tile_slots(const nvfp4_mla_attend_kernel_args_t &a,
-                                                             const tile_cursor &c, int lane) {
+/* Lane l (< 16) of producer warp w: entry 16w + l of the cursor's tile, sanitised; loaded a tile
+ * ahead of the copies, since this global load on the copies' path stalled the producer. */
+static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_kernel_args_t &a,
+                                                         const tile_cursor &c, int warp, int lane) {
     const int32_t *row = a.slots + c.span.q * a.slot_stride;
-    return {sane_slot(a, row, c.entry + lane, c.span.end), sane_slot(a, row, c.entry + 32 + lane, c.span.end)};
+    return lane < 16 ? sane_slot(a, row, c.entry + 16 * warp + lane, c.span.end) : -1;
 }
 
-/* Warp 0 of the producer: bulk copies of a tile (slots from load_tile_slots) into raw stage
- * `stage`, one record per valid entry (entries past the end, -1 or outside the cache are not read
- * and count nothing). */
+/* Every producer warp: bulk copies of its 16 entries of a tile into raw stage `stage`, one record
+ * per valid entry (entries past the end, -1 or outside the cache are not read and count nothing);
+ * lane 0 announces the warp's bytes (the stage barrier counts one arrival per warp). Spread over
+ * the four warps because one warp issuing all 64 copies held the others at the tile barrier. */
 template <int RB>
 static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
-                                                  uint8_t *smem, const attend_bars &bars, tile_slots ts, int stage,
-                                                  int lane) {
-    const int32_t s0 = ts.s0, s1 = ts.s1;
+                                                  uint8_t *smem, const attend_bars &bars, int32_t slot, int stage,
+                                                  int warp, int lane) {
+    const int e = 16 * warp + lane;
     uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
-    valid[lane] = s0 >= 0;
-    valid[lane + 32] = s1 >= 0;
-    const uint32_t n = __popc(__ballot_sync(0xFFFFFFFFu, s0 >= 0)) + __popc(__ballot_sync(0xFFFFFFFFu, s1 >= 0));
+    if (lane < 16) valid[e] = slot >= 0;
+    const uint32_t n = __popc(__ballot_sync(0xFFFFFFFFu, slot >= 0));
     fence_proxy_async(); /* this stage's earlier generic reads before the copies' writes */
     __syncwarp();
     if (lane == 0) mbar_arrive_expect_tx(&bars.raw_full[stage], n * RB);
-    uint8_t *dst = smem + pl.off_raw + stage * ATT_KEYS * RB;
-    if (s0 >= 0) bulk_copy_g2s(dst + lane * RB, record_src<RB>(a, pl, s0), RB, &bars.raw_full[stage]);
-    if (s1 >= 0) bulk_copy_g2s(dst + (lane + 32) * RB, record_src<RB>(a, pl, s1), RB, &bars.raw_full[stage]);
+    if (slot >= 0)
+        bulk_copy_g2s(smem + pl.off_raw + (stage * ATT_KEYS + e) * RB, record_src<RB>(a, pl, slot), RB,
+                      &bars.raw_full[stage]);
 }
 
 /* ---- producer: dequantisation of one 8 KB operand block ---- */
@@ -357,14 +354,14 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     cursor_seek(a, pl, cur);
     uint32_t issued = 0;
     for (int s = 0; s < pl.stages && cur.valid; s++, issued++) {
-        if (warp == 0) issue_tile<RB>(a, pl, smem, bars, load_tile_slots(a, cur, lane), s, lane);
+        issue_tile<RB>(a, pl, smem, bars, load_tile_slot(a, cur, warp, lane), s, warp, lane);
         cursor_next(a, pl, cur);
     }
     uint32_t pos = 0;
     for (uint32_t tile = 0; tile < issued; tile++) {
         const int stage = (int)(tile % (uint32_t)pl.stages);
         /* The next copies' slots, in flight during this tile's dequantisation. */
-        const tile_slots next = warp == 0 && cur.valid ? load_tile_slots(a, cur, lane) : tile_slots{-1, -1};
+        const int32_t next = cur.valid ? load_tile_slot(a, cur, warp, lane) : -1;
         mbar_wait(&bars.raw_full[stage], (tile / (uint32_t)pl.stages) & 1u);
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
@@ -395,7 +392,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
         }
         named_sync(BAR_PRODUCER, ATT_PRODUCER_THREADS); /* every producer thread is done with the stage */
         if (cur.valid) {
-            if (warp == 0) issue_tile<RB>(a, pl, smem, bars, next, stage, lane);
+            issue_tile<RB>(a, pl, smem, bars, next, stage, warp, lane);
             cursor_next(a, pl, cur);
             issued++;
         }
