@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "codec.h"
+#include "backends.h"
 #include "cuda_util.cuh"
 #include "fp_codes.h"
 
@@ -58,10 +58,10 @@ static __device__ __forceinline__ uint32_t e2m1_finite(float y, const float *t) 
 
 /* Steps 2-4 for this lane's group, general case: every maximum leaves NaN/Inf out (spec step 3). */
 static __device__ __forceinline__ uint8_t encode_group_general(const float *x, float inv, uint32_t *payload) {
-    float y[NVFP4_GROUP_SIZE];
+    float y[NVFP4_MLA_GROUP_SIZE];
     float group_amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+    for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
         y[i] = nvfp4_mul_rn(x[i], inv);
         group_amax = fmaxf(group_amax, finite_abs(y[i]));
     }
@@ -70,7 +70,7 @@ static __device__ __forceinline__ uint8_t encode_group_general(const float *x, f
     payload[0] = payload[1] = 0;
     if (d != 0.0f) {
 #pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
             payload[i >> 3] |= (uint32_t)nvfp4_e2m1_encode(y[i], d) << (4 * (i & 7));
         }
     }
@@ -80,10 +80,10 @@ static __device__ __forceinline__ uint8_t encode_group_general(const float *x, f
 /* Steps 2-4 for a group whose inputs are all finite (the common case): plain |y| maxima (a free
  * operand modifier), hardware E4M3, thresholds made once. Falls back when x * inv overflows. */
 static __device__ __forceinline__ uint8_t encode_group_finite(const float *x, float inv, uint32_t *payload) {
-    float y[NVFP4_GROUP_SIZE];
+    float y[NVFP4_MLA_GROUP_SIZE];
     float group_amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+    for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
         y[i] = nvfp4_mul_rn(x[i], inv);
         group_amax = fmaxf(group_amax, fabsf(y[i]));
     }
@@ -98,7 +98,7 @@ static __device__ __forceinline__ uint8_t encode_group_finite(const float *x, fl
                             nvfp4_mul_rn(1.75f, d), nvfp4_mul_rn(2.5f, d),  nvfp4_mul_rn(3.5f, d),
                             nvfp4_mul_rn(5.0f, d)};
 #pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) payload[i >> 3] |= e2m1_finite(y[i], t) << (4 * (i & 7));
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) payload[i >> 3] |= e2m1_finite(y[i], t) << (4 * (i & 7));
     }
     return code;
 }
@@ -117,26 +117,26 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nv
     uint8_t *rec = staging[warp];
 
     /* Load this lane's group (16 values) and its two RoPE values. */
-    const uint16_t *row = (const uint16_t *)a.kv_c + t * a.kv_c_row_stride + lane * NVFP4_GROUP_SIZE;
+    const uint16_t *row = (const uint16_t *)a.kv_c + t * a.kv_c_row_stride + lane * NVFP4_MLA_GROUP_SIZE;
     const uint4 raw[2] = {((const uint4 *)row)[0], ((const uint4 *)row)[1]};
     const uint32_t *pairs = (const uint32_t *)raw;
     const uint32_t rope_pair = ((const uint32_t *)((const uint16_t *)a.k_pe + t * a.k_pe_row_stride))[lane];
-    float x[NVFP4_GROUP_SIZE], rope[2];
+    float x[NVFP4_MLA_GROUP_SIZE], rope[2];
     if (a.input_is_f16) {
 #pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) x[i] = nvfp4_f16_to_f32((uint16_t)(pairs[i >> 1] >> (16 * (i & 1))));
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) x[i] = nvfp4_f16_to_f32((uint16_t)(pairs[i >> 1] >> (16 * (i & 1))));
         rope[0] = nvfp4_f16_to_f32((uint16_t)rope_pair);
         rope[1] = nvfp4_f16_to_f32((uint16_t)(rope_pair >> 16));
     } else {
 #pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) x[i] = __uint_as_float((i & 1) ? pairs[i >> 1] & 0xFFFF0000u : pairs[i >> 1] << 16);
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) x[i] = __uint_as_float((i & 1) ? pairs[i >> 1] & 0xFFFF0000u : pairs[i >> 1] << 16);
         rope[0] = __uint_as_float(rope_pair << 16);
         rope[1] = __uint_as_float(rope_pair & 0xFFFF0000u);
     }
     /* x * 0 is NaN exactly for NaN/Inf x: one FMA per value detects a non-finite input. */
     float amax = 0.0f, probe = fmaf(rope[0], 0.0f, rope[1] * 0.0f);
 #pragma unroll
-    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+    for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
         amax = fmaxf(amax, fabsf(x[i]));
         probe = fmaf(x[i], 0.0f, probe);
     }
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nv
     if (!all_finite) {
         amax = 0.0f;
 #pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
             amax = fmaxf(amax, finite_abs(x[i]));
             nonfinite += !nvfp4_is_finite(x[i]);
         }
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nv
         }
     }
     ((uint2 *)rec)[lane] = make_uint2(payload[0], payload[1]);
-    rec[NVFP4_REC_GROUP_SCALE_OFF + lane] = code;
+    rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + lane] = code;
 
     /* Step 5: RoPE. */
     if (a.record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
@@ -193,18 +193,18 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nv
         }
         if (lane < 4) { /* [288,304): RoPE scale, s_t (0 when static or a zero token), zeros */
             const float word = lane == 0 ? (r < NVFP4_FLT_MIN ? 0.0f : r) : lane == 1 ? (zero_token ? 0.0f : s_t) : 0.0f;
-            ((float *)(rec + NVFP4_REC_ROPE_SCALE_OFF))[lane] = word;
+            ((float *)(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET))[lane] = word;
         }
-        ((uint16_t *)(rec + NVFP4_REC_ROPE_OFF))[lane] = (uint16_t)codes;
+        ((uint16_t *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET))[lane] = (uint16_t)codes;
     } else {
         uint32_t pair = rope_pair;
         if (a.input_is_f16) {
             pair = nvfp4_f32_to_bf16(rope[0]) | ((uint32_t)nvfp4_f32_to_bf16(rope[1]) << 16);
         }
         if (lane < 4) {
-            ((uint32_t *)(rec + NVFP4_REC_ROPE_SCALE_OFF))[lane] = 0; /* [288,304) */
+            ((uint32_t *)(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET))[lane] = 0; /* [288,304) */
         }
-        ((uint32_t *)(rec + NVFP4_REC_ROPE_OFF))[lane] = pair;
+        ((uint32_t *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET))[lane] = pair;
     }
     __syncwarp();
 

@@ -66,8 +66,9 @@ typedef struct nvfp4_mla_requirement {
     int user_requested;      /* 1: the user asked for this mode: refuse loudly if anything is missing */
 } nvfp4_mla_requirement_t;
 
-/* The capability bits `want` needs: layout, mode (per-token: the writer's per_token_scale and the
- * readers' latent_scale_per_token; static: static_outer), write and gather, and extra_caps. */
+/* The capability bits `want` needs: nvfp4_mla_caps_needed (nvfp4_mla_record.h) of write, gather and
+ * any operation in extra_caps for its layout and mode (per-token: the writer's per_token_scale and
+ * the readers' latent_scale_per_token; static: static_outer), and extra_caps. */
 uint64_t nvfp4_mla_requirement_caps(const nvfp4_mla_requirement_t *want);
 
 /* The bits a table really offers: its capability bits, minus operations its struct_size cannot hold. */
