@@ -52,10 +52,10 @@ static void attend_setup(attend_bufs &a) {
 
 /* The arguments of one row, timed over the big cache (its slots in d_topk). */
 static nvfp4_mla_attend_args_t timed_args(const bench &b, const attend_bufs &a, int is656, int64_t H, int64_t cap) {
-    const int32_t rb = is656 ? NVFP4_MLA_RECORD_BYTES_656 : NVFP4_MLA_RECORD_BYTES_368;
     nvfp4_mla_attend_args_t at = {};
     at.struct_size = sizeof at;
     at.layout = is656 ? NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 : NVFP4_MLA_LAYOUT_FP8_ROPE_368;
+    const int32_t rb = (int32_t)nvfp4_mla_record_bytes(at.layout);
     at.scale_mode = is656 ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
     at.outer_scale = nvfp4_mla_default_outer_scale(at.scale_mode);
     at.sm_scale = 0.0416666f;
@@ -152,7 +152,7 @@ static void attend_row(bench &b, attend_bufs &a, int is656, int64_t H, int64_t c
     ok = check_row(b, a, ac, is656, H) && ok;
     int launched = 1;
     const double us = median_us([&] { launched &= b.t->attend(b.gpu, &at) == NVFP4_MLA_OK; }, 3, 20, b.s);
-    const int32_t rb = is656 ? 656 : 368;
+    const int32_t rb = (int32_t)nvfp4_mla_record_bytes(at.layout);
     const double bytes = NQ * TOPK * (double)rb + NQ * H * (576.0 + 512) * 2;
     const double flops = 2.0 * NQ * H * TOPK * (576 + 512);
     char name[64];
