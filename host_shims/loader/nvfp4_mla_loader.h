@@ -10,7 +10,9 @@
  * would crash the host on its first call) before the host reads anything else. `require` names the
  * plugin path, both ABI versions and every missing capability when it refuses. Thread rules:
  * open/close once per process (not concurrently with each other); require and the table's
- * [any-thread] members from any thread.
+ * [any-thread] members from any thread. Installed with its library and nvfp4-mla.pc: a host builds
+ * with `pkg-config --cflags --libs nvfp4-mla` and may select the installed plugin by its folder,
+ * `pkg-config --variable=plugindir nvfp4-mla`.
  */
 #ifndef NVFP4_MLA_LOADER_H
 #define NVFP4_MLA_LOADER_H
