@@ -17,6 +17,7 @@
 
 #include "nvfp4_mla_config.h"
 #include "nvfp4_mla_ops.h"
+#include "nvfp4_mla_record.h"
 #include "nvfp4_mla_types.h"
 
 #ifdef __cplusplus
@@ -134,6 +135,22 @@ typedef struct nvfp4_mla_plugin {
 /* The one exported symbol of ABI major 1. Pure: no allocation, no I/O, no CUDA call, no
  * environment read; returns the same static table on every call, from any thread. */
 typedef const nvfp4_mla_plugin_t *(*nvfp4_mla_entry_fn)(void);
+
+/* Marks the entry's definition for export (the plugin builds with -fvisibility=hidden). */
+#ifndef NVFP4_MLA_EXPORT
+#if defined(__GNUC__) || defined(__clang__)
+#define NVFP4_MLA_EXPORT __attribute__((visibility("default")))
+#else
+#define NVFP4_MLA_EXPORT
+#endif
+#endif
+
+/* [any-thread] The entry itself, declared so that the compiler checks the plugin's definition
+ * against this contract. A host does not link it: it looks NVFP4_MLA_ENTRY_SYMBOL up with dlsym()
+ * in the plugin it dlopen()ed (the loaders do), and calls it through nvfp4_mla_entry_fn. Returns
+ * the plugin's static table, owned by the plugin and valid while it is loaded; never NULL, never
+ * fails. */
+NVFP4_MLA_EXPORT const nvfp4_mla_plugin_t *nvfp4_mla_plugin_v1(void);
 
 #ifdef __cplusplus
 }

@@ -28,20 +28,7 @@ typedef int32_t nvfp4_mla_status_t;
 #define NVFP4_MLA_ERR_VERSION 7          /* struct_size or version too small or unknown */
 #define NVFP4_MLA_ERR_INTERNAL 8         /* a bug in the plugin; please report */
 
-/* ---- Record layouts (record-format.md section 2). ---- */
-#define NVFP4_MLA_LAYOUT_FP8_ROPE_368 1  /* 368-byte record, E4M3 RoPE */
-#define NVFP4_MLA_LAYOUT_BF16_ROPE_432 2 /* 432-byte record, bf16 RoPE; static mode only */
-#define NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 3 /* 656-byte fp8_ds_mla record (record-format.md section 8),
-                                             read by attend only: the baseline serving stacks run */
-#define NVFP4_MLA_RECORD_BYTES_368 368
-#define NVFP4_MLA_RECORD_BYTES_432 432
-#define NVFP4_MLA_RECORD_BYTES_656 656
-#define NVFP4_MLA_LATENT_DIM 512
-#define NVFP4_MLA_ROPE_DIM 64
-
-/* ---- Outer-scale modes (record-format.md section 4, step 1). ---- */
-#define NVFP4_MLA_SCALE_STATIC 1    /* one launch scalar per layer (1.0 = uncalibrated) */
-#define NVFP4_MLA_SCALE_PER_TOKEN 2 /* s_t stored in each record at [292,296); 368 only */
+/* Record layouts, record sizes, field offsets and scale modes: nvfp4_mla_record.h. */
 
 /* ---- Element types of tensor descriptors. ---- */
 #define NVFP4_MLA_DTYPE_U8 1
@@ -63,8 +50,8 @@ typedef int32_t nvfp4_mla_status_t;
 
 /* ---- Capabilities: named, each with a revision, mirrored by a never-reused bit. ----
  * Compiled capabilities (table->capabilities) say what the binary carries, readable before any
- * device call. Runtime capabilities (table->context_capabilities) say what a context's device
- * actually serves. A capability is present only when it works end to end on that backend. */
+ * device call. Runtime capabilities (context_info's capability_bits, after init) say what a
+ * context's device actually serves. A capability is present only when it works end to end on that backend. */
 #define NVFP4_MLA_CAP_BACKEND_CPU (UINT64_C(1) << 0)             /* "backend.cpu" */
 #define NVFP4_MLA_CAP_BACKEND_CUDA (UINT64_C(1) << 1)            /* "backend.cuda" */
 #define NVFP4_MLA_CAP_LAYOUT_FP8_ROPE_368 (UINT64_C(1) << 2)     /* "layout.fp8_rope_368" */

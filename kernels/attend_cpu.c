@@ -4,8 +4,8 @@
  * valid_len), key = the record's 576 dequantised values in binary32 (record-format.md section 5,
  * before gather's bf16 rounding: the CUDA kernel keeps e2m1 * d exact and folds the outer and RoPE
  * scales into the scores, so this is the value it computes with; the 656-byte baseline is decoded
- * to bf16, as its readers do), value = its 512 latent values; softmax in double; out = sum p * v, rounded to bf16; lse = natural
- * log of sum exp(sm_scale * score). No valid entry: out = 0, lse = -inf. Duplicates count as often
+ * to bf16 by nvfp4_mla_decode_fp8_656_cpu, as its readers do), value = its 512 latent values;
+ * softmax in double; out = sum p * v, rounded to bf16; lse = natural log of sum exp(sm_scale * score). No valid entry: out = 0, lse = -inf. Duplicates count as often
  * as they appear. Straightforward loops, accumulation in double (tests/test_attend.c checks it
  * against a float64 attention written independently).
  */
@@ -14,23 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
+#include "backends.h"
 #include "fp_codes.h"
-
-void nvfp4_mla_decode_fp8_656_cpu(const uint8_t *record, uint16_t *row) {
-    for (int tile = 0; tile < 4; tile++) {
-        float scale;
-        memcpy(&scale, record + 512 + 4 * tile, sizeof scale);
-        for (int i = 0; i < 128; i++) {
-            row[tile * 128 + i] = nvfp4_f32_to_bf16(nvfp4_mul_rn(nvfp4_e4m3_decode(record[tile * 128 + i]), scale));
-        }
-    }
-    memcpy(row + 512, record + 528, 64 * sizeof(uint16_t));
-}
 
 uint64_t nvfp4_mla_attend_workspace_cpu(const nvfp4_mla_attend_kernel_args_t *args) {
     (void)args;
-    return 0; /* the CPU version allocates its own row buffer per call */
+    return 0; /* the CPU version allocates its own row buffer per call, so any workspace will do */
 }
 
 /* The dequantised key/value rows of one query's valid entries, in entry order. */
@@ -47,7 +36,7 @@ static int64_t load_rows(const nvfp4_mla_attend_kernel_args_t *a, int64_t qi, fl
         }
         const uint8_t *rec = a->cache + (slot / a->block_size) * a->block_stride + (slot % a->block_size) * a->record_bytes;
         float *row = rows + n * 576;
-        if (a->layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656) {
+        if (a->record_bytes == NVFP4_MLA_RECORD_BYTES_656) {
             uint16_t bf16[576];
             nvfp4_mla_decode_fp8_656_cpu(rec, bf16);
             for (int i = 0; i < 576; i++) row[i] = nvfp4_bf16_to_f32(bf16[i]);

@@ -1,31 +1,29 @@
-/* Kernel-side argument structs and the backend dispatch table of the record operations.
+/* Kernel-side argument structs of the record operations, and the CPU record codec.
  *
- * The plugin validates the host's ABI structs (plugin/validate_*.c) and lowers them to these flat
- * structs: raw pointers, strides in elements or bytes as named, nothing left to check. Each
- * operation has one struct shared by its CPU twin (`..._cpu`, always built, the test oracle) and its
- * CUDA implementation (`..._cuda`); `nvfp4_mla_backend_ops_t` picks one per context, the way
- * PipeWire's audio-conversion ops pick an implementation once.
+ * The plugin validates the host's ABI structs (plugin/ops.c with the checks of plugin/args.c) and
+ * lowers them to these flat structs: raw pointers, strides in elements or bytes as named, nothing
+ * left to check. Each operation has one struct shared by its CPU twin (`..._cpu`, always built, the
+ * test oracle) and its CUDA implementation (`..._cuda`); backends.h declares both and the dispatch
+ * table that picks one per context. Record layouts and field offsets are the ABI's
+ * (nvfp4_mla_record.h).
  */
 #ifndef NVFP4_MLA_KERNELS_CODEC_H
 #define NVFP4_MLA_KERNELS_CODEC_H
 
 #include <stdint.h>
 
-#include "nvfp4_mla_types.h"
+#include "nvfp4_mla_record.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Record byte offsets (record-format.md section 2). */
-#define NVFP4_REC_PAYLOAD_OFF 0     /* [0,256) 512 E2M1 codes */
-#define NVFP4_REC_GROUP_SCALE_OFF 256 /* [256,288) 32 E4M3 group scales */
-#define NVFP4_REC_ROPE_SCALE_OFF 288  /* [288,292) f32 RoPE scale (368) */
-#define NVFP4_REC_TOKEN_SCALE_OFF 292 /* [292,296) f32 s_t (368, per-token) */
-#define NVFP4_REC_ROPE_OFF 304        /* [304,368) 64 E4M3 or [304,432) 64 bf16 */
-#define NVFP4_GROUPS 32
-#define NVFP4_GROUP_SIZE 16
-#define NVFP4_GATHER_ROW 576          /* bf16 values per gathered row: 512 latent + 64 RoPE */
+/* Short names of the record's fields for the attention kernels (kernels/attend_pipeline.cuh);
+ * the definitions are the ABI's (nvfp4_mla_record.h). */
+#define NVFP4_REC_GROUP_SCALE_OFF NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET
+#define NVFP4_REC_ROPE_SCALE_OFF NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET
+#define NVFP4_REC_TOKEN_SCALE_OFF NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET
+#define NVFP4_REC_ROPE_OFF NVFP4_MLA_RECORD_ROPE_OFFSET
 
 typedef struct nvfp4_mla_write_kernel_args {
     const void *kv_c;             /* [T, 512] bf16|f16, rows kv_c_row_stride elements apart */
@@ -77,7 +75,8 @@ typedef struct nvfp4_mla_attend_kernel_args {
     float *lse;                   /* optional [n_q, h], natural log */
     void *workspace;              /* scratch of workspace_bytes (split-K partials, CUDA) */
     void *stream;                 /* cudaStream_t (CUDA); unused on the CPU */
-    uint64_t workspace_bytes;
+    uint64_t workspace_bytes;     /* what the host passed; the backend's attend checks it against
+                                     the one plan it makes for the call (backends.h) */
     int64_t num_queries;          /* n_q */
     int64_t num_heads;            /* h, 1..128 */
     int64_t topk;
@@ -87,8 +86,7 @@ typedef struct nvfp4_mla_attend_kernel_args {
     int64_t out_stride_token, out_stride_head;   /* elements */
     int64_t lse_stride_token, lse_stride_head;   /* elements */
     int64_t block_stride, block_size, capacity;  /* the cache's geometry (bytes, tokens, slots) */
-    int32_t layout;               /* NVFP4_MLA_LAYOUT_*, 656 included */
-    int32_t record_bytes;
+    int32_t record_bytes;         /* 368, 432 or 656: names the layout too (nvfp4_mla_record_bytes) */
     int32_t per_token;
     float outer_scale;            /* static mode s */
     float sm_scale;
@@ -108,34 +106,6 @@ typedef struct nvfp4_mla_kernel_result {
     char message[240];
 } nvfp4_mla_kernel_result_t;
 
-typedef struct nvfp4_mla_backend_ops {
-    const char *name; /* "cpu" or "cuda" */
-    void (*write)(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
-    void (*gather)(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
-    /* Scratch bytes attend needs for these shapes (shapes only are read). */
-    uint64_t (*attend_workspace)(const nvfp4_mla_attend_kernel_args_t *args);
-    void (*attend)(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
-} nvfp4_mla_backend_ops_t;
-
-/* What a CUDA context reads of its device once, at init (kernels/cuda_device.cu). */
-typedef struct nvfp4_mla_cuda_limits {
-    int32_t sm_count;       /* multiprocessors */
-    int32_t smem_per_block; /* opt-in dynamic shared memory per block, bytes */
-    int32_t arch;           /* 10 * major + minor */
-    int32_t reserved;
-} nvfp4_mla_cuda_limits_t;
-
-/* The CPU twins (kernels/write_cpu.c, kernels/gather_cpu.c). */
-void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
-void nvfp4_mla_gather_cpu(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
-
-uint64_t nvfp4_mla_attend_workspace_cpu(const nvfp4_mla_attend_kernel_args_t *args);
-void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
-
-/* Decode one 656-byte fp8_ds_mla record into 576 bf16 values: E4M3 code times its 128-value tile's
- * f32 scale (binary32, then bf16 round-to-nearest-even), RoPE copied. */
-void nvfp4_mla_decode_fp8_656_cpu(const uint8_t *record, uint16_t *row);
-
 /* Encode one token into one record (the writer's body, exposed for tests and tools that build
  * records without a cache). `latent` [512] and `rope` [64] are f32 already converted from the
  * input; `rope_bf16` [64] holds the input's RoPE as bf16 for the 432 layout. Returns the number of
@@ -153,6 +123,10 @@ void nvfp4_mla_decode_record_f32_cpu(const uint8_t *record, int32_t record_bytes
  * nearest-even; the 432 layout's RoPE bits copied. */
 void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
                                  float outer_scale, uint16_t *row);
+
+/* Decode one 656-byte fp8_ds_mla record into 576 bf16 values: E4M3 code times its 128-value tile's
+ * f32 scale (binary32, then bf16 round-to-nearest-even), RoPE copied. */
+void nvfp4_mla_decode_fp8_656_cpu(const uint8_t *record, uint16_t *row);
 
 #ifdef __cplusplus
 }

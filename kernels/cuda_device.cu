@@ -1,4 +1,4 @@
-/* CUDA device probing and the CUDA backend's dispatch table.
+/* CUDA device probing and the CUDA backend's dispatch table (declared in backends.h).
  *
  * `init` asks here whether this process can run our kernels on an ordinal: a driver, a device, and
  * an image of our kernels the device can load (cudaFuncGetAttributes fails when the fatbin holds
@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
-#include "codec.h"
+#include "backends.h"
 #include "cuda_util.cuh"
 
 __global__ void nvfp4_probe_kernel() {}
@@ -47,8 +47,6 @@ extern "C" int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, c
     return 0;
 }
 
-extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block);
-
 /* Once per context: lets the attend kernels use `smem_per_block` bytes on `ordinal`. 0 = done,
  * else a cudaError_t, described in `note`. */
 extern "C" int nvfp4_mla_cuda_prepare(int ordinal, int smem_per_block, char *note, size_t note_size) {
@@ -62,11 +60,21 @@ extern "C" int nvfp4_mla_cuda_prepare(int ordinal, int smem_per_block, char *not
     return err;
 }
 
-extern "C" void nvfp4_mla_write_cuda(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
-extern "C" void nvfp4_mla_gather_cuda(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
-
-extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *args);
-extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+/* The table's attend: the workspace check the backend contract asks of attend (backends.h), in
+ * front of the launcher, which does not make it yet. It plans a second time (the launcher plans
+ * again); once nvfp4_mla_attend_cuda refuses a short workspace itself, the table points at it
+ * directly and this goes. */
+static void attend_checked(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result) {
+    const uint64_t need = args->num_queries ? nvfp4_mla_attend_workspace_cuda(args) : 0;
+    if (args->workspace_bytes < need) {
+        result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
+        snprintf(result->message, sizeof result->message,
+                 "workspace has %llu bytes, these shapes need %llu (attend_workspace_bytes)",
+                 (unsigned long long)args->workspace_bytes, (unsigned long long)need);
+        return;
+    }
+    nvfp4_mla_attend_cuda(args, result);
+}
 
 extern "C" const nvfp4_mla_backend_ops_t nvfp4_mla_cuda_ops = {"cuda", nvfp4_mla_write_cuda, nvfp4_mla_gather_cuda,
-                                                               nvfp4_mla_attend_workspace_cuda, nvfp4_mla_attend_cuda};
+                                                               nvfp4_mla_attend_workspace_cuda, attend_checked};

@@ -2,38 +2,40 @@
  *
  * The oracle of the CUDA gather and of attention's dequantisation: value = (e2m1 * e4m3) * outer
  * in binary32 (the first product is exact; attention uses this binary32 value), then bf16 with
- * round-to-nearest-even for gather's rows. Slot -1 gives a row of zeros. Tested by round trips and golden records in tests/test_codec_*.c.
+ * round-to-nearest-even for gather's rows. Slot -1 gives a row of zeros. Also the decoder of the
+ * 656-byte fp8_ds_mla record, which attention reads. Tested by round trips and golden records in
+ * tests/test_codec_*.c.
  */
 #include <string.h>
 
-#include "codec.h"
+#include "backends.h"
 #include "fp_codes.h"
 
 void nvfp4_mla_decode_record_f32_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
                                      float outer_scale, float *row) {
     float outer = outer_scale;
     if (per_token) {
-        memcpy(&outer, record + NVFP4_REC_TOKEN_SCALE_OFF, sizeof outer);
+        memcpy(&outer, record + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET, sizeof outer);
     }
-    for (int g = 0; g < NVFP4_GROUPS; g++) {
-        float d = nvfp4_e4m3_decode(record[NVFP4_REC_GROUP_SCALE_OFF + g]);
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+    for (int g = 0; g < NVFP4_MLA_GROUPS; g++) {
+        float d = nvfp4_e4m3_decode(record[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g]);
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
             uint8_t byte = record[8 * g + i / 2];
             uint8_t code = (uint8_t)((i & 1) ? byte >> 4 : byte & 0xF);
-            row[g * NVFP4_GROUP_SIZE + i] = nvfp4_mul_rn(nvfp4_mul_rn(nvfp4_e2m1_decode(code), d), outer);
+            row[g * NVFP4_MLA_GROUP_SIZE + i] = nvfp4_mul_rn(nvfp4_mul_rn(nvfp4_e2m1_decode(code), d), outer);
         }
     }
     float *rope_out = row + NVFP4_MLA_LATENT_DIM;
     if (record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
         float r;
-        memcpy(&r, record + NVFP4_REC_ROPE_SCALE_OFF, sizeof r);
+        memcpy(&r, record + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET, sizeof r);
         for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
-            rope_out[j] = nvfp4_mul_rn(nvfp4_e4m3_decode(record[NVFP4_REC_ROPE_OFF + j]), r);
+            rope_out[j] = nvfp4_mul_rn(nvfp4_e4m3_decode(record[NVFP4_MLA_RECORD_ROPE_OFFSET + j]), r);
         }
     } else {
         for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
             uint16_t v;
-            memcpy(&v, record + NVFP4_REC_ROPE_OFF + 2 * j, sizeof v);
+            memcpy(&v, record + NVFP4_MLA_RECORD_ROPE_OFFSET + 2 * j, sizeof v);
             rope_out[j] = nvfp4_bf16_to_f32(v);
         }
     }
@@ -41,15 +43,28 @@ void nvfp4_mla_decode_record_f32_cpu(const uint8_t *record, int32_t record_bytes
 
 void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
                                  float outer_scale, uint16_t *row) {
-    float values[NVFP4_GATHER_ROW];
+    float values[NVFP4_MLA_ROW_DIM];
     nvfp4_mla_decode_record_f32_cpu(record, record_bytes, per_token, outer_scale, values);
-    const int rounded = record_bytes == NVFP4_MLA_RECORD_BYTES_368 ? NVFP4_GATHER_ROW : NVFP4_MLA_LATENT_DIM;
+    const int rounded = record_bytes == NVFP4_MLA_RECORD_BYTES_368 ? NVFP4_MLA_ROW_DIM : NVFP4_MLA_LATENT_DIM;
     for (int i = 0; i < rounded; i++) {
         row[i] = nvfp4_f32_to_bf16(values[i]);
     }
     if (rounded == NVFP4_MLA_LATENT_DIM) { /* 432: the stored bf16 bits, NaN payloads included */
-        memcpy(row + NVFP4_MLA_LATENT_DIM, record + NVFP4_REC_ROPE_OFF, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
+        memcpy(row + NVFP4_MLA_LATENT_DIM, record + NVFP4_MLA_RECORD_ROPE_OFFSET, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
     }
+}
+
+/* The 656-byte fp8_ds_mla record (record-format.md section 8): the baseline attend reads. */
+void nvfp4_mla_decode_fp8_656_cpu(const uint8_t *record, uint16_t *row) {
+    enum { TILE = NVFP4_MLA_FP8_656_TILE_SIZE };
+    for (int tile = 0; tile < NVFP4_MLA_FP8_656_TILES; tile++) {
+        float scale;
+        memcpy(&scale, record + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * tile, sizeof scale);
+        for (int i = 0; i < TILE; i++) {
+            row[tile * TILE + i] = nvfp4_f32_to_bf16(nvfp4_mul_rn(nvfp4_e4m3_decode(record[tile * TILE + i]), scale));
+        }
+    }
+    memcpy(row + NVFP4_MLA_LATENT_DIM, record + NVFP4_MLA_FP8_656_ROPE_OFFSET, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
 }
 
 void nvfp4_mla_gather_cpu(const nvfp4_mla_gather_kernel_args_t *a, nvfp4_mla_kernel_result_t *result) {
@@ -57,7 +72,7 @@ void nvfp4_mla_gather_cpu(const nvfp4_mla_gather_kernel_args_t *a, nvfp4_mla_ker
         int64_t slot = a->slots[n * a->slot_stride];
         uint16_t *row = a->out + n * a->out_row_stride;
         if (slot < 0 || slot >= a->capacity) {
-            memset(row, 0, NVFP4_GATHER_ROW * sizeof(uint16_t));
+            memset(row, 0, NVFP4_MLA_ROW_DIM * sizeof(uint16_t));
             continue;
         }
         const uint8_t *record =

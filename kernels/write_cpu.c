@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "codec.h"
+#include "backends.h"
 #include "fp_codes.h"
 
 /* Largest finite |v| over n values (0 when none is finite). */
@@ -36,18 +36,18 @@ static void store_f32(uint8_t *dst, float v) {
 
 /* Steps 2-4 for one group of 16: scale, group scale code, element codes. */
 static void encode_group(const float *x, float inv, uint8_t *payload8, uint8_t *scale_code) {
-    float y[NVFP4_GROUP_SIZE];
-    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+    float y[NVFP4_MLA_GROUP_SIZE];
+    for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
         y[i] = nvfp4_mul_rn(x[i], inv);
     }
-    uint8_t code = (uint8_t)nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(finite_abs_max(y, NVFP4_GROUP_SIZE), NVFP4_K6));
+    uint8_t code = (uint8_t)nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(finite_abs_max(y, NVFP4_MLA_GROUP_SIZE), NVFP4_K6));
     float d = nvfp4_e4m3_decode(code);
     *scale_code = code;
-    memset(payload8, 0, NVFP4_GROUP_SIZE / 2);
+    memset(payload8, 0, NVFP4_MLA_GROUP_SIZE / 2);
     if (d == 0.0f) {
         return;
     }
-    for (int i = 0; i < NVFP4_GROUP_SIZE; i += 2) {
+    for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i += 2) {
         uint8_t lo = nvfp4_e2m1_encode(y[i], d);
         uint8_t hi = nvfp4_e2m1_encode(y[i + 1], d);
         payload8[i / 2] = (uint8_t)(lo | (hi << 4));
@@ -57,13 +57,13 @@ static void encode_group(const float *x, float inv, uint8_t *payload8, uint8_t *
 /* Step 5: the E4M3 RoPE block of the 368 layout. */
 static void encode_rope_e4m3(const float *rope, uint8_t *record) {
     float r = nvfp4_mul_rn(finite_abs_max(rope, NVFP4_MLA_ROPE_DIM), NVFP4_K448);
-    uint8_t *codes = record + NVFP4_REC_ROPE_OFF;
+    uint8_t *codes = record + NVFP4_MLA_RECORD_ROPE_OFFSET;
     if (r < NVFP4_FLT_MIN) {
-        store_f32(record + NVFP4_REC_ROPE_SCALE_OFF, 0.0f);
+        store_f32(record + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET, 0.0f);
         memset(codes, 0, NVFP4_MLA_ROPE_DIM);
         return;
     }
-    store_f32(record + NVFP4_REC_ROPE_SCALE_OFF, r);
+    store_f32(record + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET, r);
     float inv_r = nvfp4_rcp_rn(r);
     for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
         codes[j] = nvfp4_e4m3_encode(nvfp4_mul_rn(rope[j], inv_r));
@@ -73,7 +73,7 @@ static void encode_rope_e4m3(const float *rope, uint8_t *record) {
 uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, const uint16_t *rope_bf16,
                                      int32_t record_bytes, int32_t per_token, float outer_scale,
                                      uint8_t *record) {
-    memset(record + NVFP4_REC_ROPE_SCALE_OFF, 0, NVFP4_REC_ROPE_OFF - NVFP4_REC_ROPE_SCALE_OFF);
+    memset(record + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET, 0, NVFP4_MLA_RECORD_ROPE_OFFSET - NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET);
 
     /* Step 1: the outer scale and its inverse. */
     float inv = 1.0f;
@@ -83,7 +83,7 @@ uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, con
         if (s_t < NVFP4_FLT_MIN) {
             zero_token = 1;
         } else {
-            store_f32(record + NVFP4_REC_TOKEN_SCALE_OFF, s_t);
+            store_f32(record + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET, s_t);
             inv = nvfp4_rcp_rn(s_t);
         }
     } else if (outer_scale != 1.0f) {
@@ -91,17 +91,17 @@ uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, con
     }
 
     if (zero_token) {
-        memset(record, 0, NVFP4_REC_ROPE_SCALE_OFF);
+        memset(record, 0, NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET);
     } else {
-        for (int g = 0; g < NVFP4_GROUPS; g++) {
-            encode_group(latent + g * NVFP4_GROUP_SIZE, inv, record + 8 * g, record + NVFP4_REC_GROUP_SCALE_OFF + g);
+        for (int g = 0; g < NVFP4_MLA_GROUPS; g++) {
+            encode_group(latent + g * NVFP4_MLA_GROUP_SIZE, inv, record + 8 * g, record + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g);
         }
     }
 
     if (record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
         encode_rope_e4m3(rope, record);
     } else {
-        memcpy(record + NVFP4_REC_ROPE_OFF, rope_bf16, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
+        memcpy(record + NVFP4_MLA_RECORD_ROPE_OFFSET, rope_bf16, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
     }
     return count_nonfinite(latent, NVFP4_MLA_LATENT_DIM) + count_nonfinite(rope, NVFP4_MLA_ROPE_DIM);
 }

@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "codec.h"
+#include "backends.h"
 #include "cuda_util.cuh"
 #include "fp_codes.h"
 
@@ -58,10 +58,10 @@ static __device__ __forceinline__ uint32_t e2m1_finite(float y, const float *t) 
 
 /* Steps 2-4 for this lane's group, general case: every maximum leaves NaN/Inf out (spec step 3). */
 static __device__ __forceinline__ uint8_t encode_group_general(const float *x, float inv, uint32_t *payload) {
-    float y[NVFP4_GROUP_SIZE];
+    float y[NVFP4_MLA_GROUP_SIZE];
     float group_amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+    for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
         y[i] = nvfp4_mul_rn(x[i], inv);
         group_amax = fmaxf(group_amax, finite_abs(y[i]));
     }
@@ -70,7 +70,7 @@ static __device__ __forceinline__ uint8_t encode_group_general(const float *x, f
     payload[0] = payload[1] = 0;
     if (d != 0.0f) {
 #pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
             payload[i >> 3] |= (uint32_t)nvfp4_e2m1_encode(y[i], d) << (4 * (i & 7));
         }
     }
@@ -80,10 +80,10 @@ static __device__ __forceinline__ uint8_t encode_group_general(const float *x, f
 /* Steps 2-4 for a group whose inputs are all finite (the common case): plain |y| maxima (a free
  * operand modifier), hardware E4M3, thresholds made once. Falls back when x * inv overflows. */
 static __device__ __forceinline__ uint8_t encode_group_finite(const float *x, float inv, uint32_t *payload) {
-    float y[NVFP4_GROUP_SIZE];
+    float y[NVFP4_MLA_GROUP_SIZE];
     float group_amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
+    for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
         y[i] = nvfp4_mul_rn(x[i], inv);
         group_amax = fmaxf(group_amax, fabsf(y[i]));
     }
@@ -98,9 +98,116 @@ static __device__ __forceinline__ uint8_t encode_group_finite(const float *x, fl
                             nvfp4_mul_rn(1.75f, d), nvfp4_mul_rn(2.5f, d),  nvfp4_mul_rn(3.5f, d),
                             nvfp4_mul_rn(5.0f, d)};
 #pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) payload[i >> 3] |= e2m1_finite(y[i], t) << (4 * (i & 7));
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) payload[i >> 3] |= e2m1_finite(y[i], t) << (4 * (i & 7));
     }
     return code;
+}
+
+/* This lane's inputs of token t: latent group `lane` (16 values, two 16-byte loads) and RoPE values
+ * 2 lane, 2 lane + 1 (`rope_pair` keeps their input bits), converted exactly to f32. */
+static __device__ __forceinline__ void load_lane(const nvfp4_mla_write_kernel_args_t &a, int64_t t, int lane,
+                                                 float *x, float *rope, uint32_t &rope_pair) {
+    const uint16_t *row = (const uint16_t *)a.kv_c + t * a.kv_c_row_stride + lane * NVFP4_MLA_GROUP_SIZE;
+    const uint4 raw[2] = {((const uint4 *)row)[0], ((const uint4 *)row)[1]};
+    const uint32_t *pairs = (const uint32_t *)raw;
+    rope_pair = ((const uint32_t *)((const uint16_t *)a.k_pe + t * a.k_pe_row_stride))[lane];
+    if (a.input_is_f16) {
+#pragma unroll
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) x[i] = nvfp4_f16_to_f32((uint16_t)(pairs[i >> 1] >> (16 * (i & 1))));
+        rope[0] = nvfp4_f16_to_f32((uint16_t)rope_pair);
+        rope[1] = nvfp4_f16_to_f32((uint16_t)(rope_pair >> 16));
+    } else {
+#pragma unroll
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) x[i] = __uint_as_float((i & 1) ? pairs[i >> 1] & 0xFFFF0000u : pairs[i >> 1] << 16);
+        rope[0] = __uint_as_float(rope_pair << 16);
+        rope[1] = __uint_as_float(rope_pair & 0xFFFF0000u);
+    }
+}
+
+/* Whether the whole token is finite (a warp vote), this lane's latent |x| maximum over its finite
+ * values, and (when not all finite) its count of NaN/Inf inputs. */
+static __device__ __forceinline__ bool lane_amax(const float *x, const float *rope, float &amax, uint32_t &nonfinite) {
+    /* x * 0 is NaN exactly for NaN/Inf x: one FMA per value detects a non-finite input. */
+    float probe = fmaf(rope[0], 0.0f, rope[1] * 0.0f);
+    amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
+        amax = fmaxf(amax, fabsf(x[i]));
+        probe = fmaf(x[i], 0.0f, probe);
+    }
+    const bool all_finite = __all_sync(FULL, probe == 0.0f);
+    nonfinite = 0;
+    if (!all_finite) {
+        amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
+            amax = fmaxf(amax, finite_abs(x[i]));
+            nonfinite += !nvfp4_is_finite(x[i]);
+        }
+        nonfinite += !nvfp4_is_finite(rope[0]) + !nvfp4_is_finite(rope[1]);
+    }
+    return all_finite;
+}
+
+/* Step 5 of the 368 layout: the RoPE scale and codes, and the [288,304) words (RoPE scale, s_t:
+ * 0 when static or a zero token, zeros). */
+static __device__ __forceinline__ void rope_368(const float *rope, bool all_finite, bool zero_token, float s_t,
+                                                int lane, uint8_t *rec) {
+    const float rope_amax = all_finite ? fmaxf(fabsf(rope[0]), fabsf(rope[1]))
+                                       : fmaxf(finite_abs(rope[0]), finite_abs(rope[1]));
+    const float r = nvfp4_mul_rn(warp_max(rope_amax), NVFP4_K448);
+    uint32_t codes = 0;
+    if (!(r < NVFP4_FLT_MIN)) {
+        const float inv_r = nvfp4_rcp_rn(r);
+        const float q0 = nvfp4_mul_rn(rope[0], inv_r), q1 = nvfp4_mul_rn(rope[1], inv_r);
+        codes = all_finite ? e4m3_finite(q0) | ((uint32_t)e4m3_finite(q1) << 8)
+                           : nvfp4_e4m3_encode(q0) | ((uint32_t)nvfp4_e4m3_encode(q1) << 8);
+    }
+    if (lane < 4) {
+        const float word = lane == 0 ? (r < NVFP4_FLT_MIN ? 0.0f : r) : lane == 1 ? (zero_token ? 0.0f : s_t) : 0.0f;
+        ((float *)(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET))[lane] = word;
+    }
+    ((uint16_t *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET))[lane] = (uint16_t)codes;
+}
+
+/* The 432 layout: [288,304) zero, the RoPE copied as bf16 (converted from fp16 input). */
+static __device__ __forceinline__ void rope_432(bool input_is_f16, const float *rope, uint32_t rope_pair, int lane,
+                                                uint8_t *rec) {
+    uint32_t pair = rope_pair;
+    if (input_is_f16) {
+        pair = nvfp4_f32_to_bf16(rope[0]) | ((uint32_t)nvfp4_f32_to_bf16(rope[1]) << 16);
+    }
+    if (lane < 4) {
+        ((uint32_t *)(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET))[lane] = 0;
+    }
+    ((uint32_t *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET))[lane] = pair;
+}
+
+/* The staged record to its slot in 16-byte words (368 = 23 x 16, 432 = 27 x 16). */
+static __device__ __forceinline__ void store_record(const nvfp4_mla_write_kernel_args_t &a, int64_t slot, int lane,
+                                                    const uint8_t *rec) {
+    /* capacity < 2^31, so the block arithmetic fits 32 bits (64-bit division is slow on GPUs). */
+    const uint32_t slot32 = (uint32_t)slot, bs = (uint32_t)a.block_size, block = slot32 / bs;
+    uint8_t *dst = a.cache + (int64_t)block * a.block_stride + (int64_t)(slot32 - block * bs) * a.record_bytes;
+    if (lane < a.record_bytes / 16) {
+        ((uint4 *)dst)[lane] = ((const uint4 *)rec)[lane];
+    }
+}
+
+/* The optional capture (max |latent|) and non-finite counter. */
+static __device__ __forceinline__ void count_token(const nvfp4_mla_write_kernel_args_t &a, float token_amax,
+                                                   bool all_finite, uint32_t nonfinite, int lane) {
+    if (a.capture_max_abs && lane == 0 && token_amax > 0.0f) {
+        atomicMax((int *)a.capture_max_abs, __float_as_int(token_amax)); /* non-negative floats order as ints */
+    }
+    if (a.nonfinite_count && !all_finite) {
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            nonfinite += __shfl_xor_sync(FULL, nonfinite, offset);
+        }
+        if (lane == 0) {
+            atomicAdd((unsigned long long *)a.nonfinite_count, (unsigned long long)nonfinite);
+        }
+    }
 }
 
 __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nvfp4_mla_write_kernel_args_t a) {
@@ -115,42 +222,10 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nv
         return; /* padding token or past the cache: write nothing */
     }
     uint8_t *rec = staging[warp];
-
-    /* Load this lane's group (16 values) and its two RoPE values. */
-    const uint16_t *row = (const uint16_t *)a.kv_c + t * a.kv_c_row_stride + lane * NVFP4_GROUP_SIZE;
-    const uint4 raw[2] = {((const uint4 *)row)[0], ((const uint4 *)row)[1]};
-    const uint32_t *pairs = (const uint32_t *)raw;
-    const uint32_t rope_pair = ((const uint32_t *)((const uint16_t *)a.k_pe + t * a.k_pe_row_stride))[lane];
-    float x[NVFP4_GROUP_SIZE], rope[2];
-    if (a.input_is_f16) {
-#pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) x[i] = nvfp4_f16_to_f32((uint16_t)(pairs[i >> 1] >> (16 * (i & 1))));
-        rope[0] = nvfp4_f16_to_f32((uint16_t)rope_pair);
-        rope[1] = nvfp4_f16_to_f32((uint16_t)(rope_pair >> 16));
-    } else {
-#pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) x[i] = __uint_as_float((i & 1) ? pairs[i >> 1] & 0xFFFF0000u : pairs[i >> 1] << 16);
-        rope[0] = __uint_as_float(rope_pair << 16);
-        rope[1] = __uint_as_float(rope_pair & 0xFFFF0000u);
-    }
-    /* x * 0 is NaN exactly for NaN/Inf x: one FMA per value detects a non-finite input. */
-    float amax = 0.0f, probe = fmaf(rope[0], 0.0f, rope[1] * 0.0f);
-#pragma unroll
-    for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
-        amax = fmaxf(amax, fabsf(x[i]));
-        probe = fmaf(x[i], 0.0f, probe);
-    }
-    const bool all_finite = __all_sync(FULL, probe == 0.0f);
-    uint32_t nonfinite = 0;
-    if (!all_finite) {
-        amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NVFP4_GROUP_SIZE; i++) {
-            amax = fmaxf(amax, finite_abs(x[i]));
-            nonfinite += !nvfp4_is_finite(x[i]);
-        }
-        nonfinite += !nvfp4_is_finite(rope[0]) + !nvfp4_is_finite(rope[1]);
-    }
+    float x[NVFP4_MLA_GROUP_SIZE], rope[2], amax;
+    uint32_t rope_pair, nonfinite;
+    load_lane(a, t, lane, x, rope, rope_pair);
+    const bool all_finite = lane_amax(x, rope, amax, nonfinite);
 
     /* Step 1: outer scale. */
     const float token_amax = warp_max(amax);
@@ -170,62 +245,20 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nv
     uint32_t payload[2] = {0, 0};
     uint8_t code = 0;
     if (!zero_token) {
-        if (all_finite) {
-            code = encode_group_finite(x, inv, payload);
-        } else {
-            code = encode_group_general(x, inv, payload);
-        }
+        code = all_finite ? encode_group_finite(x, inv, payload) : encode_group_general(x, inv, payload);
     }
     ((uint2 *)rec)[lane] = make_uint2(payload[0], payload[1]);
-    rec[NVFP4_REC_GROUP_SCALE_OFF + lane] = code;
+    rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + lane] = code;
 
     /* Step 5: RoPE. */
     if (a.record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
-        const float rope_amax = all_finite ? fmaxf(fabsf(rope[0]), fabsf(rope[1]))
-                                           : fmaxf(finite_abs(rope[0]), finite_abs(rope[1]));
-        const float r = nvfp4_mul_rn(warp_max(rope_amax), NVFP4_K448);
-        uint32_t codes = 0;
-        if (!(r < NVFP4_FLT_MIN)) {
-            const float inv_r = nvfp4_rcp_rn(r);
-            const float q0 = nvfp4_mul_rn(rope[0], inv_r), q1 = nvfp4_mul_rn(rope[1], inv_r);
-            codes = all_finite ? e4m3_finite(q0) | ((uint32_t)e4m3_finite(q1) << 8)
-                               : nvfp4_e4m3_encode(q0) | ((uint32_t)nvfp4_e4m3_encode(q1) << 8);
-        }
-        if (lane < 4) { /* [288,304): RoPE scale, s_t (0 when static or a zero token), zeros */
-            const float word = lane == 0 ? (r < NVFP4_FLT_MIN ? 0.0f : r) : lane == 1 ? (zero_token ? 0.0f : s_t) : 0.0f;
-            ((float *)(rec + NVFP4_REC_ROPE_SCALE_OFF))[lane] = word;
-        }
-        ((uint16_t *)(rec + NVFP4_REC_ROPE_OFF))[lane] = (uint16_t)codes;
+        rope_368(rope, all_finite, zero_token, s_t, lane, rec);
     } else {
-        uint32_t pair = rope_pair;
-        if (a.input_is_f16) {
-            pair = nvfp4_f32_to_bf16(rope[0]) | ((uint32_t)nvfp4_f32_to_bf16(rope[1]) << 16);
-        }
-        if (lane < 4) {
-            ((uint32_t *)(rec + NVFP4_REC_ROPE_SCALE_OFF))[lane] = 0; /* [288,304) */
-        }
-        ((uint32_t *)(rec + NVFP4_REC_ROPE_OFF))[lane] = pair;
+        rope_432(a.input_is_f16, rope, rope_pair, lane, rec);
     }
     __syncwarp();
-
-    /* capacity < 2^31, so the block arithmetic fits 32 bits (64-bit division is slow on GPUs). */
-    const uint32_t slot32 = (uint32_t)slot, bs = (uint32_t)a.block_size, block = slot32 / bs;
-    uint8_t *dst = a.cache + (int64_t)block * a.block_stride + (int64_t)(slot32 - block * bs) * a.record_bytes;
-    if (lane < a.record_bytes / 16) {
-        ((uint4 *)dst)[lane] = ((const uint4 *)rec)[lane];
-    }
-
-    if (a.capture_max_abs && lane == 0 && token_amax > 0.0f) {
-        atomicMax((int *)a.capture_max_abs, __float_as_int(token_amax)); /* non-negative floats order as ints */
-    }
-    if (a.nonfinite_count && !all_finite) {
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            nonfinite += __shfl_xor_sync(FULL, nonfinite, offset);
-        }
-        if (lane == 0) {
-            atomicAdd((unsigned long long *)a.nonfinite_count, (unsigned long long)nonfinite);
-        }
-    }
+    store_record(a, slot, lane, rec);
+    count_token(a, token_amax, all_finite, nonfinite, lane);
 }
 
 extern "C" void nvfp4_mla_write_cuda(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result) {

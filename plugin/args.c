@@ -1,7 +1,6 @@
 /* Versioned structs and tensor descriptor checks (see args.h). */
 #include "args.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "errors.h"
@@ -124,30 +123,32 @@ nvfp4_mla_status_t nvfp4_check_rows(const nvfp4_mla_tensor_t *t, const nvfp4_ten
     return NVFP4_MLA_OK;
 }
 
-nvfp4_mla_status_t nvfp4_check_mode(const char *op, uint32_t layout, uint32_t scale_mode, float outer_scale) {
+nvfp4_mla_status_t nvfp4_check_mode(const char *op, uint64_t op_cap, uint32_t layout, uint32_t scale_mode,
+                                    float outer_scale) {
     const nvfp4_mla_status_t bad = NVFP4_MLA_ERR_INVALID_ARGUMENT;
-    if (layout != NVFP4_MLA_LAYOUT_FP8_ROPE_368 && layout != NVFP4_MLA_LAYOUT_BF16_ROPE_432) {
-        return nvfp4_fail(bad, "%s: layout is %u, must be 1 (fp8_rope_368) or 2 (bf16_rope_432)", op, layout);
-    }
-    if (scale_mode == NVFP4_MLA_SCALE_PER_TOKEN) {
-        if (layout != NVFP4_MLA_LAYOUT_FP8_ROPE_368) {
-            return nvfp4_fail(bad, "%s: scale_mode per-token requires layout fp8_rope_368; bf16_rope_432 records have "
-                                   "no per-token scale field", op);
-        }
-        if (outer_scale != 0.0f) {
-            return nvfp4_fail(bad, "%s: outer_scale is %g, must be 0 in per-token mode (records carry s_t)", op,
-                              (double)outer_scale);
-        }
-        return NVFP4_MLA_OK;
-    }
-    if (scale_mode != NVFP4_MLA_SCALE_STATIC) {
+    const char *attend_too = op_cap == NVFP4_MLA_CAP_OP_ATTEND ? " or 3 (fp8_ds_mla_656)" : "";
+    switch (nvfp4_mla_mode_check(op_cap, layout, scale_mode, outer_scale)) {
+    case NVFP4_MLA_MODE_OK: return NVFP4_MLA_OK;
+    case NVFP4_MLA_MODE_UNKNOWN_LAYOUT:
+        return nvfp4_fail(bad, "%s: layout is %u, must be 1 (fp8_rope_368), 2 (bf16_rope_432)%s", op, layout, attend_too);
+    case NVFP4_MLA_MODE_LAYOUT_NOT_FOR_OP:
+        return nvfp4_fail(bad, "%s: layout %u (%s) is read by attend only; %s takes 1 (fp8_rope_368) or 2 "
+                               "(bf16_rope_432)", op, layout, nvfp4_mla_layout_name(layout), op);
+    case NVFP4_MLA_MODE_UNKNOWN_SCALE_MODE:
         return nvfp4_fail(bad, "%s: scale_mode is %u, must be 1 (static) or 2 (per-token)", op, scale_mode);
-    }
-    if (!(isnormal(outer_scale) && outer_scale > 0.0f)) {
+    case NVFP4_MLA_MODE_PER_TOKEN_NEEDS_368:
+        return nvfp4_fail(bad, "%s: scale_mode per-token requires layout fp8_rope_368; %s records have no per-token "
+                               "scale field", op, nvfp4_mla_layout_name(layout));
+    case NVFP4_MLA_MODE_PER_TOKEN_SCALE:
+        return nvfp4_fail(bad, "%s: outer_scale is %g, must be 0 in per-token mode (records carry s_t)", op,
+                          (double)outer_scale);
+    case NVFP4_MLA_MODE_FP8_656_SCALE:
+        return nvfp4_fail(bad, "%s: layout fp8_ds_mla_656 carries its own tile scales: scale_mode must be static "
+                               "with outer_scale 1.0", op);
+    default:
         return nvfp4_fail(bad, "%s: outer_scale is %g, must be a positive normal float (1.0 when uncalibrated)", op,
                           (double)outer_scale);
     }
-    return NVFP4_MLA_OK;
 }
 
 nvfp4_mla_status_t nvfp4_check_cache(const nvfp4_mla_tensor_t *c, const nvfp4_tensor_rule_t *r, uint32_t layout,
@@ -157,9 +158,7 @@ nvfp4_mla_status_t nvfp4_check_cache(const nvfp4_mla_tensor_t *c, const nvfp4_te
     if (st) {
         return st;
     }
-    int32_t bytes = layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368   ? NVFP4_MLA_RECORD_BYTES_368
-                    : layout == NVFP4_MLA_LAYOUT_BF16_ROPE_432 ? NVFP4_MLA_RECORD_BYTES_432
-                                                               : NVFP4_MLA_RECORD_BYTES_656;
+    const int32_t bytes = (int32_t)nvfp4_mla_record_bytes(layout); /* a known layout: checked by mode */
     if ((st = nvfp4_check_dim(c, r, 2, bytes, "record bytes of the layout"))) {
         return st;
     }

@@ -41,10 +41,13 @@ nvfp4_mla_status_t nvfp4_check_dim(const nvfp4_mla_tensor_t *t, const nvfp4_tens
 /* A row-major matrix [rows, cols] with unit inner stride and rows that do not overlap. */
 nvfp4_mla_status_t nvfp4_check_rows(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *rule, int64_t cols);
 
-/* The layout/mode/outer-scale combination shared by all operations. */
-nvfp4_mla_status_t nvfp4_check_mode(const char *op, uint32_t layout, uint32_t scale_mode, float outer_scale);
+/* The ABI's mode rule (nvfp4_mla_mode_check of nvfp4_mla_record.h) for operation `op_cap` (its
+ * NVFP4_MLA_CAP_OP_* bit), with a message that names the operation and the value. */
+nvfp4_mla_status_t nvfp4_check_mode(const char *op, uint64_t op_cap, uint32_t layout, uint32_t scale_mode,
+                                    float outer_scale);
 
-/* The paged cache of one layer; fills record_bytes, block_size, block_stride (bytes), capacity. */
+/* The paged cache of one layer (a layout nvfp4_check_mode accepted); fills record_bytes, block_size,
+ * block_stride (bytes), capacity. */
 typedef struct nvfp4_cache_geometry {
     int32_t record_bytes;
     int64_t block_size;

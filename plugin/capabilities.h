@@ -12,15 +12,14 @@
 /* Serves both backends: layouts, modes and the record operations implemented everywhere. */
 #define NVFP4_CAPS_CODEC                                                                               \
     (NVFP4_MLA_CAP_LAYOUT_FP8_ROPE_368 | NVFP4_MLA_CAP_LAYOUT_BF16_ROPE_432 | NVFP4_MLA_CAP_SCALE_STATIC_OUTER |  \
-     NVFP4_MLA_CAP_WRITE_PER_TOKEN_SCALE | NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER |                    \
-     NVFP4_MLA_CAP_WRITE_CAPTURE_MAX_ABS)
+     NVFP4_MLA_CAP_WRITE_PER_TOKEN_SCALE | NVFP4_MLA_CAP_READ_LATENT_SCALE_PER_TOKEN | NVFP4_MLA_CAP_OP_WRITE |    \
+     NVFP4_MLA_CAP_OP_GATHER | NVFP4_MLA_CAP_WRITE_CAPTURE_MAX_ABS)
 
 /* Needs no device at all. */
 #define NVFP4_CAPS_HOST_ONLY NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY
 
 /* Attention over the records (both NVFP4 modes and the 656-byte baseline layout). */
-#define NVFP4_CAPS_ATTEND                                                                              \
-    (NVFP4_MLA_CAP_OP_ATTEND | NVFP4_MLA_CAP_READ_LATENT_SCALE_PER_TOKEN | NVFP4_MLA_CAP_READ_FP8_DS_MLA_656)
+#define NVFP4_CAPS_ATTEND (NVFP4_MLA_CAP_OP_ATTEND | NVFP4_MLA_CAP_READ_FP8_DS_MLA_656)
 
 #define NVFP4_CAPS_CPU (NVFP4_MLA_CAP_BACKEND_CPU | NVFP4_CAPS_CODEC | NVFP4_CAPS_HOST_ONLY | NVFP4_CAPS_ATTEND)
 #define NVFP4_CAPS_CUDA (NVFP4_MLA_CAP_BACKEND_CUDA | NVFP4_CAPS_CODEC | NVFP4_CAPS_HOST_ONLY | NVFP4_CAPS_ATTEND)
@@ -31,7 +30,9 @@
 #define NVFP4_CAPS_COMPILED NVFP4_CAPS_CPU
 #endif
 
-/* Name of a capability bit ("unknown" for none), for messages (plugin/entry.c). */
-const char *nvfp4_capability_name(uint64_t bit);
+/* The revision of a capability this build carries: bumped when its behaviour grows (all are at
+ * their first). Names come from the header's NVFP4_MLA_FOR_EACH_CAPABILITY, nowhere else: the
+ * table of compiled capabilities is generated from it (compiled_capabilities.c). */
+#define NVFP4_CAP_REVISION(bit) 1u
 
 #endif

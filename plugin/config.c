@@ -220,13 +220,14 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
                                                 "per-token scales", NVFP4_ENV_SCALES_FILE, s->scales_file,
                           NVFP4_ENV_DYNAMIC_SCALE);
     }
-    if (s->dynamic_scale && !s->fp8_rope) {
+    cfg->info.layout = s->fp8_rope ? NVFP4_MLA_LAYOUT_FP8_ROPE_368 : NVFP4_MLA_LAYOUT_BF16_ROPE_432;
+    cfg->info.scale_mode = s->dynamic_scale ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC;
+    if (!nvfp4_mla_layout_has_mode(cfg->info.layout, cfg->info.scale_mode)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s=1 requires %s=1: per-token scales exist only in the 368-byte "
                                                 "fp8-rope record", NVFP4_ENV_DYNAMIC_SCALE, NVFP4_ENV_FP8_ROPE);
     }
+    /* The identity's spelling of the layout (record-format.md section 6). */
     const char *layout_name = s->fp8_rope ? "fp8-rope-368" : "bf16-rope-432";
-    cfg->info.layout = s->fp8_rope ? NVFP4_MLA_LAYOUT_FP8_ROPE_368 : NVFP4_MLA_LAYOUT_BF16_ROPE_432;
-    cfg->info.scale_mode = s->dynamic_scale ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC;
     nvfp4_mla_status_t st = NVFP4_MLA_OK;
     if (s->dynamic_scale) {
         snprintf(cfg->identity, sizeof cfg->identity, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");

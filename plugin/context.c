@@ -11,9 +11,6 @@
 #include "capabilities.h"
 #include "errors.h"
 
-static const nvfp4_mla_backend_ops_t cpu_ops = {"cpu", nvfp4_mla_write_cpu, nvfp4_mla_gather_cpu,
-                                                nvfp4_mla_attend_workspace_cpu, nvfp4_mla_attend_cpu};
-
 #if NVFP4_MLA_HAVE_CUDA
 /* The attention kernel's two settings, read once per CUDA context (strict: a value that is not
  * understood is an error, never a silent default). NVFP4_MLA_ATTEND_SMEM_CAP: decimal bytes of
@@ -97,7 +94,7 @@ nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *host_args, nv
             return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "init: device_index is %d, must be 0 for the CPU",
                               args.device_index);
         }
-        ctx->ops = &cpu_ops;
+        ctx->ops = &nvfp4_mla_cpu_ops;
         ctx->capability_bits = NVFP4_CAPS_CPU;
         snprintf(ctx->device_name, sizeof ctx->device_name, "cpu");
     } else if (args.device_type == NVFP4_MLA_DEVICE_CUDA) {
@@ -151,7 +148,7 @@ nvfp4_mla_status_t nvfp4_context_require(const nvfp4_mla_context_t *ctx, const c
     if (missing) {
         uint64_t first = missing & (~missing + 1);
         return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "%s: the %s context lacks capability %s", op, ctx->device_name,
-                          nvfp4_capability_name(first));
+                          nvfp4_mla_capability_name(first));
     }
     return NVFP4_MLA_OK;
 }

@@ -1,16 +1,17 @@
 /* A context: one device, its backend ops and runtime capabilities, the host's log sink.
- * All state of the plugin lives here (no globals beyond the const table). */
+ * All state of the plugin lives here (no globals beyond the const tables). The backends, their
+ * tables and the CUDA probe are declared in kernels/backends.h. */
 #ifndef NVFP4_MLA_PLUGIN_CONTEXT_H
 #define NVFP4_MLA_PLUGIN_CONTEXT_H
 
-#include "codec.h"
+#include "backends.h"
 #include "nvfp4_mla.h"
 
 struct nvfp4_mla_context {
-    int32_t device_type;
-    int32_t device_index;
-    uint64_t capability_bits;
-    const nvfp4_mla_backend_ops_t *ops;
+    int32_t device_type;                /* NVFP4_MLA_DEVICE_*, as passed to init */
+    int32_t device_index;               /* CUDA ordinal; 0 for the CPU */
+    uint64_t capability_bits;           /* runtime NVFP4_MLA_CAP_* bits of this device */
+    const nvfp4_mla_backend_ops_t *ops; /* nvfp4_mla_cpu_ops or nvfp4_mla_cuda_ops; static */
     nvfp4_mla_host_desc_t host; /* copy of the host's descriptor; log NULL when none was given */
     char device_name[128];
     char backend_note[192];
@@ -24,15 +25,5 @@ nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_
 
 /* Fails with UNSUPPORTED naming `capability` unless the context's device serves every bit of `need`. */
 nvfp4_mla_status_t nvfp4_context_require(const nvfp4_mla_context_t *ctx, const char *op, uint64_t need);
-
-#if NVFP4_MLA_HAVE_CUDA
-/* kernels/cuda_device.cu: can this process run our kernels on `ordinal`? 0 = yes; otherwise `note`
- * says why (no driver, no device, architecture not in the fatbin). */
-int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, char *note, size_t note_size,
-                         nvfp4_mla_cuda_limits_t *limits);
-/* Once per context, with the limits decided: attribute settings the launches rely on. */
-int nvfp4_mla_cuda_prepare(int ordinal, int smem_per_block, char *note, size_t note_size);
-extern const nvfp4_mla_backend_ops_t nvfp4_mla_cuda_ops;
-#endif
 
 #endif

@@ -1,5 +1,6 @@
 /* The record operations of the table: validate the host's ABI structs, lower them to the kernels'
- * flat argument structs (kernels/codec.h), dispatch to the context's backend. */
+ * flat argument structs (kernels/codec.h), dispatch to the context's backend (kernels/backends.h).
+ * ops.c: write, gather and the checks all share; ops_attend.c: attend. */
 #ifndef NVFP4_MLA_PLUGIN_OPS_H
 #define NVFP4_MLA_PLUGIN_OPS_H
 
@@ -17,10 +18,17 @@ nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4
                                      nvfp4_mla_write_kernel_args_t *out);
 nvfp4_mla_status_t nvfp4_lower_gather(const nvfp4_mla_context_t *ctx, const nvfp4_mla_gather_args_t *args,
                                       nvfp4_mla_gather_kernel_args_t *out);
-
-/* for_launch = 0: shapes only (attend_workspace_bytes); 1: also the workspace and, on the CPU, the
- * slot and length values. */
+/* Shapes only, the same for attend_workspace_bytes and attend: fills the host's struct as this
+ * version reads it (`a`) and the kernel arguments without the workspace (`out`). */
 nvfp4_mla_status_t nvfp4_lower_attend(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args,
-                                      nvfp4_mla_attend_kernel_args_t *out, int for_launch);
+                                      nvfp4_mla_attend_args_t *a, nvfp4_mla_attend_kernel_args_t *out);
+
+/* Shared by the operations: the ABI's mode rule, every capability the context must serve for the
+ * call (nvfp4_mla_caps_needed of nvfp4_mla_record.h), and no stream on a CPU context. */
+nvfp4_mla_status_t nvfp4_check_call(const nvfp4_mla_context_t *ctx, const char *op, uint64_t op_cap, uint32_t layout,
+                                    uint32_t scale_mode, float outer_scale, const void *stream);
+
+/* A backend's result as this thread's status and last error ("op: words"). */
+nvfp4_mla_status_t nvfp4_finish(const char *op, const nvfp4_mla_kernel_result_t *res);
 
 #endif

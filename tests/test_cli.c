@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "fp_codes.h" /* header-only bf16 conversions; the test still reaches the plugin only through the CLI */
+#include "host_codes.h" /* the host side's bf16 conversions; the test reaches the plugin only through the CLI */
 
 static char tmp[] = "/tmp/nvfp4_cli_XXXXXX";
 static char cli[2048], data[2048];
@@ -97,7 +97,7 @@ static void make_tokens(double scale) {
     uint64_t s = 99;
     for (int i = 0; i < T * 576; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[i] = nvfp4_f32_to_bf16((float)(((double)(s >> 11) * 0x1p-53 - 0.5) * scale));
+        tokens[i] = host_bf16_bits((float)(((double)(s >> 11) * 0x1p-53 - 0.5) * scale));
     }
     write_file("in.bf16", tokens, sizeof tokens);
 }
@@ -118,9 +118,9 @@ static void tools_should_round_trip_records_through_files(void **state) {
     double num = 0, den = 0;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < 512; i++) {
-            double d = nvfp4_bf16_to_f32(back[t * 576 + i]) - nvfp4_bf16_to_f32(tokens[t * 576 + i]);
+            double d = host_bf16_value(back[t * 576 + i]) - host_bf16_value(tokens[t * 576 + i]);
             num += d * d;
-            den += (double)nvfp4_bf16_to_f32(tokens[t * 576 + i]) * nvfp4_bf16_to_f32(tokens[t * 576 + i]);
+            den += (double)host_bf16_value(tokens[t * 576 + i]) * host_bf16_value(tokens[t * 576 + i]);
         }
     assert_true(sqrt(num / den) < 0.11 && sqrt(num / den) > 0.01);
     assert_int_equal(run(NULL, "encode --layout 432 --mode static --scale 0.01 %s/in.bf16 %s/rec432.bin", tmp, tmp), 0);
@@ -137,6 +137,9 @@ static void tools_should_fail_with_one_clear_line(void **state) {
     assert_non_null(strstr(err_text, "--mode is \"dynamic\", must be per-token or static"));
     assert_int_equal(run(NULL, "encode --layout 432 --mode per-token %s/in.bf16 %s/x.bin", tmp, tmp), 1);
     assert_non_null(strstr(err_text, "per-token requires layout fp8_rope_368"));
+    /* The tool passes --scale as given; the plugin's mode rule refuses it in per-token mode. */
+    assert_int_equal(run(NULL, "encode --layout 368 --mode per-token --scale 0.5 %s/in.bf16 %s/x.bin", tmp, tmp), 1);
+    assert_non_null(strstr(err_text, "outer_scale is 0.5, must be 0 in per-token mode (records carry s_t)"));
     assert_int_equal(run(NULL, "encode --layout 368 --mode static %s/in.bf16 %s/rec.bin", tmp, tmp), 0);
     assert_int_equal(run(NULL, "decode --layout 432 --mode static %s/rec.bin %s/x.bf16", tmp, tmp), 1);
     assert_non_null(strstr(err_text, "not a whole number of 432-byte records (wrong --layout or a short file?)"));

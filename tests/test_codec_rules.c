@@ -280,6 +280,43 @@ static void gather_should_zero_unused_slots_and_reject_out_of_range(void **state
     free(tok), free(slots);
 }
 
+/* The one mode rule (nvfp4_mla_record.h) as the operations apply it, in their words. */
+static void operations_should_apply_the_records_mode_rule(void **state) {
+    (void)state;
+    uint8_t cache[656];
+    int32_t slot = 0;
+    uint16_t row[576];
+    struct {
+        uint32_t layout, mode;
+        float scale;
+        const char *needle;
+    } cases[] = {
+        {NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 1.0f,
+         "gather: layout 3 (fp8_ds_mla_656) is read by attend only; gather takes 1 (fp8_rope_368) or 2"},
+        {7, NVFP4_MLA_SCALE_STATIC, 1.0f, "gather: layout is 7, must be 1 (fp8_rope_368), 2 (bf16_rope_432)"},
+        {NVFP4_MLA_LAYOUT_FP8_ROPE_368, 3, 1.0f, "gather: scale_mode is 3, must be 1 (static) or 2 (per-token)"},
+        {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 1.0f,
+         "gather: outer_scale is 1, must be 0 in per-token mode (records carry s_t)"},
+        {NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f,
+         "gather: scale_mode per-token requires layout fp8_rope_368; bf16_rope_432 records have no per-token"},
+        {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, -2.0f, "outer_scale is -2, must be a positive normal"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int32_t rb = (int32_t)(nvfp4_mla_record_bytes(cases[c].layout) ? nvfp4_mla_record_bytes(cases[c].layout) : 368);
+        nvfp4_mla_gather_args_t g = {sizeof g, cases[c].layout, cases[c].mode, 0, cases[c].scale, 0,
+                                     tu_cache(cache, 1, 1, rb, rb), tu_vec(&slot, NVFP4_MLA_DTYPE_I32, 1),
+                                     tu_rows(row, NVFP4_MLA_DTYPE_BF16, 1, 576, 576), NULL, {0}};
+        assert_int_equal(nvfp4_op_gather(ctx, &g), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+        if (!strstr(nvfp4_last_error(), cases[c].needle)) {
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", c, nvfp4_last_error(), cases[c].needle);
+        }
+    }
+    assert_int_equal(nvfp4_mla_mode_check(NVFP4_MLA_CAP_OP_ATTEND, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656,
+                                          NVFP4_MLA_SCALE_STATIC, 1.0f), NVFP4_MLA_MODE_OK);
+    assert_true(nvfp4_mla_caps_needed(NVFP4_MLA_CAP_OP_GATHER, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN) &
+                NVFP4_MLA_CAP_READ_LATENT_SCALE_PER_TOKEN); /* gather is a reader too */
+}
+
 static void capture_should_max_reduce_over_written_tokens_only(void **state) {
     (void)state;
     enum { T = 3 };
@@ -319,6 +356,7 @@ int main(void) {
         cmocka_unit_test(round_trip_should_stay_within_the_error_bound_of_each_mode),
         cmocka_unit_test(gather_should_zero_unused_slots_and_reject_out_of_range),
         cmocka_unit_test(capture_should_max_reduce_over_written_tokens_only),
+        cmocka_unit_test(operations_should_apply_the_records_mode_rule),
     };
     return cmocka_run_group_tests(tests, tu_setup_cpu, tu_teardown_cpu);
 }

@@ -279,6 +279,41 @@ static void real_plugin_should_report_cuda_by_what_the_machine_can_run(void **st
     nvfp4_mla_loader_close(&l);
 }
 
+/* The compiled table is generated from the header's X-macro: each entry's name is the header's
+ * name of its bit, and the entries are exactly the table's capability_bits. */
+static void real_plugin_should_name_its_capabilities_as_the_header_does(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    uint64_t listed = 0;
+    for (uint32_t i = 0; i < l.table->capability_count; i++) {
+        const nvfp4_mla_capability_t *c = &l.table->capabilities[i];
+        assert_string_equal(c->name, nvfp4_mla_capability_name(c->bit));
+        assert_int_equal(c->revision, 1);
+        assert_false(listed & c->bit); /* each once */
+        listed |= c->bit;
+    }
+    assert_true(listed == l.table->capability_bits);
+    nvfp4_mla_loader_close(&l);
+}
+
+/* The host-side rule of nvfp4_mla_record.h the loader decides with: the writer's and the readers'
+ * per-token capabilities, and attend's only when the host calls attend. */
+static void requirement_should_follow_the_records_rule(void **state) {
+    (void)state;
+    nvfp4_mla_requirement_t want = per_token;
+    uint64_t need = nvfp4_mla_requirement_caps(&want);
+    assert_true(need & NVFP4_MLA_CAP_WRITE_PER_TOKEN_SCALE);
+    assert_true(need & NVFP4_MLA_CAP_READ_LATENT_SCALE_PER_TOKEN);
+    assert_false(need & (NVFP4_MLA_CAP_SCALE_STATIC_OUTER | NVFP4_MLA_CAP_OP_ATTEND));
+    want = static368;
+    want.extra_caps = NVFP4_MLA_CAP_OP_ATTEND;
+    assert_true(nvfp4_mla_requirement_caps(&want) ==
+                (NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER | NVFP4_MLA_CAP_OP_ATTEND |
+                 NVFP4_MLA_CAP_LAYOUT_FP8_ROPE_368 | NVFP4_MLA_CAP_SCALE_STATIC_OUTER));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(loader_should_accept_a_current_plugin),
@@ -292,6 +327,8 @@ int main(void) {
         cmocka_unit_test(loader_should_give_the_plugins_cache_identity),
         cmocka_unit_test(real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts),
         cmocka_unit_test(real_plugin_should_report_cuda_by_what_the_machine_can_run),
+        cmocka_unit_test(real_plugin_should_name_its_capabilities_as_the_header_does),
+        cmocka_unit_test(requirement_should_follow_the_records_rule),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

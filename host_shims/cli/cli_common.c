@@ -90,10 +90,8 @@ int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, c
     if (strcmp(flag, "--layout") == 0) {
         if (strcmp(value, "368") == 0) {
             out->layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
-            out->record_bytes = NVFP4_MLA_RECORD_BYTES_368;
         } else if (strcmp(value, "432") == 0) {
             out->layout = NVFP4_MLA_LAYOUT_BF16_ROPE_432;
-            out->record_bytes = NVFP4_MLA_RECORD_BYTES_432;
         } else {
             return cli_fail(cmd, "--layout is \"%s\", must be 368 or 432", value);
         }
@@ -120,20 +118,21 @@ int cli_check_codec_flags(const char *cmd, cli_codec_flags_t *f, int need_mode) 
     if (need_mode && !f->scale_mode) {
         return cli_fail(cmd, "--mode per-token|static is required");
     }
-    if (f->scale_mode == NVFP4_MLA_SCALE_PER_TOKEN) {
-        if (f->scale != 0.0f) {
-            return cli_fail(cmd, "--scale applies to --mode static only");
-        }
-    } else if (f->scale == 0.0f) {
-        f->scale = 1.0f; /* --scale not given: uncalibrated (a given --scale is a positive normal float) */
+    if (f->scale == 0.0f) { /* not given (a given --scale is a positive normal float) */
+        f->scale = nvfp4_mla_default_outer_scale(f->scale_mode);
     }
     return 0;
 }
 
+int32_t cli_record_bytes(const cli_codec_flags_t *f) {
+    return (int32_t)nvfp4_mla_record_bytes(f->layout);
+}
+
 int cli_encode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
                uint8_t *records) {
+    const int32_t rb = cli_record_bytes(f);
     int64_t *slots = malloc((size_t)(count ? count : 1) * sizeof *slots);
-    uint8_t *cache = calloc(1, (size_t)cli_cache_bytes(count, f->record_bytes) + 1);
+    uint8_t *cache = calloc(1, (size_t)cli_cache_bytes(count, rb) + 1);
     if (!slots || !cache) {
         free(slots);
         free(cache);
@@ -146,18 +145,18 @@ int cli_encode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, co
         .struct_size = sizeof w,
         .layout = f->layout,
         .scale_mode = f->scale_mode,
-        .outer_scale = f->scale_mode == NVFP4_MLA_SCALE_STATIC ? f->scale : 0.0f,
-        .kv_c = cli_tensor_2d((void *)tokens, NVFP4_MLA_DTYPE_BF16, count, NVFP4_MLA_LATENT_DIM, 576),
+        .outer_scale = f->scale,
+        .kv_c = cli_tensor_2d((void *)tokens, NVFP4_MLA_DTYPE_BF16, count, NVFP4_MLA_LATENT_DIM, NVFP4_MLA_ROW_DIM),
         .k_pe = cli_tensor_2d((void *)(tokens + NVFP4_MLA_LATENT_DIM), NVFP4_MLA_DTYPE_BF16, count,
-                              NVFP4_MLA_ROPE_DIM, 576),
+                              NVFP4_MLA_ROPE_DIM, NVFP4_MLA_ROW_DIM),
         .slot_mapping = cli_tensor_1d(slots, NVFP4_MLA_DTYPE_I64, count),
-        .cache = cli_cache_tensor(cache, count, f->record_bytes),
+        .cache = cli_cache_tensor(cache, count, rb),
     };
     int rc = 0;
     if (host->table->write(host->cpu, &w) != NVFP4_MLA_OK) {
         rc = cli_fail(cmd, "%s", host->table->last_error());
     } else {
-        memcpy(records, cache, (size_t)(count * f->record_bytes)); /* one block after another: slot order */
+        memcpy(records, cache, (size_t)(count * rb)); /* one block after another: slot order */
     }
     free(slots);
     free(cache);
@@ -166,14 +165,15 @@ int cli_encode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, co
 
 int cli_decode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, const uint8_t *records, int64_t count,
                uint16_t *rows) {
+    const int32_t rb = cli_record_bytes(f);
     int32_t *slots = malloc((size_t)(count ? count : 1) * sizeof *slots);
-    uint8_t *cache = calloc(1, (size_t)cli_cache_bytes(count, f->record_bytes) + 1);
+    uint8_t *cache = calloc(1, (size_t)cli_cache_bytes(count, rb) + 1);
     if (!slots || !cache) {
         free(slots);
         free(cache);
         return cli_fail(cmd, "out of memory for %lld records", (long long)count);
     }
-    memcpy(cache, records, (size_t)(count * f->record_bytes));
+    memcpy(cache, records, (size_t)(count * rb));
     for (int64_t t = 0; t < count; t++) {
         slots[t] = (int32_t)t;
     }
@@ -181,10 +181,10 @@ int cli_decode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, co
         .struct_size = sizeof g,
         .layout = f->layout,
         .scale_mode = f->scale_mode,
-        .outer_scale = f->scale_mode == NVFP4_MLA_SCALE_STATIC ? f->scale : 0.0f,
-        .cache = cli_cache_tensor(cache, count, f->record_bytes),
+        .outer_scale = f->scale,
+        .cache = cli_cache_tensor(cache, count, rb),
         .slots = cli_tensor_1d(slots, NVFP4_MLA_DTYPE_I32, count),
-        .out = cli_tensor_2d(rows, NVFP4_MLA_DTYPE_BF16, count, 576, 576),
+        .out = cli_tensor_2d(rows, NVFP4_MLA_DTYPE_BF16, count, NVFP4_MLA_ROW_DIM, NVFP4_MLA_ROW_DIM),
     };
     int rc = 0;
     if (host->table->gather(host->cpu, &g) != NVFP4_MLA_OK) {

@@ -42,14 +42,70 @@ static int parse_demo(int argc, char **argv, const char **plugin, const char **s
     return 0;
 }
 
+/* One layer in each mode: the error table's rows. */
+static int demo_layer(cli_host_t *host, const nvfp4_mla_config_t *cfg, synth_rng_t *rng, int l, double max_abs,
+                      uint16_t *tokens) {
+    float scale;
+    host->table->config_layer_scale(cfg, (uint32_t)l, &scale);
+    synth_layer(rng, max_abs, 0, DEMO_TOKENS, tokens);
+    const struct {
+        const char *name;
+        cli_codec_flags_t flags;
+    } modes[] = {{"outer-1.0", {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, 1.0f}},
+                 {"static", {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, scale}},
+                 {"per-token", {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN,
+                                nvfp4_mla_default_outer_scale(NVFP4_MLA_SCALE_PER_TOKEN)}}};
+    synth_error_t e;
+    for (int m = 0; m < 3; m++) {
+        if (synth_measure_nvfp4(host, &modes[m].flags, tokens, DEMO_TOKENS, &e)) {
+            return 1;
+        }
+        printf("%5d %8.4g %-10s %10.2f%% %10.2f%% %11.1f%% %12.1f%% %11.1f%%\n", l, max_abs, modes[m].name,
+               100 * e.layer_rel_rms, 100 * e.median_token_rel, 100 * e.zero_tokens, 100 * e.subnormal_groups,
+               100 * e.zero_groups);
+    }
+    synth_measure_fp8_656(tokens, DEMO_TOKENS, &e);
+    printf("%5d %8.4g %-10s %10.2f%% %10.2f%% %11.1f%% %13s %12s\n", l, max_abs, "fp8-656", 100 * e.layer_rel_rms,
+           100 * e.median_token_rel, 100 * e.zero_tokens, "-", "-");
+    return 0;
+}
+
+/* The shallowest, a middle and the deepest layer, written and decoded in every mode. Static scales
+ * come from the plugin's configuration (`static_env`), exactly as a server gets them. */
+static int demo_layers(cli_host_t *host, const cli_profile_t *profile, const char *const *static_env) {
+    nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, static_env, NULL, {0}};
+    nvfp4_mla_config_t *cfg;
+    if (host->table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
+        return cli_fail("demo", "%s", host->table->last_error());
+    }
+    const double *max_abs = profile->max_abs;
+    int shallow = 0, deep = 0;
+    for (int l = 0; l < profile->layers; l++) {
+        shallow = max_abs[l] < max_abs[shallow] ? l : shallow;
+        deep = max_abs[l] > max_abs[deep] ? l : deep;
+    }
+    const int picks[3] = {shallow, profile->layers / 2, deep};
+    uint16_t *tokens = malloc((size_t)DEMO_TOKENS * NVFP4_MLA_ROW_DIM * sizeof *tokens);
+    synth_rng_t rng = {42};
+    int rc = tokens ? 0 : cli_fail("demo", "out of memory");
+    printf("\n%d Gaussian tokens per layer, 368-byte records, encode -> inspect -> decode on the CPU backend\n",
+           DEMO_TOKENS);
+    printf("%5s %8s %-10s %11s %11s %12s %13s %12s\n", "layer", "max_abs", "mode", "rel RMS", "median tok",
+           "zero tokens", "subnormal gs", "zero gs");
+    for (int p = 0; p < 3 && !rc; p++) {
+        rc = demo_layer(host, cfg, &rng, picks[p], max_abs[picks[p]], tokens);
+    }
+    free(tokens);
+    host->table->config_destroy(cfg);
+    return rc;
+}
+
 int cli_demo_cmd(int argc, char **argv) {
     const char *plugin = NULL, *path = NULL;
     cli_profile_t profile;
     if (parse_demo(argc, argv, &plugin, &path) || cli_profile_load("demo", path, &profile)) {
         return 1;
     }
-    const double *max_abs = profile.max_abs;
-    const int layers = profile.layers;
     cli_host_t host;
     if (cli_host_open_for(&host, plugin, NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER |
                                              NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY)) {
@@ -58,60 +114,11 @@ int cli_demo_cmd(int argc, char **argv) {
     }
     printf("plugin %s: %s %s, ABI %u.%u\n", host.loader.path, host.table->plugin_name, host.table->version,
            host.table->header.abi_major, host.table->header.abi_minor);
-    printf("magnitude profile: %s (%d layers)\n", profile.label, layers);
-
-    /* Static scales come from the plugin's configuration, exactly as a server gets them. */
+    printf("magnitude profile: %s (%d layers)\n", profile.label, profile.layers);
     char env_file[4500];
     snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", profile.scales_path);
     const char *static_env[] = {env_file, "KV_FP8_ROPE=1", NULL};
-    nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, static_env, NULL, {0}};
-    nvfp4_mla_config_t *cfg;
-    if (host.table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
-        int rc = cli_fail("demo", "%s", host.table->last_error());
-        cli_host_close(&host);
-        cli_profile_free(&profile);
-        return rc;
-    }
-    int shallow = 0, deep = 0;
-    for (int l = 0; l < layers; l++) {
-        shallow = max_abs[l] < max_abs[shallow] ? l : shallow;
-        deep = max_abs[l] > max_abs[deep] ? l : deep;
-    }
-    int picks[3] = {shallow, layers / 2, deep};
-    uint16_t *tokens = malloc((size_t)DEMO_TOKENS * 576 * sizeof *tokens);
-    synth_rng_t rng = {42};
-    int rc = 0;
-    printf("\n%d Gaussian tokens per layer, 368-byte records, encode -> inspect -> decode on the CPU backend\n",
-           DEMO_TOKENS);
-    printf("%5s %8s %-10s %11s %11s %12s %13s %12s\n", "layer", "max_abs", "mode", "rel RMS", "median tok",
-           "zero tokens", "subnormal gs", "zero gs");
-    for (int p = 0; p < 3 && !rc; p++) {
-        int l = picks[p];
-        float scale;
-        host.table->config_layer_scale(cfg, (uint32_t)l, &scale);
-        synth_layer(&rng, max_abs[l], 0, DEMO_TOKENS, tokens);
-        struct {
-            const char *name;
-            uint32_t mode;
-            float scale;
-        } modes[] = {{"outer-1.0", NVFP4_MLA_SCALE_STATIC, 1.0f},
-                     {"static", NVFP4_MLA_SCALE_STATIC, scale},
-                     {"per-token", NVFP4_MLA_SCALE_PER_TOKEN, 0.0f}};
-        for (int m = 0; m < 3 && !rc; m++) {
-            cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_RECORD_BYTES_368, modes[m].mode, modes[m].scale};
-            synth_error_t e;
-            if (!(rc = synth_measure_nvfp4(&host, &f, tokens, DEMO_TOKENS, &e))) {
-                printf("%5d %8.4g %-10s %10.2f%% %10.2f%% %11.1f%% %12.1f%% %11.1f%%\n", l, max_abs[l], modes[m].name,
-                       100 * e.layer_rel_rms, 100 * e.median_token_rel, 100 * e.zero_tokens, 100 * e.subnormal_groups,
-                       100 * e.zero_groups);
-            }
-        }
-        synth_error_t e;
-        synth_measure_fp8_656(tokens, DEMO_TOKENS, &e);
-        printf("%5d %8.4g %-10s %10.2f%% %10.2f%% %11.1f%% %13s %12s\n", l, max_abs[l], "fp8-656", 100 * e.layer_rel_rms,
-               100 * e.median_token_rel, 100 * e.zero_tokens, "-", "-");
-    }
-    host.table->config_destroy(cfg);
+    int rc = demo_layers(&host, &profile, static_env);
     if (!rc) {
         printf("\ncache identity per configuration (persistent offload namespaces):\n");
         const char *none[] = {NULL};
@@ -122,7 +129,6 @@ int cli_demo_cmd(int argc, char **argv) {
         identity_of(&host, per_token, "nvfp4_ds_mla, per-token:");
         identity_of(&host, both, "per-token + scales file:");
     }
-    free(tokens);
     cli_host_close(&host);
     cli_profile_free(&profile);
     return rc;

@@ -1,7 +1,8 @@
 /* nvfp4-mla quality: reconstruction error per layer and mode on synthetic latents that follow the
- * real per-layer max_abs profile (performance.md, "Quality"). Modes: outer scale 1.0, static
+ * real per-layer max_abs profile (../shared/spec/performance.md, "Quality"). Modes: outer scale 1.0, static
  * calibrated (scales through the plugin's configuration), per-token, and the 656-byte FP8 record. */
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +30,23 @@ static int layer_scales(cli_host_t *host, const char *path, int layers, float *s
     return 0;
 }
 
+/* The records of each mode for a layer of static scale `scale`. */
+static void mode_flags(float scale, cli_codec_flags_t f[MODES]) {
+    f[MODE_IDENTITY] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, 1.0f};
+    f[MODE_STATIC] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, scale};
+    f[MODE_PER_TOKEN] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN,
+                                            nvfp4_mla_default_outer_scale(NVFP4_MLA_SCALE_PER_TOKEN)};
+    f[MODE_FP8_656] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 1.0f};
+}
+
 /* All four modes on one layer's tokens. */
 static int measure_layer(cli_host_t *host, const uint16_t *tokens, int64_t count, float scale, synth_error_t *err) {
-    cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_RECORD_BYTES_368, NVFP4_MLA_SCALE_STATIC, 1.0f};
-    if (synth_measure_nvfp4(host, &f, tokens, count, &err[MODE_IDENTITY])) {
-        return 1;
-    }
-    f.scale = scale;
-    if (synth_measure_nvfp4(host, &f, tokens, count, &err[MODE_STATIC])) {
-        return 1;
-    }
-    f.scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
-    f.scale = 0.0f;
-    if (synth_measure_nvfp4(host, &f, tokens, count, &err[MODE_PER_TOKEN])) {
-        return 1;
+    cli_codec_flags_t f[MODES];
+    mode_flags(scale, f);
+    for (int m = MODE_IDENTITY; m <= MODE_PER_TOKEN; m++) {
+        if (synth_measure_nvfp4(host, &f[m], tokens, count, &err[m])) {
+            return 1;
+        }
     }
     synth_measure_fp8_656(tokens, count, &err[MODE_FP8_656]);
     return 0;
@@ -88,118 +92,162 @@ static char *json_string(const char *text) {
     return out;
 }
 
-int cli_quality_cmd(int argc, char **argv) {
+/* A run: the profile, its static scales from the plugin, the open plugin, the token buffer and the
+ * optional JSON output (rows go to `json` as they are measured, comma-separated after the first). */
+typedef struct quality_run {
     quality_opts_t o;
     cli_profile_t profile;
-    if (parse_quality(argc, argv, &o) || cli_profile_load("quality", o.scales, &profile)) {
-        return 1;
-    }
-    const double *max_abs = profile.max_abs;
-    const int layers = profile.layers;
-    const long count = (long)o.count;
-    const unsigned long long seed = o.seed;
     cli_host_t host;
-    float *scales = malloc((size_t)layers * sizeof *scales);
-    uint16_t *tokens = malloc((size_t)count * 576 * sizeof *tokens);
-    if (!scales || !tokens || cli_host_open(&host, o.plugin)) {
-        free(scales);
-        free(tokens);
-        cli_profile_free(&profile);
+    float *scales;    /* [profile.layers] */
+    uint16_t *tokens; /* [o.count, 576] bf16 */
+    cli_out_t out;
+    FILE *json;       /* out.f, or NULL without --json */
+    int rows;         /* JSON rows written */
+} quality_run_t;
+
+static void print_mode_columns(void) {
+    for (int m = 0; m < MODES; m++) printf(" %9s", mode_names[m]);
+}
+
+static void print_percent_row(const double *v) {
+    for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * v[m]);
+}
+
+/* One layer of the reconstruction table: its row, its JSON rows, the running sums. */
+static int reconstruction_row(quality_run_t *r, synth_rng_t *rng, int heavy, int l, double sums[3][MODES]) {
+    const double max_abs = r->profile.max_abs[l];
+    synth_error_t err[MODES];
+    synth_layer(rng, max_abs, heavy, r->o.count, r->tokens);
+    if (measure_layer(&r->host, r->tokens, r->o.count, r->scales[l], err)) {
         return 1;
     }
-    int rc = layer_scales(&host, profile.scales_path, layers, scales);
-    cli_out_t out = {0};
-    rc = rc || (o.json_path && cli_out_open("quality", o.json_path, &out));
-    FILE *json = rc ? NULL : out.f;
-    if (json) {
-        char *label = json_string(profile.label);
-        fprintf(json, "{\"scales_file\": %s, \"tokens_per_layer\": %ld, \"seed\": %llu, \"layers\": [\n",
-                label ? label : "null", count, seed);
-        free(label);
-    }
-    for (int heavy = 0; heavy < 2 && !rc; heavy++) {
-        synth_rng_t rng = {seed * 1000003u + (uint64_t)heavy};
-        double sum[MODES] = {0}, worst[MODES] = {0}, sum_median[MODES] = {0};
-        printf("\n%s latents, %ld tokens per layer: relative RMS error | median per-token error | zero tokens\n",
-               heavy ? "Student-t (nu=3)" : "Gaussian", count);
-        printf("%5s %9s |", "layer", "max_abs");
-        for (int m = 0; m < MODES; m++) printf(" %9s", mode_names[m]);
-        printf(" |");
-        for (int m = 0; m < MODES; m++) printf(" %9s", mode_names[m]);
-        printf(" | %9s %9s\n", "1.0-zero", "1.0-subn");
-        for (int l = 0; l < layers && !rc; l++) {
-            synth_error_t err[MODES];
-            synth_layer(&rng, max_abs[l], heavy, count, tokens);
-            if ((rc = measure_layer(&host, tokens, count, scales[l], err))) {
-                break;
-            }
-            printf("%5d %9.4g |", l, max_abs[l]);
-            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * err[m].layer_rel_rms);
-            printf(" |");
-            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * err[m].median_token_rel);
-            printf(" | %8.1f%% %8.1f%%\n", 100 * err[MODE_IDENTITY].zero_tokens, 100 * err[MODE_IDENTITY].subnormal_groups);
-            for (int m = 0; m < MODES; m++) {
-                sum[m] += err[m].layer_rel_rms;
-                sum_median[m] += err[m].median_token_rel;
-                worst[m] = err[m].layer_rel_rms > worst[m] ? err[m].layer_rel_rms : worst[m];
-                if (json) {
-                    fprintf(json, "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
-                                  "\"median_token_rel\": %.6f, \"zero_tokens\": %.6f, \"subnormal_groups\": %.6f}",
-                            heavy || l || m ? ",\n" : "", heavy ? "student-t3" : "gaussian", l, max_abs[l], mode_names[m],
-                            err[m].layer_rel_rms, err[m].median_token_rel, err[m].zero_tokens, err[m].subnormal_groups);
-                }
-            }
-        }
-        if (!rc) {
-            printf("%15s |", "mean");
-            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * sum[m] / layers);
-            printf(" |");
-            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * sum_median[m] / layers);
-            printf("\n%15s |", "worst layer");
-            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * worst[m]);
-            printf("\n");
+    double rms[MODES], median[MODES];
+    for (int m = 0; m < MODES; m++) {
+        rms[m] = err[m].layer_rel_rms, median[m] = err[m].median_token_rel;
+        sums[0][m] += rms[m], sums[1][m] += median[m], sums[2][m] = fmax(sums[2][m], rms[m]);
+        if (r->json) {
+            fprintf(r->json, "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
+                             "\"median_token_rel\": %.6f, \"zero_tokens\": %.6f, \"subnormal_groups\": %.6f}",
+                    r->rows++ ? ",\n" : "", heavy ? "student-t3" : "gaussian", l, max_abs, mode_names[m], rms[m],
+                    median[m], err[m].zero_tokens, err[m].subnormal_groups);
         }
     }
-    /* Attention output error against float64 attention over the unquantised bf16 latents, on the
-     * shallowest, a middle and the deepest layer of the profile. */
+    printf("%5d %9.4g |", l, max_abs);
+    print_percent_row(rms);
+    printf(" |");
+    print_percent_row(median);
+    printf(" | %8.1f%% %8.1f%%\n", 100 * err[MODE_IDENTITY].zero_tokens, 100 * err[MODE_IDENTITY].subnormal_groups);
+    return 0;
+}
+
+/* The reconstruction table of one latent distribution over every layer, with mean and worst. */
+static int reconstruction_table(quality_run_t *r, int heavy) {
+    synth_rng_t rng = {r->o.seed * 1000003u + (uint64_t)heavy};
+    double sums[3][MODES] = {{0}}; /* rel RMS, median per-token, worst rel RMS */
+    printf("\n%s latents, %lld tokens per layer: relative RMS error | median per-token error | zero tokens\n",
+           heavy ? "Student-t (nu=3)" : "Gaussian", r->o.count);
+    printf("%5s %9s |", "layer", "max_abs");
+    print_mode_columns();
+    printf(" |");
+    print_mode_columns();
+    printf(" | %9s %9s\n", "1.0-zero", "1.0-subn");
+    for (int l = 0; l < r->profile.layers; l++) {
+        if (reconstruction_row(r, &rng, heavy, l, sums)) {
+            return 1;
+        }
+    }
+    double mean[MODES], median[MODES];
+    for (int m = 0; m < MODES; m++) {
+        mean[m] = sums[0][m] / r->profile.layers, median[m] = sums[1][m] / r->profile.layers;
+    }
+    printf("%15s |", "mean");
+    print_percent_row(mean);
+    printf(" |");
+    print_percent_row(median);
+    printf("\n%15s |", "worst layer");
+    print_percent_row(sums[2]);
+    printf("\n");
+    return 0;
+}
+
+/* Attention output error against float64 attention over the unquantised bf16 latents, on the
+ * shallowest, a middle and the deepest layer of the profile. */
+static int attention_table(quality_run_t *r) {
+    const double *max_abs = r->profile.max_abs;
     int shallow = 0, deep = 0;
-    for (int l = 0; l < layers; l++) {
+    for (int l = 0; l < r->profile.layers; l++) {
         shallow = max_abs[l] < max_abs[shallow] ? l : shallow;
         deep = max_abs[l] > max_abs[deep] ? l : deep;
     }
-    const int picks[3] = {shallow, layers / 2, deep};
-    printf("\nAttention output, 4 queries x 16 heads over 256 of %ld tokens: relative RMS error against float64\n"
-           "attention over the unquantised bf16 latents (Gaussian latents)\n%5s %9s |", count, "layer", "max_abs");
-    for (int m = 0; m < MODES; m++) printf(" %9s", mode_names[m]);
+    const int picks[3] = {shallow, r->profile.layers / 2, deep};
+    printf("\nAttention output, 4 queries x 16 heads over 256 of %lld tokens: relative RMS error against float64\n"
+           "attention over the unquantised bf16 latents (Gaussian latents)\n%5s %9s |", r->o.count, "layer", "max_abs");
+    print_mode_columns();
     printf("\n");
-    for (int p = 0; p < 3 && !rc; p++) {
-        synth_rng_t rng = {seed * 7919u + (uint64_t)p};
-        synth_layer(&rng, max_abs[picks[p]], 0, count, tokens);
-        cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_RECORD_BYTES_368, NVFP4_MLA_SCALE_STATIC, 1.0f};
+    for (int p = 0; p < 3; p++) {
+        synth_rng_t rng = {r->o.seed * 7919u + (uint64_t)p};
+        synth_layer(&rng, max_abs[picks[p]], 0, r->o.count, r->tokens);
+        cli_codec_flags_t f[MODES];
+        mode_flags(r->scales[picks[p]], f);
         double e[MODES];
-        rc = synth_attend_error(&host, &f, tokens, count, 4, 16, 256, &e[MODE_IDENTITY]);
-        f.scale = scales[picks[p]];
-        rc = rc || synth_attend_error(&host, &f, tokens, count, 4, 16, 256, &e[MODE_STATIC]);
-        f.scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
-        f.scale = 0.0f;
-        rc = rc || synth_attend_error(&host, &f, tokens, count, 4, 16, 256, &e[MODE_PER_TOKEN]);
-        rc = rc || synth_attend_error(&host, NULL, tokens, count, 4, 16, 256, &e[MODE_FP8_656]);
-        if (!rc) {
-            printf("%5d %9.4g |", picks[p], max_abs[picks[p]]);
-            for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * e[m]);
-            printf("\n");
-            for (int m = 0; json && m < MODES; m++)
-                fprintf(json, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}", picks[p],
-                        mode_names[m], e[m]);
+        for (int m = 0; m < MODES; m++) {
+            if (synth_attend_error(&r->host, &f[m], r->tokens, r->o.count, 4, 16, 256, &e[m])) {
+                return 1;
+            }
+        }
+        printf("%5d %9.4g |", picks[p], max_abs[picks[p]]);
+        print_percent_row(e);
+        printf("\n");
+        for (int m = 0; r->json && m < MODES; m++) {
+            fprintf(r->json, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}", picks[p],
+                    mode_names[m], e[m]);
         }
     }
-    if (json) {
-        fprintf(json, "\n]}\n");
-        rc = rc ? (cli_out_abort(&out), rc) : cli_out_commit(&out);
+    return 0;
+}
+
+/* The plugin, the scales and the buffers of a run; the JSON output opened with its header. */
+static int quality_open(quality_run_t *r) {
+    const int layers = r->profile.layers;
+    r->scales = malloc((size_t)layers * sizeof *r->scales);
+    r->tokens = malloc((size_t)r->o.count * NVFP4_MLA_ROW_DIM * sizeof *r->tokens);
+    if (!r->scales || !r->tokens) {
+        return cli_fail("quality", "out of memory");
     }
-    cli_host_close(&host);
-    cli_profile_free(&profile);
-    free(scales);
-    free(tokens);
+    if (cli_host_open(&r->host, r->o.plugin)) {
+        return 1;
+    }
+    if (layer_scales(&r->host, r->profile.scales_path, layers, r->scales) ||
+        (r->o.json_path && cli_out_open("quality", r->o.json_path, &r->out))) {
+        cli_host_close(&r->host);
+        return 1;
+    }
+    if ((r->json = r->o.json_path ? r->out.f : NULL)) {
+        char *label = json_string(r->profile.label);
+        fprintf(r->json, "{\"scales_file\": %s, \"tokens_per_layer\": %lld, \"seed\": %llu, \"layers\": [\n",
+                label ? label : "null", r->o.count, r->o.seed);
+        free(label);
+    }
+    return 0;
+}
+
+int cli_quality_cmd(int argc, char **argv) {
+    static quality_run_t r;
+    memset(&r, 0, sizeof r);
+    if (parse_quality(argc, argv, &r.o) || cli_profile_load("quality", r.o.scales, &r.profile)) {
+        return 1;
+    }
+    int rc = quality_open(&r);
+    if (!rc) {
+        rc = reconstruction_table(&r, 0) || reconstruction_table(&r, 1) || attention_table(&r);
+        if (r.json) {
+            fprintf(r.json, "\n]}\n");
+            rc = rc ? (cli_out_abort(&r.out), rc) : cli_out_commit(&r.out);
+        }
+        cli_host_close(&r.host);
+    }
+    cli_profile_free(&r.profile);
+    free(r.scales);
+    free(r.tokens);
     return rc;
 }

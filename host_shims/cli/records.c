@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "cli.h"
-#include "fp_codes.h"
+#include "host_codes.h"
 
-#define ROW_BYTES (576 * 2)
+#define ROW_BYTES (NVFP4_MLA_ROW_DIM * 2)
 
 /* Parses [--layout L] [--mode M] [--scale S] [--plugin P] [--tokens N] (each at most once) and two (or
  * one) positional files. */
@@ -65,12 +65,13 @@ int cli_encode_cmd(int argc, char **argv) {
                         len, ROW_BYTES);
     }
     int64_t count = (int64_t)(len / ROW_BYTES);
-    uint8_t *records = malloc((size_t)(count * f.record_bytes) + 1);
+    const int32_t rb = cli_record_bytes(&f);
+    uint8_t *records = malloc((size_t)(count * rb) + 1);
     cli_host_t host;
     int rc = !records || cli_host_open_for(&host, plugin, NVFP4_MLA_CAP_OP_WRITE);
     if (!rc) {
         rc = cli_encode("encode", &host, &f, (const uint16_t *)in, count, records) ||
-             cli_write_file("encode", files[1], records, (size_t)(count * f.record_bytes));
+             cli_write_file("encode", files[1], records, (size_t)(count * rb));
         cli_host_close(&host);
     }
     free(records);
@@ -90,12 +91,13 @@ int cli_decode_cmd(int argc, char **argv) {
     if (cli_read_file("decode", files[0], CLI_MAX_DATA_BYTES, &in, &len)) {
         return 1;
     }
-    if (len % (size_t)f.record_bytes) {
+    const size_t rb = (size_t)cli_record_bytes(&f);
+    if (len % rb) {
         free(in);
-        return cli_fail("decode", "%s is %zu bytes, not a whole number of %d-byte records (wrong --layout or a short file?)",
-                        files[0], len, f.record_bytes);
+        return cli_fail("decode", "%s is %zu bytes, not a whole number of %zu-byte records (wrong --layout or a short file?)",
+                        files[0], len, rb);
     }
-    int64_t count = (int64_t)(len / (size_t)f.record_bytes);
+    int64_t count = (int64_t)(len / rb);
     uint16_t *rows = malloc((size_t)count * ROW_BYTES + 1);
     cli_host_t host;
     int rc = !rows || cli_host_open_for(&host, plugin, NVFP4_MLA_CAP_OP_GATHER);
@@ -115,6 +117,55 @@ static float read_f32(const uint8_t *p) {
     return v;
 }
 
+/* What inspect counts over a file's records. */
+typedef struct tally {
+    uint64_t histogram[128]; /* group-scale magnitude codes */
+    uint64_t records, subnormal, zero, saturated, zero_tokens;
+} tally_t;
+
+/* One record: the scales of the first `show` tokens printed, its codes counted. */
+static void tally_record(const uint8_t *r, int32_t record_bytes, int show, tally_t *t) {
+    if (show) {
+        if (record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
+            printf("%8llu %14.7g %14.7g\n", (unsigned long long)t->records,
+                   (double)read_f32(r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET),
+                   (double)read_f32(r + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET));
+        } else {
+            printf("%8llu %14s %14s\n", (unsigned long long)t->records, "-", "(bf16 RoPE)");
+        }
+    }
+    int all_zero = 1;
+    for (int g = 0; g < NVFP4_MLA_GROUPS; g++) {
+        uint8_t code = r[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g] & 0x7F;
+        t->histogram[code]++;
+        t->zero += code == 0;
+        t->subnormal += code >= 1 && code <= 7;
+        all_zero &= code == 0;
+    }
+    t->zero_tokens += all_zero;
+    for (int i = 0; i < NVFP4_MLA_LATENT_DIM / 2; i++) {
+        t->saturated += ((r[i] & 0x7) == 7) + (((r[i] >> 4) & 0x7) == 7);
+    }
+    t->records++;
+}
+
+static void print_tally(const tally_t *t) {
+    const uint64_t groups = t->records * NVFP4_MLA_GROUPS, elements = t->records * NVFP4_MLA_LATENT_DIM;
+    printf("group scales: %llu groups, %llu zero (%.2f%%), %llu E4M3 subnormal (%.2f%%); %llu tokens with all groups zero\n",
+           (unsigned long long)groups, (unsigned long long)t->zero, 100.0 * (double)t->zero / (double)groups,
+           (unsigned long long)t->subnormal, 100.0 * (double)t->subnormal / (double)groups,
+           (unsigned long long)t->zero_tokens);
+    printf("saturated elements (|code| = 6): %llu of %llu (%.3f%%)\n", (unsigned long long)t->saturated,
+           (unsigned long long)elements, 100.0 * (double)t->saturated / (double)elements);
+    printf("group-scale code histogram (code: value count):\n");
+    for (int c = 0; c < 128; c++) {
+        if (t->histogram[c]) {
+            printf("  0x%02x: %-10.6g %llu\n", c, (double)host_e4m3_value((uint8_t)c),
+                   (unsigned long long)t->histogram[c]);
+        }
+    }
+}
+
 int cli_inspect_cmd(int argc, char **argv) {
     cli_codec_flags_t f = {0};
     const char *plugin = NULL, *files[1];
@@ -128,49 +179,18 @@ int cli_inspect_cmd(int argc, char **argv) {
     if (cli_read_file("inspect", files[0], CLI_MAX_DATA_BYTES, &in, &len)) {
         return 1;
     }
-    if (len % (size_t)f.record_bytes || len == 0) {
+    const int32_t rb = cli_record_bytes(&f);
+    if (len % (size_t)rb || len == 0) {
         free(in);
-        return cli_fail("inspect", "%s is %zu bytes, not a positive whole number of %d-byte records", files[0], len,
-                        f.record_bytes);
+        return cli_fail("inspect", "%s is %zu bytes, not a positive whole number of %d-byte records", files[0], len, rb);
     }
-    size_t count = len / (size_t)f.record_bytes;
-    uint64_t histogram[128] = {0}, subnormal = 0, zero = 0, saturated = 0, zero_tokens = 0;
-    printf("%zu records of %d bytes\n%8s %14s %14s\n", count, f.record_bytes, "token", "s_t", "rope_scale");
-    for (size_t t = 0; t < count; t++) {
-        const uint8_t *r = in + t * (size_t)f.record_bytes;
-        float s_t = read_f32(r + 292);
-        if ((long long)t < show) {
-            if (f.record_bytes == 368) {
-                printf("%8zu %14.7g %14.7g\n", t, (double)s_t, (double)read_f32(r + 288));
-            } else {
-                printf("%8zu %14s %14s\n", t, "-", "(bf16 RoPE)");
-            }
-        }
-        int all_zero = 1;
-        for (int g = 0; g < 32; g++) {
-            uint8_t code = r[256 + g] & 0x7F;
-            histogram[code]++;
-            zero += code == 0;
-            subnormal += code >= 1 && code <= 7;
-            all_zero &= code == 0;
-        }
-        zero_tokens += all_zero;
-        for (int i = 0; i < 256; i++) {
-            saturated += ((r[i] & 0x7) == 7) + (((r[i] >> 4) & 0x7) == 7);
-        }
+    static tally_t t;
+    memset(&t, 0, sizeof t);
+    printf("%zu records of %d bytes\n%8s %14s %14s\n", len / (size_t)rb, rb, "token", "s_t", "rope_scale");
+    for (size_t i = 0; i < len / (size_t)rb; i++) {
+        tally_record(in + i * (size_t)rb, rb, (long long)i < show, &t);
     }
-    uint64_t groups = count * 32;
-    printf("group scales: %llu groups, %llu zero (%.2f%%), %llu E4M3 subnormal (%.2f%%); %llu tokens with all groups zero\n",
-           (unsigned long long)groups, (unsigned long long)zero, 100.0 * (double)zero / (double)groups,
-           (unsigned long long)subnormal, 100.0 * (double)subnormal / (double)groups, (unsigned long long)zero_tokens);
-    printf("saturated elements (|code| = 6): %llu of %llu (%.3f%%)\n", (unsigned long long)saturated,
-           (unsigned long long)(count * 512), 100.0 * (double)saturated / (double)(count * 512));
-    printf("group-scale code histogram (code: value count):\n");
-    for (int c = 0; c < 128; c++) {
-        if (histogram[c]) {
-            printf("  0x%02x: %-10.6g %llu\n", c, (double)nvfp4_e4m3_decode((uint8_t)c), (unsigned long long)histogram[c]);
-        }
-    }
+    print_tally(&t);
     free(in);
     return 0;
 }

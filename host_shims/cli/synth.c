@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fp_codes.h"
+#include "host_codes.h"
 
 static uint64_t next_u64(synth_rng_t *rng) { /* splitmix64: small, well mixed, reproducible */
     uint64_t z = (rng->state += UINT64_C(0x9E3779B97F4A7C15));
@@ -49,10 +49,10 @@ void synth_layer(synth_rng_t *rng, double amax, int heavy, int64_t count, uint16
     for (int64_t t = 0; t < count; t++) {
         uint16_t *row = tokens + t * 576;
         for (int j = 0; j < 512; j++) {
-            row[j] = nvfp4_f32_to_bf16((float)(raw[t * 512 + j] / peak * amax));
+            row[j] = host_bf16_bits((float)(raw[t * 512 + j] / peak * amax));
         }
         for (int j = 0; j < 64; j++) {
-            row[512 + j] = nvfp4_f32_to_bf16((float)synth_normal(rng));
+            row[512 + j] = host_bf16_bits((float)synth_normal(rng));
         }
     }
     free(raw);
@@ -71,7 +71,7 @@ static void score(const uint16_t *tokens, const float *got, int64_t count, synth
     for (int64_t t = 0; t < count; t++) {
         double tn = 0, td = 0, out_norm = 0;
         for (int j = 0; j < 512; j++) {
-            double x = nvfp4_bf16_to_f32(tokens[t * 576 + j]);
+            double x = host_bf16_value(tokens[t * 576 + j]);
             double d = got[t * 512 + j] - x;
             tn += d * d;
             td += x * x;
@@ -92,7 +92,8 @@ static void score(const uint16_t *tokens, const float *got, int64_t count, synth
 
 int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
                         synth_error_t *err) {
-    uint8_t *records = malloc((size_t)(count * f->record_bytes));
+    const int32_t rb = cli_record_bytes(f);
+    uint8_t *records = malloc((size_t)(count * rb));
     uint16_t *rows = malloc((size_t)count * 576 * sizeof *rows);
     float *got = calloc((size_t)count * 512 + 1, sizeof *got);
     int rc = !records || !rows || !got;
@@ -103,12 +104,12 @@ int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *f, const uint
         int64_t subnormal = 0, zero = 0;
         for (int64_t t = 0; t < count; t++) {
             for (int g = 0; g < 32; g++) {
-                uint8_t code = records[t * f->record_bytes + 256 + g] & 0x7F;
+                uint8_t code = records[t * rb + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g] & 0x7F;
                 subnormal += code >= 1 && code <= 7;
                 zero += code == 0;
             }
             for (int j = 0; j < 512; j++) {
-                got[t * 512 + j] = nvfp4_bf16_to_f32(rows[t * 576 + j]);
+                got[t * 512 + j] = host_bf16_value(rows[t * 576 + j]);
             }
         }
         score(tokens, got, count, err);
@@ -121,101 +122,107 @@ int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *f, const uint
     return rc;
 }
 
-/* The 656-byte fp8_ds_mla record of one bf16 token (record-format.md section 8). */
-static void encode_fp8_656(const uint16_t *row, uint8_t *rec) {
-    for (int tile = 0; tile < 4; tile++) {
-        float amax = 0;
-        for (int j = 0; j < 128; j++) {
-            float a = nvfp4_abs(nvfp4_bf16_to_f32(row[tile * 128 + j]));
-            amax = nvfp4_is_finite(a) && a > amax ? a : amax;
-        }
-        float scale = amax / 448.0f < NVFP4_FLT_MIN ? NVFP4_FLT_MIN : amax / 448.0f;
-        memcpy(rec + 512 + 4 * tile, &scale, 4);
-        for (int j = 0; j < 128; j++) rec[tile * 128 + j] = nvfp4_e4m3_encode(nvfp4_bf16_to_f32(row[tile * 128 + j]) / scale);
-    }
-    memcpy(rec + 528, row + 512, 128);
-}
-
 void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t *err) {
     float *got = calloc((size_t)count * 512 + 1, sizeof *got);
     if (!got) {
         memset(err, 0, sizeof *err);
         return;
     }
-    uint8_t rec[656];
+    uint8_t rec[NVFP4_MLA_RECORD_BYTES_656];
     for (int64_t t = 0; t < count; t++) {
-        encode_fp8_656(tokens + t * 576, rec);
-        for (int j = 0; j < 512; j++) {
-            float scale;
-            memcpy(&scale, rec + 512 + 4 * (j / 128), sizeof scale);
-            got[t * 512 + j] = nvfp4_e4m3_decode(rec[j]) * scale;
-        }
+        host_encode_fp8_656(tokens + t * 576, rec);
+        host_decode_fp8_656_latent(rec, got + t * 512);
     }
     score(tokens, got, count, err);
     err->subnormal_groups = err->zero_groups = 0;
     free(got);
 }
 
+/* The layer's records in the flags' layout: through the plugin's writer, or (656) encoded here. */
+static int records_of(cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
+                      uint8_t *records) {
+    if (f->layout != NVFP4_MLA_LAYOUT_FP8_DS_MLA_656) {
+        return cli_encode("quality", host, f, tokens, count, records);
+    }
+    for (int64_t t = 0; t < count; t++) {
+        host_encode_fp8_656(tokens + t * NVFP4_MLA_ROW_DIM, records + t * NVFP4_MLA_RECORD_BYTES_656);
+    }
+    return 0;
+}
+
+/* Random queries scaled so that scores spread like a real softmax over the layer (unit logits),
+ * and random top-k slots into the layer's tokens. */
+static void draw_queries(const uint16_t *tokens, int64_t count, int64_t q_values, uint16_t *q, int64_t n_slots,
+                         int32_t *slots) {
+    synth_rng_t rng = {7};
+    double key_norm = 0;
+    for (int64_t i = 0; i < count * 576; i++) key_norm += (double)host_bf16_value(tokens[i]) * host_bf16_value(tokens[i]);
+    key_norm = sqrt(key_norm / (double)count);
+    for (int64_t i = 0; i < q_values; i++) q[i] = host_bf16_bits((float)(synth_normal(&rng) / key_norm * 24.0));
+    /* Through int64_t: a negative double converted straight to uint64_t is undefined (UBSan). */
+    for (int64_t i = 0; i < n_slots; i++)
+        slots[i] = (int32_t)(((uint64_t)(int64_t)(synth_normal(&rng) * 1e6) & 0x7FFFFFFF) % (uint64_t)count);
+}
+
+/* The plugin's CPU attend over the records: out [queries, heads, 512] bf16. */
+static int plugin_attend(cli_host_t *host, const cli_codec_flags_t *f, uint8_t *records, int64_t count, uint16_t *q,
+                         int32_t *slots, int queries, int heads, int topk, uint16_t *out) {
+    const int32_t rb = cli_record_bytes(f);
+    nvfp4_mla_attend_args_t a = {.struct_size = sizeof a, .layout = f->layout, .scale_mode = f->scale_mode,
+                                 .outer_scale = f->scale, .sm_scale = 1.0f / 24.0f};
+    a.q = (nvfp4_mla_tensor_t){q, NVFP4_MLA_DTYPE_BF16, 3, {queries, heads, 576, 0}, {heads * 576, 576, 1, 0},
+                               NVFP4_MLA_DEVICE_CPU, 0};
+    a.slots = cli_tensor_2d(slots, NVFP4_MLA_DTYPE_I32, queries, topk, topk);
+    a.cache = (nvfp4_mla_tensor_t){records, NVFP4_MLA_DTYPE_U8, 3, {count, 1, rb, 0}, {rb, rb, 1, 0}, NVFP4_MLA_DEVICE_CPU, 0};
+    a.out = (nvfp4_mla_tensor_t){out, NVFP4_MLA_DTYPE_BF16, 3, {queries, heads, 512, 0}, {heads * 512, 512, 1, 0},
+                                 NVFP4_MLA_DEVICE_CPU, 0};
+    if (host->table->attend(host->cpu, &a) != NVFP4_MLA_OK) {
+        return cli_fail("quality", "%s", host->table->last_error());
+    }
+    return 0;
+}
+
+/* Float64 attention of one query head over the unquantised tokens of its slots; accumulates the
+ * squared error of `got` [512] into *num and the squared reference into *den. */
+static void score_head(const uint16_t *tokens, const uint16_t *qv, const int32_t *slots, int topk, const uint16_t *got,
+                       double *s, double *num, double *den) {
+    double m = -INFINITY, l = 0, ref[512] = {0};
+    for (int k = 0; k < topk; k++) {
+        const uint16_t *kv = tokens + (int64_t)slots[k] * 576;
+        double dot = 0;
+        for (int i = 0; i < 576; i++) dot += (double)host_bf16_value(qv[i]) * host_bf16_value(kv[i]);
+        s[k] = dot / 24.0;
+        m = s[k] > m ? s[k] : m;
+    }
+    for (int k = 0; k < topk; k++) {
+        const uint16_t *kv = tokens + (int64_t)slots[k] * 576;
+        double p = exp(s[k] - m);
+        l += p;
+        for (int i = 0; i < 512; i++) ref[i] += p * host_bf16_value(kv[i]);
+    }
+    for (int i = 0; i < 512; i++) {
+        double d = host_bf16_value(got[i]) - ref[i] / l;
+        *num += d * d;
+        *den += ref[i] / l * ref[i] / l;
+    }
+}
+
 int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
                        int queries, int heads, int topk, double *rel_err) {
-    const int32_t rb = f ? f->record_bytes : 656;
-    uint8_t *records = malloc((size_t)(count * rb));
-    uint16_t *q = malloc((size_t)queries * heads * 576 * sizeof *q), *out = malloc((size_t)queries * heads * 512 * 2);
-    int32_t *slots = malloc((size_t)queries * topk * sizeof *slots);
-    int rc = !records || !q || !out || !slots;
-    if (!rc && f) {
-        rc = cli_encode("quality", host, f, tokens, count, records);
-    } else if (!rc) {
-        for (int64_t t = 0; t < count; t++) encode_fp8_656(tokens + t * 576, records + t * 656);
-    }
-    synth_rng_t rng = {7};
-    /* Queries scaled so that scores spread like a real softmax over the layer (unit logits). */
-    double key_norm = 0;
-    for (int64_t i = 0; i < count * 576; i++) key_norm += (double)nvfp4_bf16_to_f32(tokens[i]) * nvfp4_bf16_to_f32(tokens[i]);
-    key_norm = sqrt(key_norm / (double)count);
-    for (int64_t i = 0; i < (int64_t)queries * heads * 576; i++) q[i] = nvfp4_f32_to_bf16((float)(synth_normal(&rng) / key_norm * 24.0));
-    /* Through int64_t: a negative double converted straight to uint64_t is undefined (UBSan). */
-    for (int64_t i = 0; i < (int64_t)queries * topk; i++)
-        slots[i] = (int32_t)(((uint64_t)(int64_t)(synth_normal(&rng) * 1e6) & 0x7FFFFFFF) % (uint64_t)count);
-    double num = 0, den = 0;
+    const int64_t q_values = (int64_t)queries * heads * 576, n_slots = (int64_t)queries * topk;
+    uint8_t *records = malloc((size_t)(count * cli_record_bytes(f)));
+    uint16_t *q = malloc((size_t)q_values * sizeof *q), *out = malloc((size_t)queries * heads * 512 * 2);
+    int32_t *slots = malloc((size_t)n_slots * sizeof *slots);
+    double *s = malloc((size_t)topk * sizeof *s), num = 0, den = 0;
+    int rc = !records || !q || !out || !slots || !s ? cli_fail("quality", "out of memory") : 0;
     if (!rc) {
-        nvfp4_mla_attend_args_t a = {.struct_size = sizeof a,
-                                     .layout = f ? f->layout : NVFP4_MLA_LAYOUT_FP8_DS_MLA_656,
-                                     .scale_mode = f ? f->scale_mode : NVFP4_MLA_SCALE_STATIC,
-                                     .outer_scale = f ? (f->scale_mode == NVFP4_MLA_SCALE_STATIC ? f->scale : 0.0f) : 1.0f,
-                                     .sm_scale = 1.0f / 24.0f};
-        a.q = (nvfp4_mla_tensor_t){q, NVFP4_MLA_DTYPE_BF16, 3, {queries, heads, 576, 0}, {heads * 576, 576, 1, 0},
-                                   NVFP4_MLA_DEVICE_CPU, 0};
-        a.slots = cli_tensor_2d(slots, NVFP4_MLA_DTYPE_I32, queries, topk, topk);
-        a.cache = (nvfp4_mla_tensor_t){records, NVFP4_MLA_DTYPE_U8, 3, {count, 1, rb, 0}, {rb, rb, 1, 0}, NVFP4_MLA_DEVICE_CPU, 0};
-        a.out = (nvfp4_mla_tensor_t){out, NVFP4_MLA_DTYPE_BF16, 3, {queries, heads, 512, 0}, {heads * 512, 512, 1, 0},
-                                     NVFP4_MLA_DEVICE_CPU, 0};
-        if (host->table->attend(host->cpu, &a) != NVFP4_MLA_OK) rc = cli_fail("quality", "%s", host->table->last_error());
+        draw_queries(tokens, count, q_values, q, n_slots, slots);
+        rc = records_of(host, f, tokens, count, records) ||
+             plugin_attend(host, f, records, count, q, slots, queries, heads, topk, out);
     }
-    double *s = malloc((size_t)topk * sizeof *s);
-    for (int qi = 0; !rc && qi < queries; qi++)
-        for (int h = 0; h < heads; h++) {
-            const uint16_t *qv = q + ((int64_t)qi * heads + h) * 576;
-            double m = -INFINITY, l = 0, ref[512] = {0};
-            for (int k = 0; k < topk; k++) {
-                const uint16_t *kv = tokens + (int64_t)slots[qi * topk + k] * 576;
-                double dot = 0;
-                for (int i = 0; i < 576; i++) dot += (double)nvfp4_bf16_to_f32(qv[i]) * nvfp4_bf16_to_f32(kv[i]);
-                s[k] = dot / 24.0;
-                m = s[k] > m ? s[k] : m;
-            }
-            for (int k = 0; k < topk; k++) {
-                const uint16_t *kv = tokens + (int64_t)slots[qi * topk + k] * 576;
-                double p = exp(s[k] - m);
-                l += p;
-                for (int i = 0; i < 512; i++) ref[i] += p * nvfp4_bf16_to_f32(kv[i]);
-            }
-            for (int i = 0; i < 512; i++) {
-                double d = nvfp4_bf16_to_f32(out[((int64_t)qi * heads + h) * 512 + i]) - ref[i] / l;
-                num += d * d;
-                den += ref[i] / l * ref[i] / l;
-            }
-        }
+    for (int64_t row = 0; !rc && row < (int64_t)queries * heads; row++) {
+        score_head(tokens, q + row * 576, slots + (row / heads) * topk, topk, out + row * 512, s, &num, &den);
+    }
     *rel_err = den > 0 ? sqrt(num / den) : 0;
     free(s), free(records), free(q), free(out), free(slots);
     return rc;

@@ -1,8 +1,9 @@
 /* Synthetic latents and reconstruction-error measurement, shared by `quality` and `demo`.
  *
- * Latents follow performance.md: per layer, Gaussian or Student-t (nu = 3) values with a fixed
- * per-channel magnitude spread (log-normal, sigma 0.5) and a per-token norm spread (log-normal,
- * sigma 1), scaled so that the layer's largest |value| equals the real max_abs of that layer. */
+ * Latents follow ../shared/spec/performance.md: per layer, Gaussian or Student-t (nu = 3) values
+ * with a fixed per-channel magnitude spread (log-normal, sigma 0.5) and a per-token norm spread
+ * (log-normal, sigma 1), scaled so that the layer's largest |value| equals the real max_abs of that
+ * layer. */
 #ifndef NVFP4_MLA_CLI_SYNTH_H
 #define NVFP4_MLA_CLI_SYNTH_H
 
@@ -32,12 +33,14 @@ typedef struct synth_error {
 int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens, int64_t count,
                         synth_error_t *err);
 
-/* Round trip through the 656-byte fp8_ds_mla record (record-format.md section 8), encoded here. */
+/* Round trip through the 656-byte fp8_ds_mla record (record-format.md section 8), encoded and
+ * decoded by host_codes.h (no plugin entry writes or gathers it). */
 void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t *err);
 
 /* Relative error of attention read from records, against float64 attention over the unquantised
  * bf16 tokens: `queries` random queries of `heads` heads, each over `topk` random tokens of the layer.
- * flags: the NVFP4 mode, or NULL for the 656-byte fp8_ds_mla baseline (encoded here). */
+ * flags: an NVFP4 mode (records through the plugin's writer), or the 656-byte fp8_ds_mla layout in
+ * static mode at 1.0 (records encoded by host_codes.h); the plugin's attend reads either. */
 int synth_attend_error(cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens, int64_t count,
                        int queries, int heads, int topk, double *rel_err);
 

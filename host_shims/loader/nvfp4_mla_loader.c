@@ -196,15 +196,9 @@ void nvfp4_mla_loader_close(nvfp4_mla_loader_t *loader) {
 }
 
 uint64_t nvfp4_mla_requirement_caps(const nvfp4_mla_requirement_t *want) {
-    uint64_t need = NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER | want->extra_caps;
-    need |= want->layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368 ? NVFP4_MLA_CAP_LAYOUT_FP8_ROPE_368
-                                                          : NVFP4_MLA_CAP_LAYOUT_BF16_ROPE_432;
-    if (want->scale_mode == NVFP4_MLA_SCALE_PER_TOKEN) {
-        need |= NVFP4_MLA_CAP_WRITE_PER_TOKEN_SCALE | NVFP4_MLA_CAP_READ_LATENT_SCALE_PER_TOKEN;
-    } else {
-        need |= NVFP4_MLA_CAP_SCALE_STATIC_OUTER;
-    }
-    return need;
+    const uint64_t ops = NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER | NVFP4_MLA_CAP_OP_ATTEND;
+    const uint64_t called = NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER | (want->extra_caps & ops);
+    return nvfp4_mla_caps_needed(called, want->layout, want->scale_mode) | want->extra_caps;
 }
 
 uint64_t nvfp4_mla_loader_table_caps(const nvfp4_mla_loader_t *loader) {
@@ -236,7 +230,7 @@ int nvfp4_mla_loader_require(const nvfp4_mla_loader_t *loader, const nvfp4_mla_r
     }
     uint64_t missing = nvfp4_mla_requirement_caps(want) & ~available;
     const char *mode = want->scale_mode == NVFP4_MLA_SCALE_PER_TOKEN ? "per-token" : "static";
-    const char *layout = want->layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368 ? "fp8_rope_368" : "bf16_rope_432";
+    const char *layout = nvfp4_mla_layout_name(want->layout);
     if (!missing) {
         return say(message, size, 0, "nvfp4-mla plugin %s (ABI %u.%u, host ABI %d.%d) serves %s scales on %s",
                    loader->path, t->header.abi_major, t->header.abi_minor, NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR,

@@ -10,7 +10,9 @@
  * would crash the host on its first call) before the host reads anything else. `require` names the
  * plugin path, both ABI versions and every missing capability when it refuses. Thread rules:
  * open/close once per process (not concurrently with each other); require and the table's
- * [any-thread] members from any thread.
+ * [any-thread] members from any thread. Installed with its library and nvfp4-mla.pc: a host builds
+ * with `pkg-config --cflags --libs nvfp4-mla` and may select the installed plugin by its folder,
+ * `pkg-config --variable=plugindir nvfp4-mla`.
  */
 #ifndef NVFP4_MLA_LOADER_H
 #define NVFP4_MLA_LOADER_H
@@ -66,8 +68,9 @@ typedef struct nvfp4_mla_requirement {
     int user_requested;      /* 1: the user asked for this mode: refuse loudly if anything is missing */
 } nvfp4_mla_requirement_t;
 
-/* The capability bits `want` needs: layout, mode (per-token: the writer's per_token_scale and the
- * readers' latent_scale_per_token; static: static_outer), write and gather, and extra_caps. */
+/* The capability bits `want` needs: nvfp4_mla_caps_needed (nvfp4_mla_record.h) of write, gather and
+ * any operation in extra_caps for its layout and mode (per-token: the writer's per_token_scale and
+ * the readers' latent_scale_per_token; static: static_outer), and extra_caps. */
 uint64_t nvfp4_mla_requirement_caps(const nvfp4_mla_requirement_t *want);
 
 /* The bits a table really offers: its capability bits, minus operations its struct_size cannot hold. */

@@ -29,7 +29,7 @@ def main():
     print("cache identity for offload namespaces:", cfg.identity)
     ctx = nvfp4_mla.Context(plugin, "cpu", log=lambda level, msg: print("plugin:", msg))
     rng = np.random.default_rng(0)
-    cache = np.zeros((16, BLOCK, nvfp4_mla._abi.RECORD_BYTES[layout]), np.uint8)  # one layer's pages
+    cache = np.zeros((16, BLOCK, nvfp4_mla._abi.record_bytes(layout)), np.uint8)  # one layer's pages
 
     # (1) Per-step cache update: new tokens' kv_c / k_pe into their slots (-1 = padding, skipped).
     step = nvfp4_mla.bf16_bits(rng.standard_normal((8, 576)).astype(np.float32))

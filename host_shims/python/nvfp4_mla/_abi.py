@@ -1,8 +1,9 @@
 """ctypes mirrors of the ABI 1 headers (abi/nvfp4_mla*.h).
 
-Every size and member offset here is checked against the C compiler's by tests/test_layout.py,
-which reads the layout manifest the build emits (host_shims/python/layout_manifest.c). Change
-the header and this file together, and only as abi/CHANGELOG.md allows.
+Every size and member offset, every constant and the results of every rule of nvfp4_mla_record.h
+here are checked against the C compiler's by tests/test_layout.py, which reads the layout manifest
+the build emits (host_shims/python/layout_manifest.c). Change the header and this file together,
+and only as abi/CHANGELOG.md allows.
 """
 
 import ctypes as C
@@ -13,6 +14,7 @@ ABI_MAGIC = 0x4D34464E
 ENTRY_SYMBOL = "nvfp4_mla_plugin_v1"
 PLUGIN_ENV = "NVFP4_MLA_PLUGIN"
 PLUGIN_FILE = "libnvfp4_mla.so"
+RECORD_FORMAT = "nvfp4_ds_mla"
 
 # Status codes (frozen).
 OK = 0
@@ -25,12 +27,39 @@ ERR_CONFIG = 6
 ERR_VERSION = 7
 ERR_INTERNAL = 8
 
+# ---- The record contract (abi/nvfp4_mla_record.h): layouts, sizes, offsets and its rules. ----
 LAYOUT_FP8_ROPE_368 = 1
 LAYOUT_BF16_ROPE_432 = 2
 LAYOUT_FP8_DS_MLA_656 = 3  # the 656-byte fp8_ds_mla record (attend only: the baseline readers)
-RECORD_BYTES = {LAYOUT_FP8_ROPE_368: 368, LAYOUT_BF16_ROPE_432: 432, LAYOUT_FP8_DS_MLA_656: 656}
+RECORD_BYTES_368, RECORD_BYTES_432, RECORD_BYTES_656 = 368, 432, 656
+RECORD_BYTES = {LAYOUT_FP8_ROPE_368: RECORD_BYTES_368, LAYOUT_BF16_ROPE_432: RECORD_BYTES_432,
+                LAYOUT_FP8_DS_MLA_656: RECORD_BYTES_656}
+LAYOUT_NAMES = {LAYOUT_FP8_ROPE_368: "fp8_rope_368", LAYOUT_BF16_ROPE_432: "bf16_rope_432",
+                LAYOUT_FP8_DS_MLA_656: "fp8_ds_mla_656"}
+LATENT_DIM, ROPE_DIM, ROW_DIM = 512, 64, 576
 SCALE_STATIC = 1
 SCALE_PER_TOKEN = 2
+
+GROUP_SIZE, GROUPS = 16, 32
+RECORD_PAYLOAD_OFFSET = 0
+RECORD_GROUP_SCALE_OFFSET = 256
+RECORD_ROPE_SCALE_OFFSET = 288
+RECORD_TOKEN_SCALE_OFFSET = 292
+RECORD_PAD_OFFSET = 296
+RECORD_ROPE_OFFSET = 304
+FP8_656_TILE_SIZE, FP8_656_TILES = 128, 4
+FP8_656_TILE_SCALE_OFFSET = 512
+FP8_656_ROPE_OFFSET = 528
+
+# nvfp4_mla_mode_check results.
+MODE_OK = 0
+MODE_UNKNOWN_LAYOUT = 1
+MODE_LAYOUT_NOT_FOR_OP = 2
+MODE_UNKNOWN_SCALE_MODE = 3
+MODE_PER_TOKEN_NEEDS_368 = 4
+MODE_PER_TOKEN_SCALE = 5
+MODE_STATIC_SCALE = 6
+MODE_FP8_656_SCALE = 7
 
 DTYPE_U8, DTYPE_I32, DTYPE_I64, DTYPE_F32, DTYPE_BF16, DTYPE_F16 = 1, 2, 3, 4, 5, 6
 DTYPE_NAMES = {DTYPE_U8: "u8", DTYPE_I32: "i32", DTYPE_I64: "i64", DTYPE_F32: "f32", DTYPE_BF16: "bf16",
@@ -39,6 +68,10 @@ DEVICE_CPU = 1
 DEVICE_CUDA = 2
 
 LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 1, 2, 3, 4
+
+# Where the per-layer outer scales came from (nvfp4_mla_config_info_t.scale_source).
+SCALE_SOURCE_NONE, SCALE_SOURCE_ENV_FILE, SCALE_SOURCE_CHECKPOINT_INLINE = 0, 1, 2
+SCALE_SOURCE_CHECKPOINT_FILE, SCALE_SOURCE_PER_TOKEN = 3, 4
 
 # Capability bits and names (NVFP4_MLA_FOR_EACH_CAPABILITY), in bit order.
 CAPABILITIES = [
@@ -64,6 +97,76 @@ def cap_name(bit):
         if b == bit:
             return name
     return "unknown"
+
+
+# ---- The rules of nvfp4_mla_record.h, function for function (tests/test_layout.py compares their
+# results with the C functions' over every layout, mode and operation the manifest lists). ----
+_OPS = CAP["op.write"] | CAP["op.gather"] | CAP["op.attend"]
+_FLT_MIN, _FLT_MAX = 2.0 ** -126, (2 - 2.0 ** -23) * 2.0 ** 127
+
+
+def record_bytes(layout):
+    """Bytes of one record of `layout`; 0 for an unknown id."""
+    return RECORD_BYTES.get(layout, 0)
+
+
+def layout_name(layout):
+    return LAYOUT_NAMES.get(layout, "unknown")
+
+
+def layout_ops(layout):
+    """The operations (their op.* bits) a layout serves: all three for NVFP4, attend for 656."""
+    if layout in (LAYOUT_FP8_ROPE_368, LAYOUT_BF16_ROPE_432):
+        return _OPS
+    return CAP["op.attend"] if layout == LAYOUT_FP8_DS_MLA_656 else 0
+
+
+def layout_has_mode(layout, scale_mode):
+    if scale_mode == SCALE_PER_TOKEN:
+        return layout == LAYOUT_FP8_ROPE_368
+    return scale_mode == SCALE_STATIC and record_bytes(layout) != 0
+
+
+def _f32(value):
+    return C.c_float(value).value  # the value as the C struct's float field holds it
+
+
+def mode_check(op, layout, scale_mode, outer_scale):
+    """MODE_OK or the first thing wrong with a call of `op` (one op.* bit)."""
+    outer = _f32(outer_scale)
+    if not record_bytes(layout):
+        return MODE_UNKNOWN_LAYOUT
+    if not layout_ops(layout) & op:
+        return MODE_LAYOUT_NOT_FOR_OP
+    if layout == LAYOUT_FP8_DS_MLA_656:
+        return MODE_OK if scale_mode == SCALE_STATIC and outer == 1.0 else MODE_FP8_656_SCALE
+    if scale_mode == SCALE_PER_TOKEN:
+        if not layout_has_mode(layout, scale_mode):
+            return MODE_PER_TOKEN_NEEDS_368
+        return MODE_PER_TOKEN_SCALE if outer != 0.0 else MODE_OK
+    if scale_mode != SCALE_STATIC:
+        return MODE_UNKNOWN_SCALE_MODE
+    return MODE_OK if _FLT_MIN <= outer <= _FLT_MAX else MODE_STATIC_SCALE
+
+
+def default_outer_scale(scale_mode):
+    """The outer scale a call passes when its caller names none."""
+    return 0.0 if scale_mode == SCALE_PER_TOKEN else 1.0
+
+
+def caps_needed(ops, layout, scale_mode):
+    """Every capability bit the operations `ops` (op.* bits) need for `layout` in `scale_mode`."""
+    if layout == LAYOUT_FP8_DS_MLA_656:
+        return ops | CAP["read.fp8_ds_mla_656"]
+    need = ops | {LAYOUT_FP8_ROPE_368: CAP["layout.fp8_rope_368"],
+                  LAYOUT_BF16_ROPE_432: CAP["layout.bf16_rope_432"]}.get(layout, 0)
+    if scale_mode != SCALE_PER_TOKEN:
+        return need | CAP["scale.static_outer"]
+    if ops & CAP["op.write"]:
+        need |= CAP["write.per_token_scale"]
+    if ops & (CAP["op.gather"] | CAP["op.attend"]):
+        need |= CAP["read.latent_scale_per_token"]
+    return need
 
 
 MAX_DIMS = 4

@@ -113,7 +113,7 @@ class CacheFormat:
         try:
             if cfg.identity == DEFAULT_IDENTITY:
                 return {}
-            stride = block_stride_bytes or block_size * _abi.RECORD_BYTES[cfg.layout]
+            stride = block_stride_bytes or block_size * _abi.record_bytes(cfg.layout)
             return {"kv_cache_abi": cfg.identity, "worker_kv_bytes_per_block": num_layers * stride}
         finally:
             cfg.close()

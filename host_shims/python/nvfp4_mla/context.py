@@ -2,7 +2,9 @@
 
 Every array is checked (dtype, shape, strides, device) before the call, the caller's stream is
 passed through, the log callback object lives as long as the context, and a failed status raises
-an exception carrying the plugin's own message.
+an exception carrying the plugin's own message. Layout, scale mode and outer scale go to the plugin
+exactly as the caller gave them: the plugin applies the mode rule (abi/nvfp4_mla_record.h) and
+refuses in its words. An outer scale left out is the mode's default (0 per-token, 1.0 static).
 """
 
 import ctypes as C
@@ -11,7 +13,12 @@ from . import _abi
 from .arrays import empty_bytes_like, stream_handle, tensor
 from .errors import check, member
 
-_LATENT, _ROPE, _ROW = 512, 64, 576
+_LATENT, _ROPE, _ROW = _abi.LATENT_DIM, _abi.ROPE_DIM, _abi.ROW_DIM
+
+
+def _outer(scale_mode, outer_scale):
+    """The caller's outer scale, or the mode's default when it gave none."""
+    return _abi.default_outer_scale(scale_mode) if outer_scale is None else outer_scale
 
 
 class Context:
@@ -58,14 +65,13 @@ class Context:
         return stream_handle(stream)
 
     def _cache(self, cache, layout):
-        rb = _abi.RECORD_BYTES.get(layout)
-        if rb is None:
-            raise ValueError(f"layout {layout}: expected LAYOUT_FP8_ROPE_368, LAYOUT_BF16_ROPE_432 or "
-                             "LAYOUT_FP8_DS_MLA_656")
+        """The cache descriptor; its record size is checked here only for a layout the ABI knows (the
+        plugin refuses any other id, naming it)."""
+        rb = _abi.record_bytes(layout) or None
         t, _ = tensor(cache, "cache", (_abi.DTYPE_U8,), 3, self.device, (None, None, rb))
         return t
 
-    def write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=1.0,
+    def write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=None,
               capture_max_abs=None, nonfinite_count=None, stream=None):
         """Quantise kv_c [T,512] and k_pe [T,64] (bf16 or f16) into cache records at slot_mapping [T]
         (int64). capture_max_abs: optional 1-element f32 array max-reduced with max |kv_c|;
@@ -77,25 +83,25 @@ class Context:
         cap, _ = tensor(capture_max_abs, "capture_max_abs", (_abi.DTYPE_F32,), 1, self.device, (1,))
         cnt, _ = tensor(nonfinite_count, "nonfinite_count", (_abi.DTYPE_I64,), 1, self.device, (1,))
         args = _abi.WriteArgs(struct_size=C.sizeof(_abi.WriteArgs), layout=layout, scale_mode=scale_mode,
-                              outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
-                              kv_c=kv, k_pe=pe, slot_mapping=sl, cache=self._cache(cache, layout),
-                              capture_max_abs=cap.data, nonfinite_count=cnt.data, stream=self._stream(stream))
+                              outer_scale=_outer(scale_mode, outer_scale), kv_c=kv, k_pe=pe, slot_mapping=sl,
+                              cache=self._cache(cache, layout), capture_max_abs=cap.data,
+                              nonfinite_count=cnt.data, stream=self._stream(stream))
         check(self.plugin, member(self.plugin, "write")(self._handle, C.byref(args)), "write")
 
-    def gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=1.0, stream=None):
+    def gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=None, stream=None):
         """Dequantise the records at slots [N] (int32, -1 = zeros) into out [N,576] bf16."""
         sl, (_, _, shape, *_rest) = tensor(slots, "slots", (_abi.DTYPE_I32,), 1, self.device)
         o, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 2, self.device, (shape[0], _ROW))
         args = _abi.GatherArgs(struct_size=C.sizeof(_abi.GatherArgs), layout=layout, scale_mode=scale_mode,
-                               outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
-                               cache=self._cache(cache, layout), slots=sl, out=o, stream=self._stream(stream))
+                               outer_scale=_outer(scale_mode, outer_scale), cache=self._cache(cache, layout),
+                               slots=sl, out=o, stream=self._stream(stream))
         check(self.plugin, member(self.plugin, "gather")(self._handle, C.byref(args)), "gather")
 
-    def attend(self, q, slots, cache, out, *, layout, scale_mode, sm_scale, outer_scale=1.0, valid_len=None,
+    def attend(self, q, slots, cache, out, *, layout, scale_mode, sm_scale, outer_scale=None, valid_len=None,
                lse=None, workspace=None, stream=None):
         """Sparse MLA attention over the records (q [n_q,h,576] bf16, slots [n_q,topk] int32,
         out [n_q,h,512] bf16, optional lse [n_q,h] f32; layout LAYOUT_FP8_DS_MLA_656 reads the
-        656-byte fp8_ds_mla baseline records, static scale 1.0). Without `workspace` the context
+        656-byte fp8_ds_mla baseline records in static mode at 1.0). Without `workspace` the context
         sizes one with attend_workspace_bytes and allocates it like `q` (PyTorch, CuPy or numpy),
         keeping it per stream for later calls: calls on one stream are ordered, so they may share
         it; a caller that captures attend in a CUDA graph should pass its own, which the graph keeps.
@@ -107,9 +113,8 @@ class Context:
         lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (qshape[0], qshape[1]))
         handle = self._stream(stream)
         args = _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
-                               outer_scale=0.0 if scale_mode == _abi.SCALE_PER_TOKEN else outer_scale,
-                               sm_scale=sm_scale, q=qt, slots=st, valid_len=vl, cache=self._cache(cache, layout),
-                               out=ot, lse=lt, stream=handle)
+                               outer_scale=_outer(scale_mode, outer_scale), sm_scale=sm_scale, q=qt, slots=st,
+                               valid_len=vl, cache=self._cache(cache, layout), out=ot, lse=lt, stream=handle)
         if workspace is None:
             workspace = self._own_workspace(args, q, handle)
         args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device)

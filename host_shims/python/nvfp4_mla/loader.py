@@ -5,8 +5,8 @@ Selection is NVFP4_MLA_PLUGIN (a path to the .so, or a folder holding libnvfp4_m
 settings rule). The header (magic, ABI major, minimum table size) and every member the table's
 struct_size covers (none may be NULL) are checked before anything else is read. `require` refuses a
 configuration the plugin cannot serve, naming the plugin path, both ABI versions and every missing
-capability, in the same words as host_shims/loader/nvfp4_mla_loader.c (tests/test_loading.py checks
-the words against the same mock plugins). Every PluginError carries the C loader's machine-readable
+capability, in the same words as host_shims/loader/nvfp4_mla_loader.c (this package's
+tests/test_loading.py checks the words against the same mock plugins, host_shims/python/tests/). Every PluginError carries the C loader's machine-readable
 `reason` (NVFP4_MLA_REASON_*).
 """
 
@@ -151,14 +151,11 @@ def load(selection=None):
 
 
 def requirement_bits(layout, scale_mode, extra=0):
-    """The capability bits a cache configuration needs (as nvfp4_mla_requirement_caps)."""
-    need = _abi.CAP["op.write"] | _abi.CAP["op.gather"] | extra
-    need |= _abi.CAP["layout.fp8_rope_368"] if layout == _abi.LAYOUT_FP8_ROPE_368 else _abi.CAP["layout.bf16_rope_432"]
-    if scale_mode == _abi.SCALE_PER_TOKEN:
-        need |= _abi.CAP["write.per_token_scale"] | _abi.CAP["read.latent_scale_per_token"]
-    else:
-        need |= _abi.CAP["scale.static_outer"]
-    return need
+    """The capability bits a cache configuration needs (as nvfp4_mla_requirement_caps): the record
+    rule's bits for write, gather and any operation in `extra`, and `extra` itself."""
+    ops = _abi.CAP["op.write"] | _abi.CAP["op.gather"] | _abi.CAP["op.attend"]
+    called = _abi.CAP["op.write"] | _abi.CAP["op.gather"] | (extra & ops)
+    return _abi.caps_needed(called, layout, scale_mode) | extra
 
 
 def require(plugin, layout, scale_mode, available=None, extra=0, user_requested=True):
@@ -166,7 +163,7 @@ def require(plugin, layout, scale_mode, available=None, extra=0, user_requested=
     available = plugin.capability_bits() if available is None else available
     missing = requirement_bits(layout, scale_mode, extra) & ~available
     mode = "per-token" if scale_mode == _abi.SCALE_PER_TOKEN else "static"
-    lay = "fp8_rope_368" if layout == _abi.LAYOUT_FP8_ROPE_368 else "bf16_rope_432"
+    lay = _abi.layout_name(layout)
     head = f"nvfp4-mla plugin {plugin.path} (ABI {plugin.abi}, host ABI {HOST_ABI})"
     if not missing:
         return f"{head} serves {mode} scales on {lay}"

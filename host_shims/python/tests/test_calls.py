@@ -22,12 +22,13 @@ def tokens(n, seed=0, scale=1.0):
 
 def test_round_trip_should_stay_within_the_error_bound(ctx):
     x = tokens(64, scale=0.02)
-    for layout, mode, bytes_ in ((LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 368), (LAYOUT_BF16_ROPE_432, SCALE_STATIC, 432)):
+    for layout, mode, bytes_, scale in ((LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 368, 0.0),
+                                        (LAYOUT_BF16_ROPE_432, SCALE_STATIC, 432, 0.02 * 4 / 2688)):
         cache = np.zeros((4, 16, bytes_), np.uint8)
         ctx.write(x[:, :512], x[:, 512:], np.arange(64, dtype=np.int64), cache, layout=layout, scale_mode=mode,
-                  outer_scale=0.02 * 4 / 2688)
+                  outer_scale=scale)
         out = np.zeros((64, 576), np.uint16)
-        ctx.gather(cache, np.arange(64, dtype=np.int32), out, layout=layout, scale_mode=mode, outer_scale=0.02 * 4 / 2688)
+        ctx.gather(cache, np.arange(64, dtype=np.int32), out, layout=layout, scale_mode=mode, outer_scale=scale)
         a, b = nvfp4_mla.bf16_to_float32(x[:, :512]), nvfp4_mla.bf16_to_float32(out[:, :512])
         assert 0.05 < np.linalg.norm(a - b) / np.linalg.norm(a) < 0.11
 
@@ -81,6 +82,21 @@ def test_shim_should_check_arrays_before_calling(ctx, case, error):
         kv = np.lib.stride_tricks.as_strided(kv, (4, 512), (1025, 2))
     with pytest.raises((nvfp4_mla.ArrayError, ValueError), match=re.escape(error)):
         ctx.write(kv, pe, slots, cache, **kwargs)
+
+
+def test_shim_should_pass_the_mode_as_given_and_let_the_plugin_refuse(ctx):
+    """No silent rewrite: a per-token call with an outer scale reaches the plugin as it is, and the
+    plugin's mode rule refuses it in its words; an unknown layout is the plugin's to name too."""
+    x = tokens(2)
+    with pytest.raises(nvfp4_mla.InvalidArgument, match=r"write: outer_scale is 0.5, must be 0 in per-token mode"):
+        ctx.write(x[:, :512], x[:, 512:], np.arange(2, dtype=np.int64), np.zeros((1, 2, 368), np.uint8),
+                  layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, outer_scale=0.5)
+    with pytest.raises(nvfp4_mla.InvalidArgument, match=r"gather: layout is 9, must be 1 \(fp8_rope_368\)"):
+        ctx.gather(np.zeros((1, 2, 368), np.uint8), np.array([0], np.int32), np.zeros((1, 576), np.uint16),
+                   layout=9, scale_mode=SCALE_STATIC)
+    with pytest.raises(nvfp4_mla.InvalidArgument, match="read by attend only"):
+        ctx.gather(np.zeros((1, 2, 656), np.uint8), np.array([0], np.int32), np.zeros((1, 576), np.uint16),
+                   layout=nvfp4_mla.LAYOUT_FP8_DS_MLA_656, scale_mode=SCALE_STATIC)
 
 
 def test_plugin_errors_should_carry_the_plugins_message(ctx):

@@ -1,6 +1,8 @@
-"""The ctypes mirrors against the C compiler's layout (the manifest the build emits)."""
+"""The ctypes mirrors against the C headers: struct layouts, every constant, and the results of the
+record rules of nvfp4_mla_record.h (the manifest the build emits, host_shims/python/layout_manifest.c)."""
 import ctypes
 import json
+import math
 import os
 
 import pytest
@@ -25,23 +27,46 @@ def manifest():
         return json.load(f)
 
 
+def number(value):
+    return {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}.get(value, value)
+
+
 def test_manifest_should_cover_every_mirrored_struct(manifest):
-    assert set(manifest) - {"constants"} == set(MIRRORS)
+    assert set(manifest) - {"constants", "rules"} == set(MIRRORS)
 
 
-def test_layout_constants_should_equal_the_c_header(manifest):
+def test_every_constant_should_equal_the_c_header(manifest):
     c = manifest["constants"]
-    assert _abi.LAYOUT_FP8_ROPE_368 == c["NVFP4_MLA_LAYOUT_FP8_ROPE_368"]
-    assert _abi.LAYOUT_BF16_ROPE_432 == c["NVFP4_MLA_LAYOUT_BF16_ROPE_432"]
-    assert _abi.LAYOUT_FP8_DS_MLA_656 == c["NVFP4_MLA_LAYOUT_FP8_DS_MLA_656"]
-    assert _abi.RECORD_BYTES == {c["NVFP4_MLA_LAYOUT_FP8_ROPE_368"]: c["NVFP4_MLA_RECORD_BYTES_368"],
-                                 c["NVFP4_MLA_LAYOUT_BF16_ROPE_432"]: c["NVFP4_MLA_RECORD_BYTES_432"],
-                                 c["NVFP4_MLA_LAYOUT_FP8_DS_MLA_656"]: c["NVFP4_MLA_RECORD_BYTES_656"]}
-    assert (_abi.SCALE_STATIC, _abi.SCALE_PER_TOKEN) == (c["NVFP4_MLA_SCALE_STATIC"], c["NVFP4_MLA_SCALE_PER_TOKEN"])
+    numbers = {k: v for k, v in c.items() if k not in ("strings", "capabilities")}
+    assert len(numbers) > 60
+    for name, value in numbers.items():
+        assert getattr(_abi, name.removeprefix("NVFP4_MLA_")) == value, name
+    for name, value in c["strings"].items():
+        assert getattr(_abi, name.removeprefix("NVFP4_MLA_")) == value, name
 
 
 def test_capabilities_should_equal_the_c_header(manifest):
     assert dict(_abi.CAPABILITIES) == manifest["constants"]["capabilities"]
+    assert all(_abi.cap_name(bit) == name for name, bit in manifest["constants"]["capabilities"].items())
+
+
+def test_layout_rules_should_equal_the_c_header(manifest):
+    r = manifest["rules"]
+    for layout, size, name, ops in r["record_bytes"]:
+        assert (_abi.record_bytes(layout), _abi.layout_name(layout), _abi.layout_ops(layout)) == (size, name, ops)
+    for layout, mode, has in r["layout_has_mode"]:
+        assert int(_abi.layout_has_mode(layout, mode)) == has, (layout, mode)
+    for mode, scale in r["default_outer_scale"]:
+        assert _abi.default_outer_scale(mode) == number(scale)
+
+
+def test_call_rules_should_equal_the_c_header(manifest):
+    r = manifest["rules"]
+    for ops, layout, mode, bits in r["caps_needed"]:
+        assert _abi.caps_needed(ops, layout, mode) == bits, (ops, layout, mode)
+    assert len(r["mode_check"]) > 500
+    for op, layout, mode, scale, result in r["mode_check"]:
+        assert _abi.mode_check(op, layout, mode, number(scale)) == result, (op, layout, mode, scale)
 
 
 @pytest.mark.parametrize("c_name", sorted(MIRRORS))

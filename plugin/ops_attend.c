@@ -1,0 +1,216 @@
+/* attend and attend_workspace_bytes entries (see ops.h): the host's struct is checked field by field
+ * (shapes only, the same for both entries), then the call's own data: the workspace the backend
+ * weighs against the one plan it makes, and on the CPU the slot and length values. */
+#include <math.h>
+#include <string.h>
+
+#include "args.h"
+#include "context.h"
+#include "errors.h"
+#include "ops.h"
+
+/* An optional tensor is absent when the host leaves it zeroed (data NULL, ndim 0). */
+static int absent(const nvfp4_mla_tensor_t *t) {
+    return t->data == NULL && t->ndim == 0;
+}
+
+/* Rows of `inner` contiguous values, `count` of them `stride` apart, must not overlap (outputs). */
+static nvfp4_mla_status_t check_no_overlap(const char *name, int64_t count, int64_t stride, int64_t extent) {
+    if (count > 1 && stride < extent) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: %s: a stride of %lld elements overlaps rows of %lld",
+                          name, (long long)stride, (long long)extent);
+    }
+    return NVFP4_MLA_OK;
+}
+
+static nvfp4_tensor_rule_t rule(const nvfp4_mla_context_t *ctx, const char *name, int32_t dtype, int32_t ndim) {
+    return (nvfp4_tensor_rule_t){"attend", name, dtype, 0, ndim, ctx->device_type, ctx->device_index};
+}
+
+/* The struct itself, the mode and the capabilities, sm_scale. */
+static nvfp4_mla_status_t check_header(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *host_args,
+                                       nvfp4_mla_attend_args_t *a) {
+    nvfp4_mla_status_t st = nvfp4_copy_versioned(a, sizeof *a, sizeof *a, host_args, "attend: nvfp4_mla_attend_args_t");
+    if (st || (st = nvfp4_check_zero("attend", "flags", &a->flags, sizeof a->flags)) ||
+        (st = nvfp4_check_zero("attend", "reserved", a->reserved, sizeof a->reserved)) ||
+        (st = nvfp4_check_call(ctx, "attend", NVFP4_MLA_CAP_OP_ATTEND, a->layout, a->scale_mode, a->outer_scale,
+                               a->stream))) {
+        return st;
+    }
+    if (!(a->sm_scale > 0.0f) || !isfinite(a->sm_scale)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: sm_scale is %g, must be finite and > 0",
+                          (double)a->sm_scale);
+    }
+    return NVFP4_MLA_OK;
+}
+
+/* q [n_q, h, 576], slots [n_q, topk] and the optional valid_len [n_q]. */
+static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *a) {
+    nvfp4_tensor_rule_t r = rule(ctx, "q", NVFP4_MLA_DTYPE_BF16, 3);
+    nvfp4_mla_status_t st;
+    if ((st = nvfp4_check_tensor(&a->q, &r)) || (st = nvfp4_check_dim(&a->q, &r, 2, NVFP4_MLA_ROW_DIM, "576 = 512 + 64"))) {
+        return st;
+    }
+    const int64_t nq = a->q.shape[0], heads = a->q.shape[1];
+    if (heads < 1 || heads > 128 || a->q.strides[2] != 1) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "attend: q: h = shape[1] is %lld (must be 1..128) and strides[2] %lld (must be 1)",
+                          (long long)heads, (long long)a->q.strides[2]);
+    }
+    r = rule(ctx, "slots", NVFP4_MLA_DTYPE_I32, 2);
+    if ((st = nvfp4_check_tensor(&a->slots, &r)) || (st = nvfp4_check_dim(&a->slots, &r, 0, nq, "one row per query"))) {
+        return st;
+    }
+    if (a->slots.shape[1] > 1 && a->slots.strides[1] != 1) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: slots: strides[1] is %lld, must be 1",
+                          (long long)a->slots.strides[1]);
+    }
+    if (absent(&a->valid_len)) {
+        return NVFP4_MLA_OK;
+    }
+    r = rule(ctx, "valid_len", NVFP4_MLA_DTYPE_I32, 1);
+    if ((st = nvfp4_check_tensor(&a->valid_len, &r))) {
+        return st;
+    }
+    return nvfp4_check_dim(&a->valid_len, &r, 0, nq, "one length per query");
+}
+
+/* out [n_q, h, 512] and the optional lse [n_q, h]: shapes, and rows that do not overlap. */
+static nvfp4_mla_status_t check_outputs(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *a) {
+    const int64_t nq = a->q.shape[0], heads = a->q.shape[1];
+    nvfp4_tensor_rule_t r = rule(ctx, "out", NVFP4_MLA_DTYPE_BF16, 3);
+    nvfp4_mla_status_t st;
+    if ((st = nvfp4_check_tensor(&a->out, &r)) || (st = nvfp4_check_dim(&a->out, &r, 0, nq, "n_q")) ||
+        (st = nvfp4_check_dim(&a->out, &r, 1, heads, "h")) ||
+        (st = nvfp4_check_dim(&a->out, &r, 2, NVFP4_MLA_LATENT_DIM, "latent"))) {
+        return st;
+    }
+    if (a->out.strides[2] != 1) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: out: strides[2] is %lld, must be 1",
+                          (long long)a->out.strides[2]);
+    }
+    if ((st = check_no_overlap("out heads", heads, a->out.strides[1], 512)) ||
+        (st = check_no_overlap("out queries", nq, a->out.strides[0], (heads - 1) * a->out.strides[1] + 512)) ||
+        absent(&a->lse)) {
+        return st;
+    }
+    r = rule(ctx, "lse", NVFP4_MLA_DTYPE_F32, 2);
+    if ((st = nvfp4_check_tensor(&a->lse, &r)) || (st = nvfp4_check_dim(&a->lse, &r, 0, nq, "n_q")) ||
+        (st = nvfp4_check_dim(&a->lse, &r, 1, heads, "h"))) {
+        return st;
+    }
+    if ((st = check_no_overlap("lse heads", heads, a->lse.strides[1], 1))) {
+        return st;
+    }
+    return check_no_overlap("lse queries", nq, a->lse.strides[0], (heads - 1) * a->lse.strides[1] + 1);
+}
+
+/* The CUDA kernels read q and write out in 16-byte units. */
+static nvfp4_mla_status_t check_cuda_alignment(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *a) {
+    if (ctx->device_type == NVFP4_MLA_DEVICE_CUDA &&
+        (((uintptr_t)a->q.data | (uintptr_t)a->out.data) % 16 || a->q.strides[0] % 8 || a->q.strides[1] % 8 ||
+         a->out.strides[0] % 8 || a->out.strides[1] % 8)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: q/out on CUDA need 16-byte aligned bases and "
+                                                          "strides that are multiples of 8 elements");
+    }
+    return NVFP4_MLA_OK;
+}
+
+/* The flat kernel arguments of a checked struct (the workspace is the launch's business). */
+static nvfp4_mla_attend_kernel_args_t flatten(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *a,
+                                              const nvfp4_cache_geometry_t *g) {
+    const int has_len = !absent(&a->valid_len), has_lse = !absent(&a->lse);
+    return (nvfp4_mla_attend_kernel_args_t){
+        .q = a->q.data, .slots = a->slots.data, .valid_len = has_len ? a->valid_len.data : NULL,
+        .cache = a->cache.data, .out = a->out.data, .lse = has_lse ? a->lse.data : NULL, .stream = a->stream,
+        .num_queries = a->q.shape[0], .num_heads = a->q.shape[1], .topk = a->slots.shape[1],
+        .q_stride_token = a->q.strides[0], .q_stride_head = a->q.strides[1], .slot_stride = a->slots.strides[0],
+        .valid_len_stride = has_len ? a->valid_len.strides[0] : 0,
+        .out_stride_token = a->out.strides[0], .out_stride_head = a->out.strides[1],
+        .lse_stride_token = has_lse ? a->lse.strides[0] : 0, .lse_stride_head = has_lse ? a->lse.strides[1] : 0,
+        .block_stride = g->block_stride, .block_size = g->block_size, .capacity = g->capacity,
+        .record_bytes = g->record_bytes, .per_token = a->scale_mode == NVFP4_MLA_SCALE_PER_TOKEN,
+        .outer_scale = a->outer_scale, .sm_scale = a->sm_scale, .device_index = ctx->device_index,
+        .sm_count = ctx->cuda.sm_count, .smem_per_block = ctx->cuda.smem_per_block, .arch = ctx->cuda.arch,
+        .force_mma_sync = ctx->attend_force_mma_sync,
+    };
+}
+
+nvfp4_mla_status_t nvfp4_lower_attend(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *host_args,
+                                      nvfp4_mla_attend_args_t *a, nvfp4_mla_attend_kernel_args_t *k) {
+    nvfp4_mla_status_t st = check_header(ctx, host_args, a);
+    if (st || (st = check_inputs(ctx, a))) {
+        return st;
+    }
+    nvfp4_tensor_rule_t r = rule(ctx, "cache", NVFP4_MLA_DTYPE_U8, 3);
+    nvfp4_cache_geometry_t g;
+    if ((st = nvfp4_check_cache(&a->cache, &r, a->layout, &g)) || (st = check_outputs(ctx, a)) ||
+        (st = check_cuda_alignment(ctx, a))) {
+        return st;
+    }
+    *k = flatten(ctx, a, &g);
+    return NVFP4_MLA_OK;
+}
+
+/* Slot ids and lengths of a CPU call (a CUDA attend cannot read them without a sync, so its kernel
+ * counts entries outside the cache as unused instead). */
+static nvfp4_mla_status_t check_cpu_values(const nvfp4_mla_attend_kernel_args_t *k) {
+    for (int64_t q = 0; q < k->num_queries; q++) {
+        if (k->valid_len) {
+            int32_t v = k->valid_len[q * k->valid_len_stride];
+            if (v < 0 || v > k->topk) {
+                return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: valid_len[%lld] = %d is outside [0, %lld]",
+                                  (long long)q, v, (long long)k->topk);
+            }
+        }
+        for (int64_t e = 0; e < k->topk; e++) {
+            int32_t slot = k->slots[q * k->slot_stride + e];
+            if (slot != -1 && (slot < 0 || slot >= k->capacity)) {
+                return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                                  "attend: slots[%lld, %lld] = %d is neither -1 nor in [0, %lld) (the cache's capacity)",
+                                  (long long)q, (long long)e, slot, (long long)k->capacity);
+            }
+        }
+    }
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_op_attend_workspace_bytes(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args,
+                                                   uint64_t *bytes_out) {
+    nvfp4_clear_error();
+    if (!bytes_out) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend_workspace_bytes: bytes_out is NULL");
+    }
+    *bytes_out = 0;
+    nvfp4_mla_attend_args_t a;
+    nvfp4_mla_attend_kernel_args_t k;
+    nvfp4_mla_status_t st = nvfp4_lower_attend(ctx, args, &a, &k);
+    if (!st && k.num_queries > 0) { /* no query, no scratch: the backend is not asked */
+        *bytes_out = ctx->ops->attend_workspace(&k);
+    }
+    return st;
+}
+
+nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args) {
+    nvfp4_clear_error();
+    nvfp4_mla_attend_args_t a;
+    nvfp4_mla_attend_kernel_args_t k;
+    nvfp4_mla_status_t st = nvfp4_lower_attend(ctx, args, &a, &k);
+    if (st) {
+        return st;
+    }
+    if (!absent(&a.workspace)) {
+        nvfp4_tensor_rule_t r = rule(ctx, "workspace", NVFP4_MLA_DTYPE_U8, 1);
+        if ((st = nvfp4_check_tensor(&a.workspace, &r))) {
+            return st;
+        }
+        k.workspace = a.workspace.data;
+        k.workspace_bytes = (uint64_t)a.workspace.shape[0];
+    }
+    if (ctx->device_type == NVFP4_MLA_DEVICE_CPU && (st = check_cpu_values(&k))) {
+        return st;
+    }
+    nvfp4_mla_kernel_result_t res = {0, ""};
+    ctx->ops->attend(&k, &res); /* plans once, and refuses a workspace shorter than its plan */
+    return nvfp4_finish("attend", &res);
+}

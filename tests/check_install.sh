@@ -1,0 +1,56 @@
+#!/bin/sh
+# What a C host gets from `meson install`: stages the build's install into a temporary folder,
+# checks that it holds nvfp4-mla.pc, the loader library and the plugin under lib.../nvfp4-mla/,
+# then builds a small C host with `pkg-config --cflags --libs nvfp4-mla` alone and runs it: it finds
+# the plugin through the .pc file's plugindir (NVFP4_MLA_PLUGIN names the folder), loads, checks
+# and requires it through the loader, and opens a CPU context. Skips (77) without pkg-config.
+#   usage: check_install.sh BUILD_ROOT CC
+set -eu
+build=$1
+cc=$2
+command -v pkg-config >/dev/null 2>&1 || { echo "pkg-config not installed: skipped"; exit 77; }
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+meson install -C "$build" --destdir "$stage" --no-rebuild >"$stage/install.log" 2>&1 || {
+    cat "$stage/install.log"; echo "FAIL: meson install"; exit 1; }
+pc=$(find "$stage" -name nvfp4-mla.pc | head -1)
+[ -n "$pc" ] || { echo "FAIL: no nvfp4-mla.pc in the staged install"; exit 1; }
+export PKG_CONFIG_PATH="$(dirname "$pc")"
+prefix=$(pkg-config --variable=prefix nvfp4-mla)
+pc() { pkg-config --define-variable=prefix="$stage$prefix" "$@" nvfp4-mla; }
+plugindir=$(pc --variable=plugindir)
+libdir=$(pc --variable=libdir)
+[ -f "$plugindir/libnvfp4_mla.so" ] || { echo "FAIL: no $plugindir/libnvfp4_mla.so"; exit 1; }
+[ -f "$libdir/libnvfp4_mla_loader.a" ] || { echo "FAIL: no loader library in $libdir"; exit 1; }
+case "$plugindir" in */nvfp4-mla) ;; *) echo "FAIL: plugindir $plugindir is not .../nvfp4-mla"; exit 1 ;; esac
+cat >"$stage/host.c" <<'C'
+#include <stdio.h>
+#include "nvfp4_mla_loader.h"
+
+int main(void) {
+    nvfp4_mla_loader_t loader;
+    char message[1024];
+    if (nvfp4_mla_loader_open(&loader, NULL, message, sizeof message) != NVFP4_MLA_LOAD_OK) {
+        fprintf(stderr, "%s\n", message);
+        return 1;
+    }
+    nvfp4_mla_requirement_t want = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, NVFP4_MLA_CAP_OP_ATTEND, 1};
+    int rc = nvfp4_mla_loader_require(&loader, &want, nvfp4_mla_loader_table_caps(&loader), message, sizeof message);
+    printf("%s\n", message);
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_context_t *ctx = NULL;
+    rc = rc || loader.table->init(&init, &ctx) != NVFP4_MLA_OK;
+    if (ctx) {
+        printf("record of layout %s: %u bytes; context on cpu\n", nvfp4_mla_layout_name(want.layout),
+               nvfp4_mla_record_bytes(want.layout));
+        loader.table->shutdown(ctx);
+    }
+    nvfp4_mla_loader_close(&loader);
+    return rc;
+}
+C
+# shellcheck disable=SC2046 # pkg-config's words are flags
+"$cc" -std=c11 -o "$stage/host" "$stage/host.c" $(pc --cflags --libs) || { echo "FAIL: the host does not build"; exit 1; }
+NVFP4_MLA_PLUGIN="$plugindir" "$stage/host" || { echo "FAIL: the host cannot load the installed plugin"; exit 1; }
+echo "ok: staged install has $(basename "$pc"), $(basename "$libdir")/libnvfp4_mla_loader.a and" \
+     "$(echo "$plugindir" | sed "s|^$stage||")/libnvfp4_mla.so; a pkg-config-built host loads it"
