@@ -35,6 +35,7 @@
 #include "attend_narrow.cuh"
 #include "attend_pipeline.cuh"
 #include "attend_wide.cuh"
+#include "backends.h"
 #include "codec.h"
 #include "cuda_util.cuh"
 
@@ -184,7 +185,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t base_items = a->num_queries * p.groups;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
-    int64_t splits = base_items >= sms ? 1 : sms / base_items;
+    int64_t splits = base_items >= sms || base_items == 0 ? 1 : sms / base_items;
     const int64_t most = tiles / 2 > 1 ? tiles / 2 : 1; /* at least two tiles a split */
     splits = splits < most ? splits : most;
     splits = splits < 64 ? splits : 64;
@@ -196,9 +197,12 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     return p;
 }
 
-extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *a) {
-    const attend_plan pl = attend_plan_for(a);
+static uint64_t workspace_of(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
     return pl.bytes && pl.splits > 1 ? (uint64_t)pl.splits * a->num_queries * a->num_heads * (512 + 1) * sizeof(float) : 0;
+}
+
+extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *a) {
+    return workspace_of(a, attend_plan_for(a));
 }
 
 /* ---- launch ---- */
@@ -232,6 +236,14 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
                  "attend: no kernel configuration fits %d bytes of shared memory per block on device %d "
                  "(%d-byte records need at least about 68 KB)",
                  args->smem_per_block, args->device_index, args->record_bytes);
+        return;
+    }
+    const uint64_t need = workspace_of(args, pl); /* the backend contract's check, from the one plan */
+    if (args->workspace_bytes < need) {
+        result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
+        snprintf(result->message, sizeof result->message,
+                 "workspace has %llu bytes, these shapes need %llu (attend_workspace_bytes)",
+                 (unsigned long long)args->workspace_bytes, (unsigned long long)need);
         return;
     }
     if (!nvfp4_cuda_grid_fits(pl.grid, result, "attend", pl.grid, "CTAs")) {

@@ -234,12 +234,12 @@ static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, cons
         uint4 lo, hi;
         if (RB == 656) {
             const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + 64 * b + 16 * gq) : make_uint4(0, 0, 0, 0);
-            const float scale = v ? *reinterpret_cast<const float *>(rec + 512 + 4 * (b >> 1)) : 0.0f;
+            const float scale = v ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * (b >> 1)) : 0.0f;
             lo = e4m3x8_scaled(c.x, c.y, scale, true);
             hi = e4m3x8_scaled(c.z, c.w, scale, true);
         } else {
             const uint2 c = v ? *reinterpret_cast<const uint2 *>(rec + 32 * b + 8 * gq) : make_uint2(0, 0);
-            const __nv_bfloat162 d2 = group_scale_x2(v ? rec[NVFP4_REC_GROUP_SCALE_OFF + 4 * b + gq] : 0u);
+            const __nv_bfloat162 d2 = group_scale_x2(v ? rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 4 * b + gq] : 0u);
             lo = e2m1x8_block(c.x, d2);
             hi = e2m1x8_block(c.y, d2);
         }
@@ -260,17 +260,17 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
     const bool v = valid[k] != 0;
     const uint4 z = make_uint4(0, 0, 0, 0);
     if (RB == 656) {
-        const float4 tiles = v ? *reinterpret_cast<const float4 *>(rec + 512) : make_float4(0, 0, 0, 0);
+        const float4 tiles = v ? *reinterpret_cast<const float4 *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET) : make_float4(0, 0, 0, 0);
 #pragma unroll
         for (int i = 0; i < 16; i++) { /* 16 bytes = chunks 2i, 2i+1 of this half = group i */
-            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + 256 * half + 16 * i) : z;
+            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 256 * half + 16 * i) : z;
             const int gl = 16 * half + i, b = gl >> 2, gq = gl & 3;
             const float scale = (b >> 1) == 0 ? tiles.x : (b >> 1) == 1 ? tiles.y : (b >> 1) == 2 ? tiles.z : tiles.w;
             *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e4m3x8_scaled(c.x, c.y, scale, true);
             *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e4m3x8_scaled(c.z, c.w, scale, true);
         }
     } else {
-        const uint4 sc = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_REC_GROUP_SCALE_OFF + 16 * half) : z;
+        const uint4 sc = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 16 * half) : z;
         const uint32_t scw[4] = {sc.x, sc.y, sc.z, sc.w};
 #pragma unroll
         for (int pass = 0; pass < 2; pass++) { /* two passes of 8 groups: enough ILP, fewer registers */
@@ -302,14 +302,14 @@ static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const 
     uint4 out[4];
     if (RB == NVFP4_MLA_RECORD_BYTES_368) {
         const uint4 z = make_uint4(0, 0, 0, 0);
-        const uint4 c0 = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_REC_ROPE_OFF + 32 * half) : z;
-        const uint4 c1 = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_REC_ROPE_OFF + 32 * half + 16) : z;
+        const uint4 c0 = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 32 * half) : z;
+        const uint4 c1 = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 32 * half + 16) : z;
         out[0] = e4m3x8_scaled(c0.x, c0.y, 1.0f, false);
         out[1] = e4m3x8_scaled(c0.z, c0.w, 1.0f, false);
         out[2] = e4m3x8_scaled(c1.x, c1.y, 1.0f, false);
         out[3] = e4m3x8_scaled(c1.z, c1.w, 1.0f, false);
     } else {
-        const int off = RB == 656 ? 528 : NVFP4_REC_ROPE_OFF;
+        const int off = RB == 656 ? NVFP4_MLA_FP8_656_ROPE_OFFSET : NVFP4_MLA_RECORD_ROPE_OFFSET;
 #pragma unroll
         for (int i = 0; i < 4; i++)
             out[i] = v ? *reinterpret_cast<const uint4 *>(rec + off + 64 * half + 16 * i) : make_uint4(0, 0, 0, 0);
@@ -330,10 +330,10 @@ static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_
         if (RB == 656) {
             s = 1.0f;
         } else {
-            const float outer = a.per_token ? *reinterpret_cast<const float *>(rec + NVFP4_REC_TOKEN_SCALE_OFF) : a.outer_scale;
+            const float outer = a.per_token ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET) : a.outer_scale;
             s = __fmul_rn(outer, 512.0f);
         }
-        r = RB == NVFP4_MLA_RECORD_BYTES_368 ? *reinterpret_cast<const float *>(rec + NVFP4_REC_ROPE_SCALE_OFF) : 1.0f;
+        r = RB == NVFP4_MLA_RECORD_BYTES_368 ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET) : 1.0f;
     }
     m->s[t] = s;
     m->r[t] = r;

@@ -18,13 +18,6 @@
 extern "C" {
 #endif
 
-/* Short names of the record's fields for the attention kernels (kernels/attend_pipeline.cuh);
- * the definitions are the ABI's (nvfp4_mla_record.h). */
-#define NVFP4_REC_GROUP_SCALE_OFF NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET
-#define NVFP4_REC_ROPE_SCALE_OFF NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET
-#define NVFP4_REC_TOKEN_SCALE_OFF NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET
-#define NVFP4_REC_ROPE_OFF NVFP4_MLA_RECORD_ROPE_OFFSET
-
 typedef struct nvfp4_mla_write_kernel_args {
     const void *kv_c;             /* [T, 512] bf16|f16, rows kv_c_row_stride elements apart */
     const void *k_pe;             /* [T, 64] same dtype, rows k_pe_row_stride elements apart */

@@ -60,21 +60,5 @@ extern "C" int nvfp4_mla_cuda_prepare(int ordinal, int smem_per_block, char *not
     return err;
 }
 
-/* The table's attend: the workspace check the backend contract asks of attend (backends.h), in
- * front of the launcher, which does not make it yet. It plans a second time (the launcher plans
- * again); once nvfp4_mla_attend_cuda refuses a short workspace itself, the table points at it
- * directly and this goes. */
-static void attend_checked(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result) {
-    const uint64_t need = args->num_queries ? nvfp4_mla_attend_workspace_cuda(args) : 0;
-    if (args->workspace_bytes < need) {
-        result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
-        snprintf(result->message, sizeof result->message,
-                 "workspace has %llu bytes, these shapes need %llu (attend_workspace_bytes)",
-                 (unsigned long long)args->workspace_bytes, (unsigned long long)need);
-        return;
-    }
-    nvfp4_mla_attend_cuda(args, result);
-}
-
 extern "C" const nvfp4_mla_backend_ops_t nvfp4_mla_cuda_ops = {"cuda", nvfp4_mla_write_cuda, nvfp4_mla_gather_cuda,
-                                                               nvfp4_mla_attend_workspace_cuda, attend_checked};
+                                                               nvfp4_mla_attend_workspace_cuda, nvfp4_mla_attend_cuda};

@@ -88,7 +88,7 @@ class PreparedAttend:
         self.ctx, self.keep = ctx, (q, slots, cache, out, lse)
         dev = ctx.device
         self.args = _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
-                                    outer_scale=1.0 if scale_mode == _abi.SCALE_STATIC else 0.0, sm_scale=sm_scale)
+                                    outer_scale=_abi.default_outer_scale(scale_mode), sm_scale=sm_scale)
         self.args.q, _ = tensor(q, "q", (_abi.DTYPE_BF16,), 3, dev)
         self.args.slots, _ = tensor(slots, "slots", (_abi.DTYPE_I32,), 2, dev)
         self.args.cache, _ = tensor(cache, "cache", (_abi.DTYPE_U8,), 3, dev)
