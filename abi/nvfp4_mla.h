@@ -26,7 +26,7 @@ extern "C" {
 
 #define NVFP4_MLA_ABI_MAGIC 0x4D34464Eu /* "NF4M" in little-endian bytes */
 #define NVFP4_MLA_ABI_MAJOR 1
-#define NVFP4_MLA_ABI_MINOR 0
+#define NVFP4_MLA_ABI_MINOR 1
 #define NVFP4_MLA_ENTRY_SYMBOL "nvfp4_mla_plugin_v1"
 #define NVFP4_MLA_PLUGIN_ENV "NVFP4_MLA_PLUGIN"
 #define NVFP4_MLA_RECORD_FORMAT "nvfp4_ds_mla"
@@ -80,15 +80,18 @@ typedef struct nvfp4_mla_plugin {
     /* [any-thread] Build the immutable cache-format configuration (record-format.md 6 and 7) from the
      * environment (or request->environ), the cache dtype and the checkpoint. *out is owned by the
      * host (config_destroy). Boolean variables accept unset or "" (off), 0/1 and false/true in any
-     * case; path variables are taken exactly. Fails closed: any other boolean value, a path with
-     * surrounding whitespace, mutually exclusive modes, per-token without the 368 layout, an
-     * unreadable or invalid scales file or checkpoint field are NVFP4_MLA_ERR_CONFIG (or ERR_IO)
-     * with the variable, its quoted value, file and key named; *out is then NULL. */
+     * case; path variables are taken exactly; NVFP4_MLA_WRITER_POLICY (ABI 1.1) is unset or ""
+     * (rtn) or a policy's name in any case. Fails closed: any other boolean or policy value, a
+     * path with surrounding whitespace, mutually exclusive modes, per-token without the 368 layout,
+     * an unreadable or invalid scales file or checkpoint field are NVFP4_MLA_ERR_CONFIG (or ERR_IO)
+     * with the variable, its quoted value (and the accepted names), file and key named; *out is
+     * then NULL. */
     nvfp4_mla_status_t (*config_create)(const nvfp4_mla_config_request_t *request,
                                         nvfp4_mla_config_t **out);
 
-    /* [any-thread] Describe a configuration; fills *info up to info->struct_size. Strings are owned
-     * by the configuration and live until config_destroy. */
+    /* [any-thread] Describe a configuration; fills *info up to info->struct_size (at least the 1.0
+     * size, else ERR_VERSION) and sets struct_size to the bytes filled. Strings are owned by the
+     * configuration and live until config_destroy. */
     nvfp4_mla_status_t (*config_info)(const nvfp4_mla_config_t *config, nvfp4_mla_config_info_t *info);
 
     /* [any-thread] The static outer scale of `layer` (1.0 for layers past the calibration, and for

@@ -3,7 +3,8 @@
  * The configuration is what keeps a fleet from mixing records of different meaning
  * (record-format.md sections 6 and 7): one immutable object per process, made once from the
  * environment (or a snapshot the host passes) and the checkpoint, from which the writer and every
- * reader take their layout, mode and per-layer scales, and persistent caches their identity.
+ * reader take their layout, mode and per-layer scales, the writer its policy, and persistent caches
+ * their identity.
  */
 #ifndef NVFP4_MLA_CONFIG_H
 #define NVFP4_MLA_CONFIG_H
@@ -68,7 +69,9 @@ typedef struct nvfp4_mla_config_request {
 } nvfp4_mla_config_request_t;
 
 typedef struct nvfp4_mla_config_info {
-    uint32_t struct_size;       /* set by the host; the plugin fills fields that fit in it */
+    uint32_t struct_size;       /* set by the host (at least the 1.0 size, which ends at
+                                   scale_source_path); the plugin fills the fields that fit in it
+                                   and sets it to the bytes it filled (a 1.0 plugin: the 1.0 size) */
     uint32_t is_nvfp4;          /* 1 when the cache dtype is nvfp4_ds_mla */
     uint32_t layout;            /* NVFP4_MLA_LAYOUT_* (KV_FP8_ROPE on gives 368, else 432) */
     uint32_t scale_mode;        /* NVFP4_MLA_SCALE_STATIC or NVFP4_MLA_SCALE_PER_TOKEN */
@@ -76,6 +79,12 @@ typedef struct nvfp4_mla_config_info {
     uint32_t num_layers;        /* calibrated layers; layers >= num_layers use 1.0 */
     const char *identity;       /* cache identity (section 6); owned by the config object */
     const char *scale_source_path; /* file the scales came from, "" if none; owned likewise */
+    /* ---- ABI 1.1 ---- */
+    uint32_t writer_policy;     /* NVFP4_MLA_WRITER_POLICY_* from NVFP4_MLA_WRITER_POLICY (unset or
+                                   "" = rtn): what the host passes in every write's writer_policy.
+                                   Not part of `identity`: readers decode every policy's records
+                                   alike. Absent (struct_size too small): rtn. */
+    uint32_t reserved1;         /* zero */
 } nvfp4_mla_config_info_t;
 
 /* Opaque handles. */

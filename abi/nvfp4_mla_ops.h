@@ -29,7 +29,10 @@ typedef struct nvfp4_mla_write_args {
     uint32_t flags;         /* zero */
     float outer_scale;      /* STATIC: layer scale s, a normal float with finite 1/s (1.0 =
                                uncalibrated); PER_TOKEN: must be 0 */
-    uint32_t reserved0;     /* zero */
+    uint32_t writer_policy; /* NVFP4_MLA_WRITER_POLICY_* (ABI 1.1; "reserved0, zero" in 1.0, so a
+                               1.0 host gets rtn): the configuration's writer_policy. The context
+                               must serve nvfp4_mla_writer_policy_cap(policy); an unknown id is
+                               INVALID_ARGUMENT. Readers take no policy: records read the same. */
     nvfp4_mla_tensor_t kv_c;         /* [T, 512] bf16 or f16, inner stride 1, row stride >= 512 */
     nvfp4_mla_tensor_t k_pe;         /* [T, 64] same dtype as kv_c, inner stride 1 */
     nvfp4_mla_tensor_t slot_mapping; /* [T] i64; slot < 0 or >= capacity: skipped, nothing written */

@@ -39,6 +39,36 @@ extern "C" {
 #define NVFP4_MLA_SCALE_STATIC 1    /* one launch scalar per layer (1.0 = uncalibrated) */
 #define NVFP4_MLA_SCALE_PER_TOKEN 2 /* s_t stored in each record at [292,296); 368 only */
 
+/* ---- Writer policies: how a writer picks the codes (README, "Writer policies"). ----
+ * Any choice of codes is a valid record (record-format.md sections 4-5): a policy changes which
+ * codes the writer picks, never what a reader computes, so it is not part of the cache identity.
+ * Ids are frozen like the values above; a policy a plugin serves is named by a capability. */
+#define NVFP4_MLA_WRITER_POLICY_RTN 0 /* "rtn": record-format.md section 4 as written (the default) */
+#define NVFP4_MLA_WRITER_POLICY_MSE 1 /* "mse": per group, the scale code of least squared error
+                                         among six candidates (capability write.policy_mse) */
+#define NVFP4_MLA_WRITER_POLICY_COUNT 2
+
+/* Every policy this header knows, as X(id, "name") pairs in id order. */
+#define NVFP4_MLA_FOR_EACH_WRITER_POLICY(X)                                                         \
+    X(NVFP4_MLA_WRITER_POLICY_RTN, "rtn")                                                           \
+    X(NVFP4_MLA_WRITER_POLICY_MSE, "mse")
+
+/* The policy's name ("rtn", "mse"); "unknown" for an id this header does not know. */
+static inline const char *nvfp4_mla_writer_policy_name(uint32_t policy) {
+#define NVFP4_MLA_POLICY_NAME_OF_(id, name)                                                         \
+    if (policy == (id)) {                                                                           \
+        return name;                                                                                \
+    }
+    NVFP4_MLA_FOR_EACH_WRITER_POLICY(NVFP4_MLA_POLICY_NAME_OF_)
+#undef NVFP4_MLA_POLICY_NAME_OF_
+    return "unknown";
+}
+
+/* The capability bit a writer needs to serve `policy` (rtn needs none: every writer is rtn). */
+static inline uint64_t nvfp4_mla_writer_policy_cap(uint32_t policy) {
+    return policy == NVFP4_MLA_WRITER_POLICY_MSE ? NVFP4_MLA_CAP_WRITE_POLICY_MSE : 0u;
+}
+
 /* ---- Fields of the 368- and 432-byte records (byte offsets, little-endian). ---- */
 #define NVFP4_MLA_GROUP_SIZE 16                /* latent values per E4M3 group scale */
 #define NVFP4_MLA_GROUPS 32                    /* group scales per record */

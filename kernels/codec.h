@@ -38,7 +38,7 @@ typedef struct nvfp4_mla_write_kernel_args {
     int32_t per_token;            /* 1: per-token outer scale (368 only) */
     float outer_scale;            /* static mode s (1.0 = uncalibrated); unused per-token */
     int32_t device_index;         /* CUDA ordinal of every pointer above; 0 on the CPU */
-    int32_t reserved;
+    int32_t writer_policy;        /* NVFP4_MLA_WRITER_POLICY_* (validated): how group scales are picked */
 } nvfp4_mla_write_kernel_args_t;
 
 typedef struct nvfp4_mla_gather_kernel_args {
@@ -101,11 +101,12 @@ typedef struct nvfp4_mla_kernel_result {
 
 /* Encode one token into one record (the writer's body, exposed for tests and tools that build
  * records without a cache). `latent` [512] and `rope` [64] are f32 already converted from the
- * input; `rope_bf16` [64] holds the input's RoPE as bf16 for the 432 layout. Returns the number of
- * non-finite inputs seen. */
+ * input; `rope_bf16` [64] holds the input's RoPE as bf16 for the 432 layout; `writer_policy` an
+ * NVFP4_MLA_WRITER_POLICY_* id (kernels/write_policy.h). Returns the number of non-finite inputs
+ * seen. */
 uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, const uint16_t *rope_bf16,
                                      int32_t record_bytes, int32_t per_token, float outer_scale,
-                                     uint8_t *record);
+                                     int32_t writer_policy, uint8_t *record);
 
 /* Decode one record into its 576 binary32 values (latent then RoPE): the spec's reader arithmetic
  * before any bf16 conversion; attention's reference uses these. */

@@ -38,12 +38,29 @@ NVFP4_HD float nvfp4_bits_f32(uint32_t u) {
     return v;
 }
 
-/* Products and reciprocals with the rounding the spec names, never contracted. */
+/* Products, sums and reciprocals with the rounding the spec names, never contracted (__fadd_rn and
+ * __fsub_rn are never fused into an FMA by nvcc; the host build uses -ffp-contract=off). */
 NVFP4_HD float nvfp4_mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
     return __fmul_rn(a, b);
 #else
     return a * b;
+#endif
+}
+
+NVFP4_HD float nvfp4_add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+NVFP4_HD float nvfp4_sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fsub_rn(a, b);
+#else
+    return a - b;
 #endif
 }
 

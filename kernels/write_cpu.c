@@ -2,13 +2,14 @@
  *
  * Computes record-format.md section 4 literally, one token at a time, in the order the spec gives
  * its steps, so that a reader of the spec can check it line by line. Layouts 368 and 432; static
- * and per-token outer scales. Slots < 0 or >= capacity are skipped; only the addressed records are
+ * and per-token outer scales; the writer policies of write_policy.h (rtn: the spec as written). Slots < 0 or >= capacity are skipped; only the addressed records are
  * written. Tested against hand-computed golden records in tests/test_codec_golden.c.
  */
 #include <string.h>
 
 #include "backends.h"
 #include "fp_codes.h"
+#include "write_policy.h"
 
 /* Largest finite |v| over n values (0 when none is finite). */
 static float finite_abs_max(const float *v, int n) {
@@ -34,13 +35,18 @@ static void store_f32(uint8_t *dst, float v) {
     memcpy(dst, &v, sizeof v); /* little-endian host: the spec's byte order */
 }
 
-/* Steps 2-4 for one group of 16: scale, group scale code, element codes. */
-static void encode_group(const float *x, float inv, uint8_t *payload8, uint8_t *scale_code) {
+/* Steps 2-4 for one group of 16: scale, group scale code (step 3's, or the policy's choice among
+ * candidates, write_policy.h), element codes. */
+static void encode_group(const float *x, float inv, int32_t policy, uint8_t *payload8, uint8_t *scale_code) {
     float y[NVFP4_MLA_GROUP_SIZE];
     for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
         y[i] = nvfp4_mul_rn(x[i], inv);
     }
-    uint8_t code = (uint8_t)nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(finite_abs_max(y, NVFP4_MLA_GROUP_SIZE), NVFP4_K6));
+    const float a = finite_abs_max(y, NVFP4_MLA_GROUP_SIZE);
+    uint8_t code = (uint8_t)nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(a, NVFP4_K6));
+    if (policy == NVFP4_MLA_WRITER_POLICY_MSE) {
+        code = (uint8_t)nvfp4_mse_group_code(y, code, nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(a, NVFP4_K4)), 0);
+    }
     float d = nvfp4_e4m3_decode(code);
     *scale_code = code;
     memset(payload8, 0, NVFP4_MLA_GROUP_SIZE / 2);
@@ -72,7 +78,7 @@ static void encode_rope_e4m3(const float *rope, uint8_t *record) {
 
 uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, const uint16_t *rope_bf16,
                                      int32_t record_bytes, int32_t per_token, float outer_scale,
-                                     uint8_t *record) {
+                                     int32_t writer_policy, uint8_t *record) {
     memset(record + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET, 0, NVFP4_MLA_RECORD_ROPE_OFFSET - NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET);
 
     /* Step 1: the outer scale and its inverse. */
@@ -94,7 +100,8 @@ uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, con
         memset(record, 0, NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET);
     } else {
         for (int g = 0; g < NVFP4_MLA_GROUPS; g++) {
-            encode_group(latent + g * NVFP4_MLA_GROUP_SIZE, inv, record + 8 * g, record + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g);
+            encode_group(latent + g * NVFP4_MLA_GROUP_SIZE, inv, writer_policy, record + 8 * g,
+                         record + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g);
         }
     }
 
@@ -134,7 +141,7 @@ void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *a, nvfp4_mla_kerne
         load_row(a->k_pe, t, a->k_pe_row_stride, NVFP4_MLA_ROPE_DIM, a->input_is_f16, rope, rope_bf16);
         uint8_t *record = a->cache + (slot / a->block_size) * a->block_stride + (slot % a->block_size) * a->record_bytes;
         nonfinite += nvfp4_mla_encode_record_cpu(latent, rope, rope_bf16, a->record_bytes, a->per_token,
-                                                 a->outer_scale, record);
+                                                 a->outer_scale, a->writer_policy, record);
         float amax = finite_abs_max(latent, NVFP4_MLA_LATENT_DIM);
         if (amax > captured) {
             captured = amax;

@@ -9,8 +9,11 @@
  * input. A token with any NaN/Inf input (rare) takes the general path, which filters non-finite
  * values out of every maximum and counts them; the warp decides together, so the branch is uniform.
  * The record is assembled in shared memory and stored as 16-byte words (368 = 23 x 16,
- * 432 = 27 x 16). Tested byte-for-byte against the CPU writer in tests/test_gpu_codec.c, under
- * compute-sanitizer too; timed by `nvfp4-mla bench`.
+ * 432 = 27 x 16). The writer policy is a template parameter of the kernel: `mse` picks each group's
+ * scale code with write_policy.h's functions, which the CPU writer compiles too (bit-identical by
+ * construction; its c6/c4 come from the hardware conversion on the all-finite path, which equals
+ * nvfp4_e4m3_magnitude_code there). Tested byte-for-byte against the CPU writer for every policy in
+ * tests/test_gpu_codec.c, under compute-sanitizer too; timed by `nvfp4-mla bench`.
  */
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -19,8 +22,12 @@
 #include "backends.h"
 #include "cuda_util.cuh"
 #include "fp_codes.h"
+#include "write_policy.h"
 
 #define WARPS_PER_BLOCK 8
+/* Blocks per SM the register budget is cut for: rtn's tuned 5 (48 registers, no spill); the mse
+ * candidates' search spills at 48 and 64 registers, not at 80 (3 blocks; ptxas -v, sm_90). */
+#define MIN_BLOCKS(policy) ((policy) == NVFP4_MLA_WRITER_POLICY_RTN ? 5 : 3)
 #define FULL 0xFFFFFFFFu
 
 static __device__ __forceinline__ float warp_max(float v) {
@@ -56,7 +63,9 @@ static __device__ __forceinline__ uint32_t e2m1_finite(float y, const float *t) 
     return index | ((__float_as_uint(y) >> 28) & 8u);
 }
 
-/* Steps 2-4 for this lane's group, general case: every maximum leaves NaN/Inf out (spec step 3). */
+/* Steps 2-4 for this lane's group, general case: every maximum leaves NaN/Inf out (spec step 3).
+ * POLICY: NVFP4_MLA_WRITER_POLICY_* (write_policy.h picks the mse code, as the CPU writer does). */
+template <int POLICY>
 static __device__ __forceinline__ uint8_t encode_group_general(const float *x, float inv, uint32_t *payload) {
     float y[NVFP4_MLA_GROUP_SIZE];
     float group_amax = 0.0f;
@@ -65,7 +74,10 @@ static __device__ __forceinline__ uint8_t encode_group_general(const float *x, f
         y[i] = nvfp4_mul_rn(x[i], inv);
         group_amax = fmaxf(group_amax, finite_abs(y[i]));
     }
-    const uint8_t code = (uint8_t)nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(group_amax, NVFP4_K6));
+    uint8_t code = (uint8_t)nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(group_amax, NVFP4_K6));
+    if (POLICY == NVFP4_MLA_WRITER_POLICY_MSE) {
+        code = (uint8_t)nvfp4_mse_group_code(y, code, nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(group_amax, NVFP4_K4)), 0);
+    }
     const float d = nvfp4_e4m3_decode(code);
     payload[0] = payload[1] = 0;
     if (d != 0.0f) {
@@ -78,7 +90,9 @@ static __device__ __forceinline__ uint8_t encode_group_general(const float *x, f
 }
 
 /* Steps 2-4 for a group whose inputs are all finite (the common case): plain |y| maxima (a free
- * operand modifier), hardware E4M3, thresholds made once. Falls back when x * inv overflows. */
+ * operand modifier), hardware E4M3, thresholds made once. Falls back when x * inv overflows. The mse
+ * candidates' squared errors need no finiteness test here (all_finite = 1). */
+template <int POLICY>
 static __device__ __forceinline__ uint8_t encode_group_finite(const float *x, float inv, uint32_t *payload) {
     float y[NVFP4_MLA_GROUP_SIZE];
     float group_amax = 0.0f;
@@ -88,9 +102,12 @@ static __device__ __forceinline__ uint8_t encode_group_finite(const float *x, fl
         group_amax = fmaxf(group_amax, fabsf(y[i]));
     }
     if (!nvfp4_is_finite(group_amax)) {
-        return encode_group_general(x, inv, payload);
+        return encode_group_general<POLICY>(x, inv, payload);
     }
-    const uint8_t code = e4m3_finite(nvfp4_mul_rn(group_amax, NVFP4_K6));
+    uint8_t code = e4m3_finite(nvfp4_mul_rn(group_amax, NVFP4_K6));
+    if (POLICY == NVFP4_MLA_WRITER_POLICY_MSE) {
+        code = (uint8_t)nvfp4_mse_group_code(y, code, e4m3_finite(nvfp4_mul_rn(group_amax, NVFP4_K4)), 1);
+    }
     const float d = nvfp4_e4m3_decode(code);
     payload[0] = payload[1] = 0;
     if (d != 0.0f) {
@@ -210,7 +227,10 @@ static __device__ __forceinline__ void count_token(const nvfp4_mla_write_kernel_
     }
 }
 
-__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nvfp4_mla_write_kernel_args_t a) {
+/* One kernel per writer policy (a template parameter): the rtn kernel's code is the one the policy
+ * work started from, and neither pays for the other's branch. */
+template <int POLICY>
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, MIN_BLOCKS(POLICY)) nvfp4_write_kernel(nvfp4_mla_write_kernel_args_t a) {
     __shared__ __align__(16) uint8_t staging[WARPS_PER_BLOCK][432];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t t = (int64_t)blockIdx.x * WARPS_PER_BLOCK + warp;
@@ -245,7 +265,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 5) nvfp4_write_kernel(nv
     uint32_t payload[2] = {0, 0};
     uint8_t code = 0;
     if (!zero_token) {
-        code = all_finite ? encode_group_finite(x, inv, payload) : encode_group_general(x, inv, payload);
+        code = all_finite ? encode_group_finite<POLICY>(x, inv, payload) : encode_group_general<POLICY>(x, inv, payload);
     }
     ((uint2 *)rec)[lane] = make_uint2(payload[0], payload[1]);
     rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + lane] = code;
@@ -271,6 +291,12 @@ extern "C" void nvfp4_mla_write_cuda(const nvfp4_mla_write_kernel_args_t *args, 
     if (!nvfp4_cuda_guard_ok(guard, result, "write") || !nvfp4_cuda_grid_fits(blocks, result, "write", args->num_tokens, "tokens")) {
         return;
     }
-    nvfp4_write_kernel<<<(unsigned)blocks, WARPS_PER_BLOCK * 32, 0, (cudaStream_t)args->stream>>>(*args);
+    if (args->writer_policy == NVFP4_MLA_WRITER_POLICY_MSE) {
+        nvfp4_write_kernel<NVFP4_MLA_WRITER_POLICY_MSE>
+            <<<(unsigned)blocks, WARPS_PER_BLOCK * 32, 0, (cudaStream_t)args->stream>>>(*args);
+    } else {
+        nvfp4_write_kernel<NVFP4_MLA_WRITER_POLICY_RTN>
+            <<<(unsigned)blocks, WARPS_PER_BLOCK * 32, 0, (cudaStream_t)args->stream>>>(*args);
+    }
     nvfp4_cuda_result(result, cudaGetLastError(), "write: kernel launch");
 }

@@ -27,12 +27,20 @@ struct nvfp4_mla_config {
     nvfp4_calibration_t calibration;
 };
 
-/* The three settings, as read once from the environment or the host's snapshot. */
+/* The settings, as read once from the environment or the host's snapshot. */
 typedef struct env_settings {
     int dynamic_scale;
     int fp8_rope;
+    int writer_policy; /* NVFP4_MLA_WRITER_POLICY_* */
     char scales_file[4096];
 } env_settings_t;
+
+/* The policies' names in id order (nvfp4_mla_record.h), as NVFP4_MLA_WRITER_POLICY spells them. */
+static const char *const policy_names[NVFP4_MLA_WRITER_POLICY_COUNT] = {
+#define NVFP4_POLICY_NAME(id, name) [id] = name,
+    NVFP4_MLA_FOR_EACH_WRITER_POLICY(NVFP4_POLICY_NAME)
+#undef NVFP4_POLICY_NAME
+};
 
 static const char *lookup(const char *const *environ, const char *name) {
     if (!environ) {
@@ -47,15 +55,17 @@ static const char *lookup(const char *const *environ, const char *name) {
     return NULL;
 }
 
-/* The three settings by the one rule of settings.h: a value that is not understood is an error,
- * never "off". */
+/* The settings by the one rule of settings.h: a value that is not understood is an error, never
+ * "off" or a default. */
 static nvfp4_mla_status_t read_settings(const char *const *environ, env_settings_t *s) {
     char why[NVFP4_SETTING_MESSAGE_MAX];
     if (nvfp4_setting_bool(NVFP4_ENV_DYNAMIC_SCALE, lookup(environ, NVFP4_ENV_DYNAMIC_SCALE), &s->dynamic_scale, why,
                            sizeof why) ||
         nvfp4_setting_bool(NVFP4_ENV_FP8_ROPE, lookup(environ, NVFP4_ENV_FP8_ROPE), &s->fp8_rope, why, sizeof why) ||
         nvfp4_setting_path(NVFP4_ENV_SCALES_FILE, lookup(environ, NVFP4_ENV_SCALES_FILE), s->scales_file,
-                           sizeof s->scales_file, why, sizeof why)) {
+                           sizeof s->scales_file, why, sizeof why) ||
+        nvfp4_setting_choice(NVFP4_ENV_WRITER_POLICY, lookup(environ, NVFP4_ENV_WRITER_POLICY), policy_names,
+                             NVFP4_MLA_WRITER_POLICY_COUNT, &s->writer_policy, why, sizeof why)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s", why);
     }
     return NVFP4_MLA_OK;
@@ -248,9 +258,10 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
     if (!cfg->identity[0]) {
         snprintf(cfg->identity, sizeof cfg->identity, NVFP4_IDENTITY_DEFAULT);
     }
-    nvfp4_log(host, NVFP4_MLA_LOG_INFO, "nvfp4-mla: outer scales: %s%s%s (%u calibrated layers); cache identity %s",
+    nvfp4_log(host, NVFP4_MLA_LOG_INFO,
+              "nvfp4-mla: outer scales: %s%s%s (%u calibrated layers); writer policy %s; cache identity %s",
               source_name(cfg->info.scale_source), cfg->source_path[0] ? " from " : "", cfg->source_path,
-              cfg->calibration.num_layers, cfg->identity);
+              cfg->calibration.num_layers, nvfp4_mla_writer_policy_name((uint32_t)s->writer_policy), cfg->identity);
     return NVFP4_MLA_OK;
 }
 
@@ -297,7 +308,7 @@ nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *host_re
         st = configure_nvfp4(cfg, &settings, req.model_dir, &host);
     } else {
         snprintf(cfg->identity, sizeof cfg->identity, NVFP4_IDENTITY_DEFAULT);
-        if (settings.dynamic_scale || settings.scales_file[0]) {
+        if (settings.dynamic_scale || settings.scales_file[0] || settings.writer_policy) {
             nvfp4_log(&host, NVFP4_MLA_LOG_INFO, "nvfp4-mla: cache dtype %s is not %s; NVFP4 settings are ignored",
                       req.cache_dtype, NVFP4_MLA_RECORD_FORMAT);
         }
@@ -307,6 +318,7 @@ nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *host_re
         return st;
     }
     cfg->info.struct_size = sizeof cfg->info;
+    cfg->info.writer_policy = (uint32_t)settings.writer_policy;
     cfg->info.num_layers = cfg->calibration.num_layers;
     cfg->info.identity = cfg->identity;
     cfg->info.scale_source_path = cfg->source_path;
@@ -319,11 +331,15 @@ nvfp4_mla_status_t nvfp4_config_info(const nvfp4_mla_config_t *cfg, nvfp4_mla_co
     if (!cfg || !info) {
         return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_info: %s is NULL", cfg ? "info" : "config");
     }
-    if (info->struct_size < sizeof *info) {
-        return nvfp4_fail(NVFP4_MLA_ERR_VERSION, "config_info: info->struct_size %u is smaller than %zu",
-                          info->struct_size, sizeof *info);
+    /* A 1.0 host's struct ends at scale_source_path: fill what it has, and say how much. */
+    const size_t v1_0 = offsetof(nvfp4_mla_config_info_t, writer_policy);
+    if (info->struct_size < v1_0) {
+        return nvfp4_fail(NVFP4_MLA_ERR_VERSION, "config_info: info->struct_size %u is smaller than %zu (ABI 1.0)",
+                          info->struct_size, v1_0);
     }
-    *info = cfg->info;
+    const size_t filled = info->struct_size < sizeof *info ? v1_0 : sizeof *info;
+    memcpy(info, &cfg->info, filled);
+    info->struct_size = (uint32_t)filled;
     return NVFP4_MLA_OK;
 }
 

@@ -36,15 +36,24 @@ static nvfp4_mla_status_t check_scalar_out(const char *op, const char *name, con
     return NVFP4_MLA_OK;
 }
 
+/* A policy this version knows, which the context's writer serves. */
+static nvfp4_mla_status_t check_policy(const nvfp4_mla_context_t *ctx, uint32_t policy) {
+    if (policy >= NVFP4_MLA_WRITER_POLICY_COUNT) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "write: writer_policy is %u, must be %d (rtn) or %d (mse)",
+                          policy, NVFP4_MLA_WRITER_POLICY_RTN, NVFP4_MLA_WRITER_POLICY_MSE);
+    }
+    return nvfp4_context_require(ctx, "write", nvfp4_mla_writer_policy_cap(policy));
+}
+
 nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *host_args,
                                      nvfp4_mla_write_kernel_args_t *k) {
     nvfp4_mla_write_args_t a;
     nvfp4_mla_status_t st = nvfp4_copy_versioned(&a, sizeof a, sizeof a, host_args, "write: nvfp4_mla_write_args_t");
     if (st || (st = nvfp4_check_zero("write", "flags", &a.flags, sizeof a.flags)) ||
-        (st = nvfp4_check_zero("write", "reserved0", &a.reserved0, sizeof a.reserved0)) ||
         (st = nvfp4_check_zero("write", "reserved", a.reserved, sizeof a.reserved)) ||
         (st = nvfp4_check_call(ctx, "write", NVFP4_MLA_CAP_OP_WRITE, a.layout, a.scale_mode, a.outer_scale,
-                               a.stream))) {
+                               a.stream)) ||
+        (st = check_policy(ctx, a.writer_policy))) {
         return st;
     }
     nvfp4_tensor_rule_t r = {"write", "kv_c", NVFP4_MLA_DTYPE_BF16, NVFP4_MLA_DTYPE_F16, 2, ctx->device_type,
@@ -99,6 +108,7 @@ nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4
         .per_token = a.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN,
         .outer_scale = a.outer_scale,
         .device_index = ctx->device_index,
+        .writer_policy = (int32_t)a.writer_policy,
     };
     return NVFP4_MLA_OK;
 }

@@ -1,4 +1,4 @@
-/* Boolean and path settings (see settings.h). Plain C with no plugin dependency, because the host
+/* Boolean, path and choice settings (see settings.h). Plain C with no plugin dependency, because the host
  * loader compiles this file as well. */
 #include "settings.h"
 
@@ -82,4 +82,28 @@ int nvfp4_setting_path(const char *name, const char *value, char *out, size_t ou
     }
     memcpy(out, value, len + 1);
     return 0;
+}
+
+int nvfp4_setting_choice(const char *name, const char *value, const char *const *names, int count, int *index,
+                         char *message, size_t message_size) {
+    *index = 0;
+    if (!value || !value[0]) {
+        return 0;
+    }
+    for (int i = 0; i < count; i++) {
+        if (strcasecmp(value, names[i]) == 0) {
+            *index = i;
+            return 0;
+        }
+    }
+    char quoted[NVFP4_SETTING_QUOTE_MAX * 4 + 8], list[256] = "";
+    size_t used = 0;
+    nvfp4_setting_quote(value, quoted, sizeof quoted);
+    for (int i = 0; i < count; i++) {
+        append(list, sizeof list, &used, i ? ", " : "");
+        append(list, sizeof list, &used, names[i]);
+    }
+    snprintf(message, message_size, "%s=%s is not one of: %s (any case); unset or empty is %s", name, quoted, list,
+             count ? names[0] : "the default");
+    return -1;
 }

@@ -1,7 +1,7 @@
-/* The one rule for settings read from the environment: booleans and paths.
+/* The one rule for settings read from the environment: booleans, paths and choices.
  *
  * Shared by the plugin's configuration (config.c: VLLM_NVFP4_MLA_DYNAMIC_SCALE, KV_FP8_ROPE,
- * VLLM_NVFP4_MLA_SCALES_FILE) and the C host loader (NVFP4_MLA_PLUGIN; the loader library compiles
+ * VLLM_NVFP4_MLA_SCALES_FILE, NVFP4_MLA_WRITER_POLICY) and the C host loader (NVFP4_MLA_PLUGIN; the loader library compiles
  * this file too), and mirrored rule for rule and word for word by the Python shim
  * (host_shims/python/nvfp4_mla/settings.py).
  *
@@ -11,6 +11,8 @@
  *   boolean  unset or "" is off; "0"/"false" off and "1"/"true" on, in any case; anything else fails;
  *   path     unset or "" is none; leading or trailing whitespace fails (it is never part of a path a
  *            user meant, and trimming it hid mistakes).
+ *   choice   unset or "" is the default (the first name); one of the names in any case; anything
+ *            else fails (whitespace included), listing the names.
  * A failure message names the variable, shows the value quoted (control, quote, backslash and
  * non-ASCII bytes escaped, so whitespace shows) and says what is accepted. No I/O, no state: the
  * functions are safe from any thread.
@@ -31,6 +33,12 @@ int nvfp4_setting_bool(const char *name, const char *value, int *on, char *messa
  * (surrounding whitespace, or longer than out_size - 1 bytes); `out` is then "". */
 int nvfp4_setting_path(const char *name, const char *value, char *out, size_t out_size, char *message,
                        size_t message_size);
+
+/* A choice among `count` names (`names[0]` is the default). `value` NULL means unset. 0 and *index:
+ * 0 for unset or "", else the position of the name `value` equals with ASCII case ignored; or -1
+ * and `message` names the variable, shows the value quoted and lists every accepted name. */
+int nvfp4_setting_choice(const char *name, const char *value, const char *const *names, int count, int *index,
+                         char *message, size_t message_size);
 
 /* `value` between double quotes, escaped as above and cut after NVFP4_SETTING_QUOTE_MAX bytes ("..."
  * follows the closing quote then). Always NUL-terminated. */

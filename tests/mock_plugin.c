@@ -11,6 +11,7 @@
  * ERR_UNSUPPORTED; the configuration is a fixed one (mock_config_info). */
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nvfp4_mla.h"
 
@@ -82,10 +83,18 @@ static nvfp4_mla_status_t mock_config_create(const nvfp4_mla_config_request_t *r
 static nvfp4_mla_status_t mock_config_info(const nvfp4_mla_config_t *config, nvfp4_mla_config_info_t *info) {
     (void)config;
     int per_token = getenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE") != NULL;
-    *info = (nvfp4_mla_config_info_t){sizeof *info, 1, NVFP4_MLA_LAYOUT_FP8_ROPE_368,
-                                      per_token ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC,
-                                      per_token ? NVFP4_MLA_SCALE_SOURCE_PER_TOKEN : NVFP4_MLA_SCALE_SOURCE_NONE,
-                                      0, "mock-identity", ""};
+    const char *policy = getenv("NVFP4_MLA_WRITER_POLICY");
+    nvfp4_mla_config_info_t full = {sizeof full, 1, NVFP4_MLA_LAYOUT_FP8_ROPE_368,
+                                    per_token ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC,
+                                    per_token ? NVFP4_MLA_SCALE_SOURCE_PER_TOKEN : NVFP4_MLA_SCALE_SOURCE_NONE,
+                                    0, "mock-identity", "", policy && policy[0] == 'm', 0};
+#if MOCK_MINOR == 0
+    /* A 1.0 plugin knows no writer policy: it fills the 1.0 struct and says so. */
+    full.struct_size = offsetof(nvfp4_mla_config_info_t, writer_policy);
+    memcpy(info, &full, full.struct_size);
+#else
+    *info = full;
+#endif
     return NVFP4_MLA_OK;
 }
 

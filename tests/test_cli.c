@@ -189,7 +189,7 @@ static void probe_should_report_and_decide(void **state) {
     (void)state;
     assert_int_equal(run("KV_FP8_ROPE=1", "probe --json"), 0);
     assert_non_null(strstr(out_text, "\"accepted\":\ttrue"));
-    assert_non_null(strstr(out_text, "\"abi\":\t\"1.0\""));
+    assert_non_null(strstr(out_text, "\"abi\":\t\"1.1\""));
     char env[4200];
     snprintf(env, sizeof env, "KV_FP8_ROPE=1 VLLM_NVFP4_MLA_SCALES_FILE=%s/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json", data);
     assert_int_equal(run(env, "probe"), 0);
@@ -246,7 +246,7 @@ static void tools_should_refuse_a_plugin_with_a_null_member(void **state) {
     make_tokens(1.0);
     char env[4200];
     snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_null_init.so", getenv("NVFP4_MLA_MOCK_DIR"));
-    const char *words = "refused: table member \"init\" is NULL (plugin ABI 1.0, host ABI 1.0;";
+    const char *words = "refused: table member \"init\" is NULL (plugin ABI 1.1, host ABI 1.1;";
     expect_failure(run(env, "probe"), words);
     expect_failure(run(env, "probe --json"), words);
     assert_non_null(strstr(out_text, "\"reason\":\t\"incomplete_table\""));

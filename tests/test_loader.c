@@ -66,7 +66,7 @@ static void loader_should_accept_a_future_minor_and_ignore_unknown_capabilities(
     nvfp4_mla_loader_t l;
     char msg[2048];
     assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("future_minor"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
-    assert_contains(msg, "(ABI 1.7, host ABI 1.0) loaded");
+    assert_contains(msg, "(ABI 1.7, host ABI 1.1) loaded");
     assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), 0);
     assert_string_equal(l.table->capabilities[1].name, "future.capability");
     assert_string_equal(nvfp4_mla_loader_cap_name(UINT64_C(1) << 40), "unknown");
@@ -78,14 +78,14 @@ static void loader_should_refuse_with_the_reason(void **state) {
     struct {
         const char *selection, *needle, *reason;
     } cases[] = {
-        {"future_major", "does not export nvfp4_mla_plugin_v1 (host ABI 1.0); it implements ABI major 2 only",
+        {"future_major", "does not export nvfp4_mla_plugin_v1 (host ABI 1.1); it implements ABI major 2 only",
          "abi_mismatch"},
-        {"wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.0)", "abi_mismatch"},
+        {"wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.1)", "abi_mismatch"},
         {"bad_magic", "refused: wrong magic (0x12345678, expected 0x4d34464e)", "not_a_plugin"},
         {"null_entry", "refused: its entry returned no table", "not_a_plugin"},
         {"tiny_table", "refused: table too small (struct_size 16 <", "abi_mismatch"},
         {"not_a_plugin", "it is not an nvfp4-mla plugin", "not_a_plugin"},
-        {"null_init", "refused: table member \"init\" is NULL (plugin ABI 1.0, host ABI 1.0; every member its "
+        {"null_init", "refused: table member \"init\" is NULL (plugin ABI 1.1, host ABI 1.1; every member its "
                       "struct_size", "incomplete_table"},
         {"null_attend", "refused: table member \"attend\" is NULL", "incomplete_table"},
         {"null_version", "refused: table member \"version\" is NULL", "incomplete_table"},
@@ -154,7 +154,7 @@ static void loader_should_name_every_missing_capability(void **state) {
     assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("no_per_token"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
     assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), -1);
     assert_contains(msg, mock_path("no_per_token"));
-    assert_contains(msg, "(ABI 1.0, host ABI 1.0) cannot serve per-token scales on fp8_rope_368 (requested by the "
+    assert_contains(msg, "(ABI 1.1, host ABI 1.1) cannot serve per-token scales on fp8_rope_368 (requested by the "
                          "configuration): missing write.per_token_scale, read.latent_scale_per_token");
     assert_int_equal(nvfp4_mla_loader_require(&l, &static368, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), 0);
     nvfp4_mla_loader_close(&l);

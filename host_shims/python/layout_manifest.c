@@ -28,7 +28,8 @@ static void print_argument_structs(void) {
     FIELD(nvfp4_mla_tensor_t, shape); FIELD(nvfp4_mla_tensor_t, strides); FIELD(nvfp4_mla_tensor_t, device_type);
     FIELD(nvfp4_mla_tensor_t, device_index);
     STRUCT(nvfp4_mla_write_args_t);
-    FIELD(nvfp4_mla_write_args_t, layout); FIELD(nvfp4_mla_write_args_t, outer_scale); FIELD(nvfp4_mla_write_args_t, kv_c);
+    FIELD(nvfp4_mla_write_args_t, layout); FIELD(nvfp4_mla_write_args_t, outer_scale);
+    FIELD(nvfp4_mla_write_args_t, writer_policy); FIELD(nvfp4_mla_write_args_t, kv_c);
     FIELD(nvfp4_mla_write_args_t, k_pe); FIELD(nvfp4_mla_write_args_t, slot_mapping); FIELD(nvfp4_mla_write_args_t, cache);
     FIELD(nvfp4_mla_write_args_t, capture_max_abs); FIELD(nvfp4_mla_write_args_t, nonfinite_count);
     FIELD(nvfp4_mla_write_args_t, stream); FIELD(nvfp4_mla_write_args_t, reserved);
@@ -56,6 +57,7 @@ static void print_table_structs(void) {
     STRUCT(nvfp4_mla_config_info_t);
     FIELD(nvfp4_mla_config_info_t, is_nvfp4); FIELD(nvfp4_mla_config_info_t, scale_source); FIELD(nvfp4_mla_config_info_t, num_layers);
     FIELD(nvfp4_mla_config_info_t, identity); FIELD(nvfp4_mla_config_info_t, scale_source_path);
+    FIELD(nvfp4_mla_config_info_t, writer_policy);
     STRUCT(nvfp4_mla_plugin_t);
     FIELD(nvfp4_mla_plugin_t, header); FIELD(nvfp4_mla_plugin_t, plugin_name); FIELD(nvfp4_mla_plugin_t, capability_bits);
     FIELD(nvfp4_mla_plugin_t, capabilities); FIELD(nvfp4_mla_plugin_t, status_string); FIELD(nvfp4_mla_plugin_t, init);
@@ -91,6 +93,7 @@ static void print_constants(void) {
     CONST(NVFP4_MLA_MODE_OK); CONST(NVFP4_MLA_MODE_UNKNOWN_LAYOUT); CONST(NVFP4_MLA_MODE_LAYOUT_NOT_FOR_OP);
     CONST(NVFP4_MLA_MODE_UNKNOWN_SCALE_MODE); CONST(NVFP4_MLA_MODE_PER_TOKEN_NEEDS_368);
     CONST(NVFP4_MLA_MODE_PER_TOKEN_SCALE); CONST(NVFP4_MLA_MODE_STATIC_SCALE); CONST(NVFP4_MLA_MODE_FP8_656_SCALE);
+    CONST(NVFP4_MLA_WRITER_POLICY_RTN); CONST(NVFP4_MLA_WRITER_POLICY_MSE); CONST(NVFP4_MLA_WRITER_POLICY_COUNT);
     printf("\"strings\": {\"NVFP4_MLA_ENTRY_SYMBOL\": \"%s\", \"NVFP4_MLA_PLUGIN_ENV\": \"%s\", "
            "\"NVFP4_MLA_RECORD_FORMAT\": \"%s\", \"NVFP4_MLA_PLUGIN_FILE\": \"%s\"}, ",
            NVFP4_MLA_ENTRY_SYMBOL, NVFP4_MLA_PLUGIN_ENV, NVFP4_MLA_RECORD_FORMAT, NVFP4_MLA_PLUGIN_FILE);
@@ -99,6 +102,13 @@ static void print_constants(void) {
 #define CAP_ENTRY(bit, name) printf("%s\"%s\": %llu", first_cap++ ? ", " : "", name, (unsigned long long)(bit));
     NVFP4_MLA_FOR_EACH_CAPABILITY(CAP_ENTRY)
 #undef CAP_ENTRY
+    printf("}, \"writer_policies\": {");
+    int first_policy = 0;
+#define POLICY_ENTRY(id, name)                                                                                     \
+    printf("%s\"%s\": [%u, \"%s\", %llu]", first_policy++ ? ", " : "", name, (unsigned)(id),                         \
+           nvfp4_mla_writer_policy_name(id), (unsigned long long)nvfp4_mla_writer_policy_cap(id));
+    NVFP4_MLA_FOR_EACH_WRITER_POLICY(POLICY_ENTRY)
+#undef POLICY_ENTRY
     printf("}}");
 }
 

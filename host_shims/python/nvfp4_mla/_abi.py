@@ -9,7 +9,7 @@ and only as abi/CHANGELOG.md allows.
 import ctypes as C
 
 ABI_MAJOR = 1
-ABI_MINOR = 0
+ABI_MINOR = 1
 ABI_MAGIC = 0x4D34464E
 ENTRY_SYMBOL = "nvfp4_mla_plugin_v1"
 PLUGIN_ENV = "NVFP4_MLA_PLUGIN"
@@ -73,6 +73,12 @@ LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 1, 2, 3, 4
 SCALE_SOURCE_NONE, SCALE_SOURCE_ENV_FILE, SCALE_SOURCE_CHECKPOINT_INLINE = 0, 1, 2
 SCALE_SOURCE_CHECKPOINT_FILE, SCALE_SOURCE_PER_TOKEN = 3, 4
 
+# Writer policies (NVFP4_MLA_FOR_EACH_WRITER_POLICY): name -> id, in id order. Readers take none.
+WRITER_POLICY_RTN = 0
+WRITER_POLICY_MSE = 1
+WRITER_POLICY_COUNT = 2
+WRITER_POLICIES = {"rtn": WRITER_POLICY_RTN, "mse": WRITER_POLICY_MSE}
+
 # Capability bits and names (NVFP4_MLA_FOR_EACH_CAPABILITY), in bit order.
 CAPABILITIES = [
     ("backend.cpu", 1 << 0),
@@ -88,6 +94,7 @@ CAPABILITIES = [
     ("write.capture_max_abs", 1 << 10),
     ("config.cache_identity", 1 << 11),
     ("read.fp8_ds_mla_656", 1 << 12),
+    ("write.policy_mse", 1 << 13),
 ]
 CAP = {name: bit for name, bit in CAPABILITIES}
 
@@ -97,6 +104,16 @@ def cap_name(bit):
         if b == bit:
             return name
     return "unknown"
+
+
+def writer_policy_name(policy):
+    """nvfp4_mla_writer_policy_name: "rtn", "mse", or "unknown"."""
+    return next((name for name, p in WRITER_POLICIES.items() if p == policy), "unknown")
+
+
+def writer_policy_cap(policy):
+    """nvfp4_mla_writer_policy_cap: the capability a writer needs to serve `policy` (rtn: none)."""
+    return CAP["write.policy_mse"] if policy == WRITER_POLICY_MSE else 0
 
 
 # ---- The rules of nvfp4_mla_record.h, function for function (tests/test_layout.py compares their
@@ -189,7 +206,7 @@ class Tensor(C.Structure):
 
 class WriteArgs(C.Structure):
     _fields_ = [("struct_size", C.c_uint32), ("layout", C.c_uint32), ("scale_mode", C.c_uint32),
-                ("flags", C.c_uint32), ("outer_scale", C.c_float), ("reserved0", C.c_uint32),
+                ("flags", C.c_uint32), ("outer_scale", C.c_float), ("writer_policy", C.c_uint32),
                 ("kv_c", Tensor), ("k_pe", Tensor), ("slot_mapping", Tensor), ("cache", Tensor),
                 ("capture_max_abs", C.c_void_p), ("nonfinite_count", C.c_void_p), ("stream", C.c_void_p),
                 ("reserved", C.c_uint64 * 4)]
@@ -237,7 +254,8 @@ class ConfigRequest(C.Structure):
 class ConfigInfo(C.Structure):
     _fields_ = [("struct_size", C.c_uint32), ("is_nvfp4", C.c_uint32), ("layout", C.c_uint32),
                 ("scale_mode", C.c_uint32), ("scale_source", C.c_uint32), ("num_layers", C.c_uint32),
-                ("identity", C.c_char_p), ("scale_source_path", C.c_char_p)]
+                ("identity", C.c_char_p), ("scale_source_path", C.c_char_p),
+                ("writer_policy", C.c_uint32), ("reserved1", C.c_uint32)]  # ABI 1.1
 
 
 STATUS = C.c_int32

@@ -37,7 +37,7 @@ def test_manifest_should_cover_every_mirrored_struct(manifest):
 
 def test_every_constant_should_equal_the_c_header(manifest):
     c = manifest["constants"]
-    numbers = {k: v for k, v in c.items() if k not in ("strings", "capabilities")}
+    numbers = {k: v for k, v in c.items() if k not in ("strings", "capabilities", "writer_policies")}
     assert len(numbers) > 60
     for name, value in numbers.items():
         assert getattr(_abi, name.removeprefix("NVFP4_MLA_")) == value, name
@@ -48,6 +48,15 @@ def test_every_constant_should_equal_the_c_header(manifest):
 def test_capabilities_should_equal_the_c_header(manifest):
     assert dict(_abi.CAPABILITIES) == manifest["constants"]["capabilities"]
     assert all(_abi.cap_name(bit) == name for name, bit in manifest["constants"]["capabilities"].items())
+
+
+def test_writer_policies_should_equal_the_c_header(manifest):
+    policies = manifest["constants"]["writer_policies"]
+    assert list(policies) == list(_abi.WRITER_POLICIES) and "rtn" in policies and "mse" in policies
+    for name, (policy_id, c_name, cap) in policies.items():
+        assert (_abi.WRITER_POLICIES[name], _abi.writer_policy_name(policy_id), _abi.writer_policy_cap(policy_id)) == \
+            (policy_id, c_name, cap)
+    assert _abi.writer_policy_name(99) == "unknown"
 
 
 def test_layout_rules_should_equal_the_c_header(manifest):

@@ -13,7 +13,7 @@ def mock(mock_dir, name):
 
 
 def test_loader_should_accept_the_real_plugin_by_file_and_by_folder(plugin_path):
-    assert nvfp4_mla.load(plugin_path).abi == "1.0"
+    assert nvfp4_mla.load(plugin_path).abi == "1.1"
     folder = nvfp4_mla.load(os.path.dirname(plugin_path))
     assert folder.path.endswith("/libnvfp4_mla.so")
     assert folder.table.record_format == b"nvfp4_ds_mla"
@@ -35,14 +35,14 @@ def test_loader_should_follow_the_environment(monkeypatch, plugin_path):
 
 
 @pytest.mark.parametrize("name, words, reason", [
-    ("future_major", "does not export nvfp4_mla_plugin_v1 (host ABI 1.0); it implements ABI major 2 only",
+    ("future_major", "does not export nvfp4_mla_plugin_v1 (host ABI 1.1); it implements ABI major 2 only",
      "abi_mismatch"),
-    ("wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.0)", "abi_mismatch"),
+    ("wrong_major", "refused: ABI major mismatch (plugin ABI 2.0, host ABI 1.1)", "abi_mismatch"),
     ("bad_magic", "refused: wrong magic (0x12345678, expected 0x4d34464e)", "not_a_plugin"),
     ("null_entry", "refused: its entry returned no table", "not_a_plugin"),
     ("tiny_table", "refused: table too small (struct_size 16 <", "abi_mismatch"),
     ("not_a_plugin", "it is not an nvfp4-mla plugin", "not_a_plugin"),
-    ("null_init", 'refused: table member "init" is NULL (plugin ABI 1.0, host ABI 1.0; every member its '
+    ("null_init", 'refused: table member "init" is NULL (plugin ABI 1.1, host ABI 1.1; every member its '
                   "struct_size", "incomplete_table"),
     ("null_attend", 'refused: table member "attend" is NULL', "incomplete_table"),
     ("null_version", 'refused: table member "version" is NULL', "incomplete_table"),
@@ -87,7 +87,7 @@ def test_require_should_name_every_missing_capability(mock_dir):
     p = nvfp4_mla.load(mock(mock_dir, "no_per_token"))
     with pytest.raises(nvfp4_mla.PluginError) as err:
         loader.require(p, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN)
-    assert str(err.value) == (f"nvfp4-mla plugin {mock(mock_dir, 'no_per_token')} (ABI 1.0, host ABI 1.0) cannot serve "
+    assert str(err.value) == (f"nvfp4-mla plugin {mock(mock_dir, 'no_per_token')} (ABI 1.1, host ABI 1.1) cannot serve "
                               "per-token scales on fp8_rope_368 (requested by the configuration): missing "
                               "write.per_token_scale, read.latent_scale_per_token")
     assert "serves static scales" in loader.require(p, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC)
