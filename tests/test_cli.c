@@ -1,5 +1,5 @@
-/* The nvfp4-mla tool as a user runs it: encode/decode/inspect on files, calibrate, probe; errors are
- * one clear line and a non-zero exit. Runs the built CLI against the built plugin. */
+/* The nvfp4-mla tool as a user runs it: encode/decode/inspect on files, calibrate, probe, writer
+ * policies; errors are one clear line and a non-zero exit. Runs the built CLI against the built plugin. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -451,6 +451,97 @@ static void inputs_should_be_regular_files_of_bounded_size(void **state) {
     unlink(path);
 }
 
+/* Relative RMS error of the latents of tmp/NAME (bf16 [T,576]) against the tokens. */
+static double latent_error(const char *name) {
+    static uint16_t back[T * 576];
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(back, 2, T * 576, f), T * 576);
+    fclose(f);
+    double num = 0, den = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < 512; i++) {
+            const double x = host_bf16_value(tokens[t * 576 + i]), d = host_bf16_value(back[t * 576 + i]) - x;
+            num += d * d, den += x * x;
+        }
+    return sqrt(num / den);
+}
+
+/* Issue 16: encode writes with --policy (rtn by default), decode reads every policy's records alike;
+ * quality and demo measure the policy beside rtn; probe shows it; bad names are refused by name. */
+static void writer_policy_should_be_selectable_from_the_tools(void **state) {
+    (void)state;
+    make_tokens(2.0);
+    assert_int_equal(run(NULL, "encode --layout 368 --mode per-token %s/in.bf16 %s/rtn.bin", tmp, tmp), 0);
+    assert_int_equal(run(NULL, "encode --layout 368 --mode per-token --policy rtn %s/in.bf16 %s/rtn2.bin", tmp, tmp), 0);
+    assert_int_equal(run(NULL, "encode --layout 368 --mode per-token --policy mse %s/in.bf16 %s/mse.bin", tmp, tmp), 0);
+    char rtn[T * 368], rtn2[T * 368], mse[T * 368], path[4096];
+    snprintf(path, sizeof path, "%s/rtn.bin", tmp), slurp(path, rtn, sizeof rtn);
+    snprintf(path, sizeof path, "%s/rtn2.bin", tmp), slurp(path, rtn2, sizeof rtn2);
+    snprintf(path, sizeof path, "%s/mse.bin", tmp), slurp(path, mse, sizeof mse);
+    assert_memory_equal(rtn, rtn2, sizeof rtn - 1);     /* rtn is the default */
+    assert_memory_not_equal(rtn, mse, sizeof rtn - 1);
+    assert_memory_equal(rtn + 288, mse + 288, 80);       /* s_t and RoPE: rtn's */
+    assert_int_equal(run(NULL, "decode --layout 368 --mode per-token %s/rtn.bin %s/rtn.bf16", tmp, tmp), 0);
+    assert_int_equal(run(NULL, "decode --layout 368 --mode per-token %s/mse.bin %s/mse.bf16", tmp, tmp), 0);
+    assert_true(latent_error("mse.bf16") < 0.95 * latent_error("rtn.bf16"));
+    expect_failure(run(NULL, "encode --layout 368 --mode static --policy 4over6 %s/in.bf16 %s/x.bin", tmp, tmp),
+                   "--policy is \"4over6\", must be one of: rtn, mse");
+    expect_failure(run(NULL, "encode --layout 368 --mode static --policy mse --policy rtn %s/in.bf16 %s/x.bin", tmp, tmp),
+                   "--policy is given twice");
+    expect_failure(run(NULL, "decode --layout 368 --mode static --policy mse %s/rtn.bin %s/x.bf16", tmp, tmp),
+                   "unknown flag --policy");
+    expect_failure(run(NULL, "quality --policy MSE"), "--policy is \"MSE\", must be one of: rtn, mse");
+    assert_int_equal(run(NULL, "quality --tokens 16 --policy rtn"), 0);
+    assert_null(strstr(out_text, "-mse"));
+    assert_int_equal(run(NULL, "quality --tokens 16 --json %s/q.json", tmp), 0);
+    assert_non_null(strstr(out_text, "static-mse per-token-mse"));
+    static char json[1 << 20];
+    snprintf(path, sizeof path, "%s/q.json", tmp);
+    slurp(path, json, sizeof json);
+    assert_non_null(strstr(json, "\"seed\": 1, \"writer_policy\": \"mse\", \"layers\": ["));
+    assert_non_null(strstr(json, "\"mode\": \"per-token-mse\", \"rel_rms\": "));
+    assert_non_null(strstr(json, "{\"attend\": true, \"layer\": 1, \"mode\": \"static-mse\", \"rel_rms\": "));
+    assert_int_equal(run(NULL, "demo --policy rtn"), 0);
+    assert_null(strstr(out_text, "per-token-mse"));
+    assert_int_equal(run(NULL, "demo"), 0);
+    assert_non_null(strstr(out_text, "per-token-mse"));
+    char line[128]; /* the same identity as per-token with rtn: readers do not change */
+    snprintf(line, sizeof line, "%-34s %s\n", "per-token, writer policy mse:", "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+    assert_non_null(strstr(out_text, line));
+}
+
+/* probe: the configured policy and the ones the plugin serves; a plugin that predates policies, or
+ * lacks the policy's capability, is refused when the environment asks for one. */
+static void probe_should_show_and_check_the_writer_policy(void **state) {
+    (void)state;
+    assert_int_equal(run("KV_FP8_ROPE=1 VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 NVFP4_MLA_WRITER_POLICY=MSE", "probe"), 0);
+    assert_non_null(strstr(out_text, "writer policy         mse (available: rtn, mse;"));
+    assert_non_null(strstr(out_text, "cache identity        nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1\n"));
+    assert_int_equal(run("KV_FP8_ROPE=1 NVFP4_MLA_WRITER_POLICY=mse", "probe --json"), 0);
+    assert_non_null(strstr(out_text, "\"writer_policies\":\t[\"rtn\", \"mse\"],\n\t\"writer_policy\":\t\"mse\""));
+    assert_int_equal(run("KV_FP8_ROPE=1", "probe --json"), 0);
+    assert_non_null(strstr(out_text, "\"writer_policy\":\t\"rtn\""));
+    expect_failure(run("NVFP4_MLA_WRITER_POLICY=4over6", "probe"),
+                   "configuration refused: NVFP4_MLA_WRITER_POLICY=\"4over6\" is not one of: rtn, mse (any case); "
+                   "unset or empty is rtn");
+    char env[4200];
+    const char *mocks = getenv("NVFP4_MLA_MOCK_DIR");
+    snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_old_minor.so", mocks);
+    assert_int_equal(run(env, "probe"), 0);
+    assert_non_null(strstr(out_text, "writer policy         rtn (the plugin predates writer policies) (available: rtn;"));
+    snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_old_minor.so NVFP4_MLA_WRITER_POLICY=mse", mocks);
+    expect_failure(run(env, "probe --json"), "(ABI 1.0) has no writer policies, but NVFP4_MLA_WRITER_POLICY=\"mse\" "
+                                             "asks for one");
+    assert_non_null(strstr(out_text, "\"writer_policies\":\t[\"rtn\"]"));
+    assert_non_null(strstr(out_text, "\"reason\":\t\"missing_capability\""));
+    snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_current.so NVFP4_MLA_WRITER_POLICY=mse", mocks);
+    expect_failure(run(env, "probe"), "cannot serve static scales on fp8_rope_368 (requested by the configuration): "
+                                      "missing write.policy_mse");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tools_should_round_trip_records_through_files),
@@ -466,6 +557,8 @@ int main(void) {
         cmocka_unit_test(demo_and_quality_should_work_from_any_folder),
         cmocka_unit_test(probe_json_should_give_a_machine_readable_reason),
         cmocka_unit_test(inputs_should_be_regular_files_of_bounded_size),
+        cmocka_unit_test(writer_policy_should_be_selectable_from_the_tools),
+        cmocka_unit_test(probe_should_show_and_check_the_writer_policy),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -109,7 +109,7 @@ static void write_case(bench &b, int m, int64_t T) {
     CK(cudaStreamSynchronize(b.s));
     std::vector<uint8_t> cpu_records(T * 368), gpu_records(T * 368);
     CK(cudaMemcpy(gpu_records.data(), b.d_compact, T * 368, cudaMemcpyDeviceToHost));
-    cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, mode, scale};
+    cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, mode, scale, 0};
     ok = ok && !cli_encode("bench", &b.host, &f, b.tokens.data(), T, cpu_records.data()) &&
          memcmp(cpu_records.data(), gpu_records.data(), T * 368) == 0;
     w.slot_mapping = bench_tensor(b.d_slots, NVFP4_MLA_DTYPE_I64, 1, {T}, {1});

@@ -88,19 +88,26 @@ nvfp4_mla_tensor_t cli_tensor_1d(void *data, int32_t dtype, int64_t n);
 nvfp4_mla_tensor_t cli_cache_tensor(uint8_t *data, int64_t tokens, int32_t record_bytes);
 int64_t cli_cache_bytes(int64_t tokens, int32_t record_bytes);
 
-/* Parses --layout 368|432, --mode per-token|static, --scale S (each at most once). The values go
+/* Parses --layout 368|432, --mode per-token|static, --scale S (each at most once), and --policy
+ * rtn|mse where the command writes (`with_policy`). The values go
  * to the plugin as given, which applies the mode rule (nvfp4_mla_record.h) and refuses in its words;
  * a --scale left out becomes the mode's default (nvfp4_mla_default_outer_scale). */
 typedef struct cli_codec_flags {
-    uint32_t layout;     /* NVFP4_MLA_LAYOUT_*; its record bytes: nvfp4_mla_record_bytes(layout) */
-    uint32_t scale_mode; /* NVFP4_MLA_SCALE_* */
-    float scale;         /* the outer_scale passed; 0 while --scale is not given */
+    uint32_t layout;        /* NVFP4_MLA_LAYOUT_*; its record bytes: nvfp4_mla_record_bytes(layout) */
+    uint32_t scale_mode;    /* NVFP4_MLA_SCALE_* */
+    float scale;            /* the outer_scale passed; 0 while --scale is not given */
+    uint32_t writer_policy; /* NVFP4_MLA_WRITER_POLICY_* the writes pass (0 = rtn); readers take none */
 } cli_codec_flags_t;
+
+/* --policy NAME: a writer policy's name exactly as nvfp4_mla_writer_policy_name spells it. */
+int cli_parse_policy(const char *cmd, const char *value, uint32_t *policy);
+/* "rtn, mse": every policy name this host knows, for messages and usage. */
+const char *cli_policy_names(void);
 
 /* Bytes of one record of the flags' layout. */
 int32_t cli_record_bytes(const cli_codec_flags_t *flags);
 int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out,
-                         cli_seen_t *seen);
+                         cli_seen_t *seen, int with_policy);
 int cli_check_codec_flags(const char *cmd, cli_codec_flags_t *flags, int need_mode);
 
 /* Encodes / decodes T tokens through the plugin's CPU write and gather entries.

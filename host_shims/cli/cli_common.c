@@ -79,8 +79,26 @@ nvfp4_mla_tensor_t cli_cache_tensor(uint8_t *data, int64_t tokens, int32_t recor
     return t;
 }
 
+const char *cli_policy_names(void) {
+    /* Joined from the header's list at compile time: no name is spelled twice. */
+#define CLI_POLICY_NAME(id, name) ", " name
+    static const char list[] = NVFP4_MLA_FOR_EACH_WRITER_POLICY(CLI_POLICY_NAME);
+#undef CLI_POLICY_NAME
+    return list + 2;
+}
+
+int cli_parse_policy(const char *cmd, const char *value, uint32_t *policy) {
+    for (uint32_t p = 0; p < NVFP4_MLA_WRITER_POLICY_COUNT; p++) {
+        if (strcmp(value, nvfp4_mla_writer_policy_name(p)) == 0) {
+            *policy = p;
+            return 0;
+        }
+    }
+    return cli_fail(cmd, "--policy is \"%s\", must be one of: %s", value, cli_policy_names());
+}
+
 int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out,
-                         cli_seen_t *seen) {
+                         cli_seen_t *seen, int with_policy) {
     if (!value) {
         return cli_fail(cmd, "%s needs a value", flag);
     }
@@ -105,6 +123,8 @@ int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, c
         }
     } else if (strcmp(flag, "--scale") == 0) {
         return cli_parse_scale(cmd, flag, value, &out->scale);
+    } else if (with_policy && strcmp(flag, "--policy") == 0) {
+        return cli_parse_policy(cmd, value, &out->writer_policy);
     } else {
         return cli_fail(cmd, "unknown flag %s", flag);
     }
@@ -146,6 +166,7 @@ int cli_encode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, co
         .layout = f->layout,
         .scale_mode = f->scale_mode,
         .outer_scale = f->scale,
+        .writer_policy = f->writer_policy,
         .kv_c = cli_tensor_2d((void *)tokens, NVFP4_MLA_DTYPE_BF16, count, NVFP4_MLA_LATENT_DIM, NVFP4_MLA_ROW_DIM),
         .k_pe = cli_tensor_2d((void *)(tokens + NVFP4_MLA_LATENT_DIM), NVFP4_MLA_DTYPE_BF16, count,
                               NVFP4_MLA_ROPE_DIM, NVFP4_MLA_ROW_DIM),

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -74,6 +75,18 @@ static void print_load_failure(const nvfp4_mla_loader_t *loader, const char *mes
     cJSON_Delete(o);
 }
 
+/* The writer policies a table serves: rtn always (every writer is one), the others by capability. */
+static int policy_served(const nvfp4_mla_loader_t *loader, uint32_t policy) {
+    const uint64_t cap = nvfp4_mla_writer_policy_cap(policy);
+    return !cap || (nvfp4_mla_loader_table_caps(loader) & cap) == cap;
+}
+
+static void print_policies(const nvfp4_mla_loader_t *loader) {
+    for (uint32_t p = 0, n = 0; p < NVFP4_MLA_WRITER_POLICY_COUNT; p++) {
+        if (policy_served(loader, p)) printf("%s%s", n++ ? ", " : "", nvfp4_mla_writer_policy_name(p));
+    }
+}
+
 /* What probe found: the loaded plugin, its runtime capabilities and the configuration decision. */
 typedef struct probe {
     nvfp4_mla_loader_t loader;
@@ -82,9 +95,16 @@ typedef struct probe {
     char cpu_note[256], cuda_note[512];
     nvfp4_mla_config_t *cfg;      /* NULL when the configuration was refused; owned */
     nvfp4_mla_config_info_t info; /* valid with cfg */
+    int has_policy;               /* the plugin filled info.writer_policy (ABI 1.1 and later) */
     const char *reason;           /* NULL when accepted, else "config_error" or "missing_capability" */
     char decision[8192];
 } probe_t;
+
+/* NVFP4_MLA_WRITER_POLICY names a policy other than rtn (any spelling but unset, "" and rtn). */
+static int policy_requested(void) {
+    const char *v = getenv("NVFP4_MLA_WRITER_POLICY");
+    return v && v[0] && strcasecmp(v, "rtn") != 0;
+}
 
 /* The decision for the configuration in this environment. */
 static void decide(probe_t *p, const char *model_dir, int quiet) {
@@ -103,11 +123,20 @@ static void decide(probe_t *p, const char *model_dir, int quiet) {
             t->config_destroy(p->cfg);
             p->cfg = NULL;
         }
+    } else if (!(p->has_policy = p->info.struct_size >= sizeof p->info) && policy_requested()) {
+        /* A plugin older than writer policies ignores the variable: the user's request must not
+         * vanish silently. */
+        p->reason = "missing_capability";
+        snprintf(p->decision, sizeof p->decision,
+                 "plugin %s (ABI %u.%u) has no writer policies, but NVFP4_MLA_WRITER_POLICY=\"%s\" asks for one",
+                 p->loader.path, t->header.abi_major, t->header.abi_minor, getenv("NVFP4_MLA_WRITER_POLICY"));
     } else if (!p->info.is_nvfp4) {
         snprintf(p->decision, sizeof p->decision, "cache dtype %s does not use the plugin", p->dtype);
     } else {
-        nvfp4_mla_requirement_t want = {p->info.layout, p->info.scale_mode, 0,
-                                        p->info.scale_source != NVFP4_MLA_SCALE_SOURCE_NONE};
+        const uint32_t policy = p->has_policy ? p->info.writer_policy : NVFP4_MLA_WRITER_POLICY_RTN;
+        nvfp4_mla_requirement_t want = {p->info.layout, p->info.scale_mode, nvfp4_mla_writer_policy_cap(policy),
+                                        p->info.scale_source != NVFP4_MLA_SCALE_SOURCE_NONE ||
+                                            policy != NVFP4_MLA_WRITER_POLICY_RTN};
         if (nvfp4_mla_loader_require(&p->loader, &want, nvfp4_mla_loader_table_caps(&p->loader), p->decision,
                                      sizeof p->decision) != 0) {
             p->reason = "missing_capability";
@@ -138,7 +167,15 @@ static void print_json(const probe_t *p) {
     cJSON_AddItemToObject(o, "runtime_cpu", caps_json(p->cpu_bits));
     cJSON_AddItemToObject(o, "runtime_cuda0", caps_json(p->cuda_bits));
     cJSON_AddStringToObject(o, "cuda0_note", p->cuda_note);
+    cJSON *policies = cJSON_AddArrayToObject(o, "writer_policies");
+    for (uint32_t w = 0; w < NVFP4_MLA_WRITER_POLICY_COUNT; w++) {
+        if (policy_served(&p->loader, w)) {
+            cJSON_AddItemToArray(policies, cJSON_CreateString(nvfp4_mla_writer_policy_name(w)));
+        }
+    }
     if (p->cfg) {
+        cJSON_AddStringToObject(o, "writer_policy",
+                                nvfp4_mla_writer_policy_name(p->has_policy ? p->info.writer_policy : 0));
         cJSON_AddStringToObject(o, "cache_identity", p->info.identity);
         cJSON_AddStringToObject(o, "scale_source", source_name(p->info.scale_source));
         cJSON_AddStringToObject(o, "scale_source_path", p->info.scale_source_path);
@@ -178,6 +215,11 @@ static void print_text(const probe_t *p) {
         printf("cache identity        %s\n", p->info.identity);
         printf("outer scales          %s%s%s, %u calibrated layers\n", source_name(p->info.scale_source),
                p->info.scale_source_path[0] ? " from " : "", p->info.scale_source_path, p->info.num_layers);
+        printf("writer policy         %s%s (available: ",
+               nvfp4_mla_writer_policy_name(p->has_policy ? p->info.writer_policy : 0),
+               p->has_policy ? "" : " (the plugin predates writer policies)");
+        print_policies(&p->loader);
+        printf("; NVFP4_MLA_WRITER_POLICY; not part of the cache identity)\n");
     }
     printf("decision              %s: %s\n", p->reason ? "REFUSED" : "accepted", p->decision);
 }

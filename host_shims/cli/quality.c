@@ -1,6 +1,8 @@
 /* nvfp4-mla quality: reconstruction error per layer and mode on synthetic latents that follow the
  * real per-layer max_abs profile (../shared/spec/performance.md, "Quality"). Modes: outer scale 1.0, static
- * calibrated (scales through the plugin's configuration), per-token, and the 656-byte FP8 record. */
+ * calibrated (scales through the plugin's configuration), per-token, static and per-token written
+ * with the writer policy of --policy (mse by default; none with --policy rtn: every other mode is
+ * written by rtn), and the 656-byte FP8 record. */
 #include <cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,8 +12,14 @@
 #include "cli.h"
 #include "synth.h"
 
-enum { MODE_IDENTITY, MODE_STATIC, MODE_PER_TOKEN, MODE_FP8_656, MODES };
-static const char *const mode_names[MODES] = {"outer-1.0", "static", "per-token", "fp8-656"};
+enum { MODE_IDENTITY, MODE_STATIC, MODE_PER_TOKEN, MODE_STATIC_POLICY, MODE_PER_TOKEN_POLICY, MODE_FP8_656, MODES };
+/* The policy modes' names carry the policy's ("static-mse"); set by quality_open. */
+static char mode_names[MODES][32] = {"outer-1.0", "static", "per-token", "static-", "per-token-", "fp8-656"};
+static int policy_modes; /* 0 under --policy rtn: the policy columns are left out */
+
+static int active(int m) {
+    return policy_modes || (m != MODE_STATIC_POLICY && m != MODE_PER_TOKEN_POLICY);
+}
 
 /* Per-layer static scales, asked of the plugin exactly as a runtime would. */
 static int layer_scales(cli_host_t *host, const char *path, int layers, float *scales) {
@@ -30,21 +38,26 @@ static int layer_scales(cli_host_t *host, const char *path, int layers, float *s
     return 0;
 }
 
-/* The records of each mode for a layer of static scale `scale`. */
-static void mode_flags(float scale, cli_codec_flags_t f[MODES]) {
-    f[MODE_IDENTITY] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, 1.0f};
-    f[MODE_STATIC] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, scale};
-    f[MODE_PER_TOKEN] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN,
-                                            nvfp4_mla_default_outer_scale(NVFP4_MLA_SCALE_PER_TOKEN)};
-    f[MODE_FP8_656] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 1.0f};
+/* The records of each mode for a layer of static scale `scale`; `policy` writes the policy modes. */
+static void mode_flags(float scale, uint32_t policy, cli_codec_flags_t f[MODES]) {
+    const float per_token = nvfp4_mla_default_outer_scale(NVFP4_MLA_SCALE_PER_TOKEN);
+    f[MODE_IDENTITY] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, 1.0f, 0};
+    f[MODE_STATIC] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, scale, 0};
+    f[MODE_PER_TOKEN] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, per_token, 0};
+    f[MODE_STATIC_POLICY] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, scale, policy};
+    f[MODE_PER_TOKEN_POLICY] =
+        (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, per_token, policy};
+    f[MODE_FP8_656] = (cli_codec_flags_t){NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 1.0f, 0};
 }
 
-/* All four modes on one layer's tokens. */
-static int measure_layer(cli_host_t *host, const uint16_t *tokens, int64_t count, float scale, synth_error_t *err) {
+/* Every active mode on one layer's tokens. */
+static int measure_layer(cli_host_t *host, const uint16_t *tokens, int64_t count, float scale, uint32_t policy,
+                         synth_error_t *err) {
     cli_codec_flags_t f[MODES];
-    mode_flags(scale, f);
-    for (int m = MODE_IDENTITY; m <= MODE_PER_TOKEN; m++) {
-        if (synth_measure_nvfp4(host, &f[m], tokens, count, &err[m])) {
+    mode_flags(scale, policy, f);
+    memset(err, 0, MODES * sizeof *err);
+    for (int m = MODE_IDENTITY; m < MODE_FP8_656; m++) {
+        if (active(m) && synth_measure_nvfp4(host, &f[m], tokens, count, &err[m])) {
             return 1;
         }
     }
@@ -57,18 +70,20 @@ typedef struct quality_opts {
     const char *plugin, *scales, *json_path; /* borrowed from argv; scales NULL = the built-in profile */
     long long count;
     unsigned long long seed;
+    uint32_t policy; /* --policy: the writer policy measured beside rtn */
 } quality_opts_t;
 
 static int parse_quality(int argc, char **argv, quality_opts_t *o) {
     cli_seen_t seen = {0};
-    *o = (quality_opts_t){.count = 512, .seed = 1};
+    *o = (quality_opts_t){.count = 512, .seed = 1, .policy = NVFP4_MLA_WRITER_POLICY_MSE};
     for (int i = 1; i < argc; i += 2) { /* every flag takes a value */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         const char **slot = strcmp(argv[i], "--plugin") == 0   ? &o->plugin
                             : strcmp(argv[i], "--scales") == 0 ? &o->scales
                             : strcmp(argv[i], "--json") == 0   ? &o->json_path
                                                                : NULL;
-        if (!slot && strcmp(argv[i], "--tokens") != 0 && strcmp(argv[i], "--seed") != 0) {
+        const int numeric = strcmp(argv[i], "--tokens") == 0 || strcmp(argv[i], "--seed") == 0;
+        if (!slot && !numeric && strcmp(argv[i], "--policy") != 0) {
             return cli_fail("quality", "unknown flag %s", argv[i]);
         } else if (!v) {
             return cli_fail("quality", "%s needs a value", argv[i]);
@@ -76,6 +91,10 @@ static int parse_quality(int argc, char **argv, quality_opts_t *o) {
             return 1;
         } else if (slot) {
             *slot = v;
+        } else if (!numeric) {
+            if (cli_parse_policy("quality", v, &o->policy)) {
+                return 1;
+            }
         } else if (strcmp(argv[i], "--tokens") == 0 ? cli_parse_int("quality", argv[i], v, 2, 65536, &o->count)
                                                     : cli_parse_u64("quality", argv[i], v, &o->seed)) {
             return 1;
@@ -106,11 +125,15 @@ typedef struct quality_run {
 } quality_run_t;
 
 static void print_mode_columns(void) {
-    for (int m = 0; m < MODES; m++) printf(" %9s", mode_names[m]);
+    for (int m = 0; m < MODES; m++) {
+        if (active(m)) printf(" %13s", mode_names[m]);
+    }
 }
 
 static void print_percent_row(const double *v) {
-    for (int m = 0; m < MODES; m++) printf(" %8.2f%%", 100 * v[m]);
+    for (int m = 0; m < MODES; m++) {
+        if (active(m)) printf(" %12.2f%%", 100 * v[m]);
+    }
 }
 
 /* One layer of the reconstruction table: its row, its JSON rows, the running sums. */
@@ -118,14 +141,14 @@ static int reconstruction_row(quality_run_t *r, synth_rng_t *rng, int heavy, int
     const double max_abs = r->profile.max_abs[l];
     synth_error_t err[MODES];
     synth_layer(rng, max_abs, heavy, r->o.count, r->tokens);
-    if (measure_layer(&r->host, r->tokens, r->o.count, r->scales[l], err)) {
+    if (measure_layer(&r->host, r->tokens, r->o.count, r->scales[l], r->o.policy, err)) {
         return 1;
     }
     double rms[MODES], median[MODES];
     for (int m = 0; m < MODES; m++) {
         rms[m] = err[m].layer_rel_rms, median[m] = err[m].median_token_rel;
         sums[0][m] += rms[m], sums[1][m] += median[m], sums[2][m] = fmax(sums[2][m], rms[m]);
-        if (r->json) {
+        if (r->json && active(m)) {
             fprintf(r->json, "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
                              "\"median_token_rel\": %.6f, \"zero_tokens\": %.6f, \"subnormal_groups\": %.6f}",
                     r->rows++ ? ",\n" : "", heavy ? "student-t3" : "gaussian", l, max_abs, mode_names[m], rms[m],
@@ -188,10 +211,10 @@ static int attention_table(quality_run_t *r) {
         synth_rng_t rng = {r->o.seed * 7919u + (uint64_t)p};
         synth_layer(&rng, max_abs[picks[p]], 0, r->o.count, r->tokens);
         cli_codec_flags_t f[MODES];
-        mode_flags(r->scales[picks[p]], f);
-        double e[MODES];
+        mode_flags(r->scales[picks[p]], r->o.policy, f);
+        double e[MODES] = {0};
         for (int m = 0; m < MODES; m++) {
-            if (synth_attend_error(&r->host, &f[m], r->tokens, r->o.count, 4, 16, 256, &e[m])) {
+            if (active(m) && synth_attend_error(&r->host, &f[m], r->tokens, r->o.count, 4, 16, 256, &e[m])) {
                 return 1;
             }
         }
@@ -199,8 +222,10 @@ static int attention_table(quality_run_t *r) {
         print_percent_row(e);
         printf("\n");
         for (int m = 0; r->json && m < MODES; m++) {
-            fprintf(r->json, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}", picks[p],
-                    mode_names[m], e[m]);
+            if (active(m)) {
+                fprintf(r->json, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}",
+                        picks[p], mode_names[m], e[m]);
+            }
         }
     }
     return 0;
@@ -209,6 +234,10 @@ static int attention_table(quality_run_t *r) {
 /* The plugin, the scales and the buffers of a run; the JSON output opened with its header. */
 static int quality_open(quality_run_t *r) {
     const int layers = r->profile.layers;
+    const char *policy = nvfp4_mla_writer_policy_name(r->o.policy);
+    policy_modes = r->o.policy != NVFP4_MLA_WRITER_POLICY_RTN;
+    snprintf(mode_names[MODE_STATIC_POLICY], sizeof mode_names[0], "static-%s", policy);
+    snprintf(mode_names[MODE_PER_TOKEN_POLICY], sizeof mode_names[0], "per-token-%s", policy);
     r->scales = malloc((size_t)layers * sizeof *r->scales);
     r->tokens = malloc((size_t)r->o.count * NVFP4_MLA_ROW_DIM * sizeof *r->tokens);
     if (!r->scales || !r->tokens) {
@@ -224,8 +253,9 @@ static int quality_open(quality_run_t *r) {
     }
     if ((r->json = r->o.json_path ? r->out.f : NULL)) {
         char *label = json_string(r->profile.label);
-        fprintf(r->json, "{\"scales_file\": %s, \"tokens_per_layer\": %lld, \"seed\": %llu, \"layers\": [\n",
-                label ? label : "null", r->o.count, r->o.seed);
+        fprintf(r->json,
+                "{\"scales_file\": %s, \"tokens_per_layer\": %lld, \"seed\": %llu, \"writer_policy\": \"%s\", "
+                "\"layers\": [\n", label ? label : "null", r->o.count, r->o.seed, policy);
         free(label);
     }
     return 0;

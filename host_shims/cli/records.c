@@ -1,5 +1,6 @@
 /* nvfp4-mla encode / decode / inspect: records on raw little-endian files, no runtime needed.
- *   encode: bf16 [T, 576] (512 latent then 64 RoPE per token) -> T records in slot order
+ *   encode: bf16 [T, 576] (512 latent then 64 RoPE per token) -> T records in slot order, written
+ *           with --policy (default rtn; decode and inspect take none: every policy reads the same)
  *   decode: T records -> bf16 [T, 576]
  *   inspect: per-token scales, group-scale code histogram, subnormal/zero groups, saturation. */
 #include <stdio.h>
@@ -11,8 +12,8 @@
 
 #define ROW_BYTES (NVFP4_MLA_ROW_DIM * 2)
 
-/* Parses [--layout L] [--mode M] [--scale S] [--plugin P] [--tokens N] (each at most once) and two (or
- * one) positional files. */
+/* Parses [--layout L] [--mode M] [--scale S] [--policy P (encode)] [--plugin P] [--tokens N] (each at
+ * most once) and two (or one) positional files. */
 static int parse(const char *cmd, int argc, char **argv, cli_codec_flags_t *f, const char **plugin,
                  const char **files, int nfiles, long long *tokens) {
     int positional = 0;
@@ -22,7 +23,7 @@ static int parse(const char *cmd, int argc, char **argv, cli_codec_flags_t *f, c
             const char *value = i + 1 < argc ? argv[i + 1] : NULL;
             int own = strcmp(argv[i], "--plugin") == 0 || (tokens && strcmp(argv[i], "--tokens") == 0);
             if (!own) {
-                if (cli_parse_codec_flag(cmd, argv[i], value, f, &seen)) {
+                if (cli_parse_codec_flag(cmd, argv[i], value, f, &seen, strcmp(cmd, "encode") == 0)) {
                     return 1;
                 }
             } else if (!value) {
