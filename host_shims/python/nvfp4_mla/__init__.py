@@ -4,13 +4,13 @@
     plugin = load()                                  # NVFP4_MLA_PLUGIN, checked header
     fmt = CacheFormat.from_env()                     # immutable, read once
     require(plugin, fmt)                             # fail closed, naming what is missing
-    ctx = Context(plugin, "cuda:0")
+    ctx = Context(plugin, "cuda:0")                  # ctx.write(..., writer_policy=cfg.writer_policy)
 """
 
 from . import _abi
 from ._abi import (LAYOUT_BF16_ROPE_432, LAYOUT_FP8_DS_MLA_656, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, SCALE_STATIC)
 from .arrays import ArrayError
-from .config import CacheFormat, PluginConfig
+from .config import WRITER_POLICY_ENV, CacheFormat, PluginConfig
 from .context import Context
 from .errors import ConfigError, DeviceError, InvalidArgument, PluginCallError, Unsupported
 from .loader import LoadedPlugin, PluginDisabled, PluginError, PluginNotSelected, load
@@ -28,9 +28,14 @@ def require(plugin, cache_format, cache_dtype="nvfp4_ds_mla", model_dir=None, ex
     needs nothing of the plugin."""
     cfg = cache_format.open(plugin, cache_dtype, model_dir)
     try:
+        if cache_format.writer_policy != "rtn" and not cfg.has_writer_policy:
+            raise PluginError(f"plugin {plugin.path} (ABI {plugin.abi}) has no writer policies, but "
+                              f'{WRITER_POLICY_ENV}="{cache_format.writer_policy}" asks for one', "missing_capability")
         if not cfg.is_nvfp4:
             return f"cache dtype {cache_dtype} does not use the plugin"
-        asked = cache_format.dynamic_scale or bool(cache_format.scales_file) or cfg.num_layers > 0
+        policy = cfg.writer_policy
+        asked = cache_format.dynamic_scale or bool(cache_format.scales_file) or cfg.num_layers > 0 or policy != 0
+        extra |= _abi.writer_policy_cap(policy)
         return _loader.require(plugin, cfg.layout, cfg.scale_mode, available, extra, asked)
     finally:
         cfg.close()

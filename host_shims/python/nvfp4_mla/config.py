@@ -1,7 +1,7 @@
 """The cache format of one server process, and the identity its persistent caches use.
 
-`CacheFormat.from_env()` snapshots the three variables deployments already set
-(VLLM_NVFP4_MLA_DYNAMIC_SCALE, VLLM_NVFP4_MLA_SCALES_FILE, KV_FP8_ROPE) into an immutable value,
+`CacheFormat.from_env()` snapshots the variables deployments set (VLLM_NVFP4_MLA_DYNAMIC_SCALE,
+VLLM_NVFP4_MLA_SCALES_FILE, KV_FP8_ROPE, and NVFP4_MLA_WRITER_POLICY) into an immutable value,
 by the plugin's own settings rule (settings.py: a value it does not understand is a ConfigError);
 everything else is asked of the plugin (its config_create), never reimplemented here, so every host
 computes the same decision and the same identity string.
@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 from . import _abi
 from .errors import ConfigError, check, member
-from .settings import SettingError, parse_bool, parse_path
+from .settings import SettingError, parse_bool, parse_choice, parse_path
 
 DYNAMIC_SCALE_ENV = "VLLM_NVFP4_MLA_DYNAMIC_SCALE"
 SCALES_FILE_ENV = "VLLM_NVFP4_MLA_SCALES_FILE"
 FP8_ROPE_ENV = "KV_FP8_ROPE"
+WRITER_POLICY_ENV = "NVFP4_MLA_WRITER_POLICY"
 DEFAULT_IDENTITY = "vllm-default-v1"
 
 
@@ -36,6 +37,9 @@ class PluginConfig:
         self.num_layers = info.num_layers
         self.identity = info.identity.decode()
         self.scale_source_path = info.scale_source_path.decode()
+        # ABI 1.1: a plugin that filled less predates writer policies (its writer is rtn).
+        self.has_writer_policy = info.struct_size >= C.sizeof(_abi.ConfigInfo)
+        self.writer_policy = info.writer_policy if self.has_writer_policy else _abi.WRITER_POLICY_RTN
 
     def layer_scale(self, layer):
         value = C.c_float()
@@ -56,6 +60,7 @@ class CacheFormat:
     dynamic_scale: bool = False
     fp8_rope: bool = False
     scales_file: str = ""
+    writer_policy: str = "rtn"  # a name of _abi.WRITER_POLICIES; pass PluginConfig.writer_policy to write
 
     @classmethod
     def from_env(cls, environ=None):
@@ -65,7 +70,9 @@ class CacheFormat:
         try:
             return cls(dynamic_scale=parse_bool(DYNAMIC_SCALE_ENV, env.get(DYNAMIC_SCALE_ENV)),
                        fp8_rope=parse_bool(FP8_ROPE_ENV, env.get(FP8_ROPE_ENV)),
-                       scales_file=parse_path(SCALES_FILE_ENV, env.get(SCALES_FILE_ENV)))
+                       scales_file=parse_path(SCALES_FILE_ENV, env.get(SCALES_FILE_ENV)),
+                       writer_policy=parse_choice(WRITER_POLICY_ENV, env.get(WRITER_POLICY_ENV),
+                                                  list(_abi.WRITER_POLICIES)))
         except SettingError as exc:
             raise ConfigError(_abi.ERR_CONFIG, "CacheFormat.from_env", str(exc)) from None
 
@@ -74,6 +81,8 @@ class CacheFormat:
         env = [f"{DYNAMIC_SCALE_ENV}={'1' if self.dynamic_scale else '0'}", f"{FP8_ROPE_ENV}={'1' if self.fp8_rope else '0'}"]
         if self.scales_file:
             env.append(f"{SCALES_FILE_ENV}={self.scales_file}")
+        if self.writer_policy != "rtn":  # unset is rtn, which every plugin (also a 1.0 one) writes
+            env.append(f"{WRITER_POLICY_ENV}={self.writer_policy}")
         return env
 
     def open(self, plugin, cache_dtype="nvfp4_ds_mla", model_dir=None, log=None):

@@ -16,6 +16,18 @@ from .errors import check, member
 _LATENT, _ROPE, _ROW = _abi.LATENT_DIM, _abi.ROPE_DIM, _abi.ROW_DIM
 
 
+def _policy(writer_policy):
+    """A writer policy's id from its id or name ("rtn", "mse"); None is rtn. Unknown ids go to the
+    plugin as given (it refuses them in its words)."""
+    if writer_policy is None:
+        return _abi.WRITER_POLICY_RTN
+    if isinstance(writer_policy, str):
+        if writer_policy not in _abi.WRITER_POLICIES:
+            raise ValueError(f"writer_policy {writer_policy!r}: expected one of {', '.join(_abi.WRITER_POLICIES)}")
+        return _abi.WRITER_POLICIES[writer_policy]
+    return int(writer_policy)
+
+
 def _outer(scale_mode, outer_scale):
     """The caller's outer scale, or the mode's default when it gave none."""
     return _abi.default_outer_scale(scale_mode) if outer_scale is None else outer_scale
@@ -72,10 +84,12 @@ class Context:
         return t
 
     def write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=None,
-              capture_max_abs=None, nonfinite_count=None, stream=None):
+              capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None):
         """Quantise kv_c [T,512] and k_pe [T,64] (bf16 or f16) into cache records at slot_mapping [T]
         (int64). capture_max_abs: optional 1-element f32 array max-reduced with max |kv_c|;
-        nonfinite_count: optional 1-element int64 array incremented by NaN/Inf inputs."""
+        nonfinite_count: optional 1-element int64 array incremented by NaN/Inf inputs.
+        writer_policy: "rtn" (None, the default), "mse" or an id: the configuration's
+        PluginConfig.writer_policy. Readers take none: records of every policy read alike."""
         kv, (_, in_dtype, shape, *_rest) = tensor(kv_c, "kv_c", (_abi.DTYPE_BF16, _abi.DTYPE_F16), 2, self.device,
                                                   (None, _LATENT))
         pe, _ = tensor(k_pe, "k_pe", (in_dtype,), 2, self.device, (shape[0], _ROPE))
@@ -83,7 +97,8 @@ class Context:
         cap, _ = tensor(capture_max_abs, "capture_max_abs", (_abi.DTYPE_F32,), 1, self.device, (1,))
         cnt, _ = tensor(nonfinite_count, "nonfinite_count", (_abi.DTYPE_I64,), 1, self.device, (1,))
         args = _abi.WriteArgs(struct_size=C.sizeof(_abi.WriteArgs), layout=layout, scale_mode=scale_mode,
-                              outer_scale=_outer(scale_mode, outer_scale), kv_c=kv, k_pe=pe, slot_mapping=sl,
+                              outer_scale=_outer(scale_mode, outer_scale), writer_policy=_policy(writer_policy),
+                              kv_c=kv, k_pe=pe, slot_mapping=sl,
                               cache=self._cache(cache, layout), capture_max_abs=cap.data,
                               nonfinite_count=cnt.data, stream=self._stream(stream))
         check(self.plugin, member(self.plugin, "write")(self._handle, C.byref(args)), "write")

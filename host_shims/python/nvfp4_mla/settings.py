@@ -2,6 +2,7 @@
 
 boolean: unset or "" is off; "0"/"false" off and "1"/"true" on, in any case; anything else fails.
 path:    unset or "" is none; leading or trailing whitespace fails.
+choice:  unset or "" is the first name; one of the names in any case; anything else fails.
 A failure names the variable and shows the value quoted byte by byte as the C code does (control,
 quote, backslash and non-ASCII bytes escaped, cut after QUOTE_MAX bytes), so that a host in either
 language prints the same line for the same mistake.
@@ -53,3 +54,16 @@ def parse_path(name, value):
         raise SettingError(f"{name}={quote(value)} has leading or trailing whitespace: give the path without it; "
                            "unset or empty means none")
     return value
+
+
+def parse_choice(name, value, names):
+    """The name `value` picks (names[0] for unset or ""), as nvfp4_setting_choice(); raises
+    SettingError naming `name`, the quoted value and every accepted name."""
+    if not value:
+        return names[0]
+    word = value.lower() if value.isascii() else value  # C's strcasecmp: ASCII only
+    for candidate in names:
+        if word == candidate.lower():
+            return candidate
+    raise SettingError(f"{name}={quote(value)} is not one of: {', '.join(names)} (any case); "
+                       f"unset or empty is {names[0]}")
