@@ -17,7 +17,8 @@ try:
 except ImportError:
     print("matplotlib not installed (apt-get install python3-matplotlib): skipped")
     sys.exit(77)
-ops = ["ceiling: copy", "ceiling: gather368", "write per-token", "write static", "gather per-token", "gather static"]
+ops = ["ceiling: copy", "ceiling: gather368", "write per-token", "write static", "write per-token mse",
+       "write static mse", "gather per-token", "gather static"]
 ops += [f"attend {layout} h={h}" for layout in ("nvfp4-368", "fp8-656") for h in (16, 32, 64, 128)]
 rows = [{"op": op, "size": size, "median_us": 1.0, "tbps": 1.0, "ratio": 1.0, "ceiling": "copy", "check": "-"}
         for op in ops for size in ((1, 262144) if op.startswith(("write", "gather")) else (262144,))]

@@ -59,8 +59,24 @@ static int teardown(void **state) {
     return nvfp4_context_shutdown(gpu);
 }
 
+/* Groups whose mse candidates tie or nearly tie (write_policy.h keeps the earlier one), scaled by a
+ * power of two per token: {6, 3} (c6 and c4 both exact), {6, 5.25 x 15} (c4 - 1 wins),
+ * {6, 5.625 x 15} (c6 - 1 wins), and on the E2M1 grid of d = 1 (c4 exact). */
+static double policy_pattern(int64_t t, int i) {
+    const double scale = ldexp(1.0, (int)(t % 24) - 16) * ((i / 16) & 1 ? -1 : 1);
+    const int k = i % 16;
+    static const double grid[16] = {4, 3, 2, 1.5, 1, .5, 0, -4, -3, -2, -1.5, -1, -.5, 0, 0, 0};
+    switch ((i / 16) % 4) {
+    case 0: return (k == 0 ? 6 : k == 1 ? 3 : 0) * scale;
+    case 1: return (k == 0 ? 6 : 5.25) * scale;
+    case 2: return (k == 0 ? 6 : 5.625) * scale;
+    default: return grid[k] * scale;
+    }
+}
+
 /* Adversarial tokens [T, 576] in bf16 or fp16 bits: magnitudes 1e-4..1e3, exact E2M1 ties, zero
- * tokens, NaN/Inf, the real per-layer range, and a 240x spread inside one token. */
+ * tokens, NaN/Inf, the real per-layer range, a 240x spread inside one token, and the mse policy's
+ * tie patterns (policy_pattern). */
 static void make_tokens(uint16_t *v, int64_t count, int is_f16) {
     static const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f};
     for (int64_t t = 0; t < count; t++) {
@@ -74,6 +90,7 @@ static void make_tokens(uint16_t *v, int64_t count, int is_f16) {
             if (kind == 3 && next() % 50 == 0) x = (next() & 1) ? NAN : ((next() & 1) ? INFINITY : -INFINITY);
             if (kind == 4) x = gauss() * (i < 256 ? 5.19 : 0.0217); /* the real 240x range in one token */
             if (kind == 5) x = gauss() * 0.0217 / 4;                   /* a shallow layer */
+            if (kind == 6) x = policy_pattern(t, i);                   /* mse candidates that tie */
             if (is_f16) {
                 v[t * 576 + i] = tu_f32_to_f16((float)x);
             } else {
@@ -123,7 +140,8 @@ static void world_free(world_t *w) {
     cudaFree(w->d_tokens), cudaFree(w->d_slots), cudaFree(w->d_cache);
 }
 
-static nvfp4_mla_write_args_t args_for(const world_t *w, int on_gpu, int is_f16, uint32_t mode, float scale) {
+static nvfp4_mla_write_args_t args_for(const world_t *w, int on_gpu, int is_f16, uint32_t mode, float scale,
+                                       uint32_t policy) {
     int32_t dev = on_gpu ? NVFP4_MLA_DEVICE_CUDA : NVFP4_MLA_DEVICE_CPU;
     uint16_t *tok = on_gpu ? w->d_tokens : w->tokens;
     nvfp4_mla_write_args_t a = {
@@ -131,6 +149,7 @@ static nvfp4_mla_write_args_t args_for(const world_t *w, int on_gpu, int is_f16,
         .layout = w->record_bytes == 368 ? NVFP4_MLA_LAYOUT_FP8_ROPE_368 : NVFP4_MLA_LAYOUT_BF16_ROPE_432,
         .scale_mode = mode,
         .outer_scale = scale,
+        .writer_policy = policy,
         .kv_c = tu_rows(tok, is_f16 ? NVFP4_MLA_DTYPE_F16 : NVFP4_MLA_DTYPE_BF16, w->count, 512, 576),
         .k_pe = tu_rows(tok + 512, is_f16 ? NVFP4_MLA_DTYPE_F16 : NVFP4_MLA_DTYPE_BF16, w->count, 64, 576),
         .slot_mapping = tu_vec(on_gpu ? w->d_slots : w->slots, NVFP4_MLA_DTYPE_I64, w->count),
@@ -141,19 +160,20 @@ static nvfp4_mla_write_args_t args_for(const world_t *w, int on_gpu, int is_f16,
     return a;
 }
 
-/* Writes on both backends and compares the whole buffers (guards included); returns the GPU bytes. */
-static uint8_t *write_both(world_t *w, int is_f16, uint32_t mode, float scale) {
+/* Writes on both backends with `policy` and compares the whole buffers (guards included); returns
+ * the GPU bytes. */
+static uint8_t *write_both(world_t *w, int is_f16, uint32_t mode, float scale, uint32_t policy) {
     float cap_cpu = 0, *d_cap;
     uint64_t nf_cpu = 0, *d_nf;
     CHECK_CUDA(cudaMalloc((void **)&d_cap, sizeof(float)));
     CHECK_CUDA(cudaMalloc((void **)&d_nf, sizeof(uint64_t)));
     CHECK_CUDA(cudaMemset(d_cap, 0, sizeof(float)));
     CHECK_CUDA(cudaMemset(d_nf, 0, sizeof(uint64_t)));
-    nvfp4_mla_write_args_t a = args_for(w, 0, is_f16, mode, scale);
+    nvfp4_mla_write_args_t a = args_for(w, 0, is_f16, mode, scale, policy);
     a.capture_max_abs = &cap_cpu;
     a.nonfinite_count = &nf_cpu;
     assert_int_equal(nvfp4_op_write(cpu, &a), NVFP4_MLA_OK);
-    a = args_for(w, 1, is_f16, mode, scale);
+    a = args_for(w, 1, is_f16, mode, scale, policy);
     a.capture_max_abs = d_cap;
     a.nonfinite_count = d_nf;
     if (nvfp4_op_write(gpu, &a) != NVFP4_MLA_OK) fail_msg("%s", nvfp4_last_error());
@@ -166,9 +186,9 @@ static uint8_t *write_both(world_t *w, int is_f16, uint32_t mode, float scale) {
     cudaFree(d_cap), cudaFree(d_nf);
     for (int64_t i = 0; i < w->bytes_total; i++) {
         if (got[i] != w->cpu_cache[i]) {
-            fail_msg("T=%lld layout %d mode %u scale %g f16 %d: byte %lld differs (gpu %02x, cpu %02x)",
-                     (long long)w->count, w->record_bytes, mode, (double)scale, is_f16, (long long)(i - GUARD), got[i],
-                     w->cpu_cache[i]);
+            fail_msg("T=%lld layout %d mode %u scale %g f16 %d policy %s: byte %lld differs (gpu %02x, cpu %02x)",
+                     (long long)w->count, w->record_bytes, mode, (double)scale, is_f16,
+                     nvfp4_mla_writer_policy_name(policy), (long long)(i - GUARD), got[i], w->cpu_cache[i]);
         }
     }
     assert_true(cap_gpu == cap_cpu);
@@ -186,11 +206,11 @@ static void gather_both(world_t *w, uint32_t mode, float scale) {
     CHECK_CUDA(cudaMalloc(&d_slots, (size_t)n * 4));
     CHECK_CUDA(cudaMalloc(&d_rows, (size_t)n * 576 * 2));
     CHECK_CUDA(cudaMemcpy(d_slots, slots, (size_t)n * 4, cudaMemcpyHostToDevice));
-    nvfp4_mla_write_args_t wa = args_for(w, 0, 0, mode, scale);
+    nvfp4_mla_write_args_t wa = args_for(w, 0, 0, mode, scale, 0);
     nvfp4_mla_gather_args_t g = {sizeof g, wa.layout, mode, 0, scale, 0, wa.cache, tu_vec(slots, NVFP4_MLA_DTYPE_I32, n),
                                  tu_rows(rows, NVFP4_MLA_DTYPE_BF16, n, 576, 576), NULL, {0}};
     assert_int_equal(nvfp4_op_gather(cpu, &g), NVFP4_MLA_OK);
-    wa = args_for(w, 1, 0, mode, scale);
+    wa = args_for(w, 1, 0, mode, scale, 0);
     g.cache = wa.cache;
     g.slots = tu_vec(d_slots, NVFP4_MLA_DTYPE_I32, n);
     g.out = tu_rows(d_rows, NVFP4_MLA_DTYPE_BF16, n, 576, 576);
@@ -202,6 +222,8 @@ static void gather_both(world_t *w, uint32_t mode, float scale) {
     cudaFree(d_slots), cudaFree(d_rows);
 }
 
+/* Every size, layout, dtype, mode and writer policy: the CUDA bytes are the CPU writer's (the mse
+ * policy's search runs the same write_policy.h arithmetic on both; rtn is the tuned fast path). */
 static void cuda_writer_should_equal_the_cpu_writer_byte_for_byte(void **state) {
     (void)state;
     const int64_t sizes[] = {1, 7, 64, 513, 4096, 200000};
@@ -214,12 +236,14 @@ static void cuda_writer_should_equal_the_cpu_writer_byte_for_byte(void **state) 
                 const uint32_t modes[3] = {NVFP4_MLA_SCALE_STATIC, NVFP4_MLA_SCALE_STATIC, NVFP4_MLA_SCALE_PER_TOKEN};
                 const float scales[3] = {1.0f, 0.0217f / 2688, 0.0f};
                 for (int m = 0; m < (layout ? 2 : 3); m++) {
-                    free(write_both(&w, is_f16, modes[m], scales[m]));
-                    gather_both(&w, modes[m], scales[m]);
+                    for (uint32_t policy = 0; policy < NVFP4_MLA_WRITER_POLICY_COUNT; policy++) {
+                        free(write_both(&w, is_f16, modes[m], scales[m], policy));
+                        gather_both(&w, modes[m], scales[m]);
+                    }
                 }
                 world_free(&w);
             }
-        fprintf(stderr, "T=%lld: all modes, dtypes and layouts equal\n", (long long)sizes[s]);
+        fprintf(stderr, "T=%lld: all modes, dtypes, layouts and writer policies equal\n", (long long)sizes[s]);
     }
 }
 
@@ -229,11 +253,24 @@ static void identity_then_calibrated_layer_should_both_match_in_one_process(void
     world_t a, b;
     world_init(&a, 2048, 368, 0);
     world_init(&b, 2048, 368, 0);
-    free(write_both(&a, 0, NVFP4_MLA_SCALE_STATIC, 1.0f));
-    free(write_both(&b, 0, NVFP4_MLA_SCALE_STATIC, 0.003f));
+    free(write_both(&a, 0, NVFP4_MLA_SCALE_STATIC, 1.0f, NVFP4_MLA_WRITER_POLICY_RTN));
+    free(write_both(&b, 0, NVFP4_MLA_SCALE_STATIC, 0.003f, NVFP4_MLA_WRITER_POLICY_RTN));
     gather_both(&b, NVFP4_MLA_SCALE_STATIC, 0.003f);
-    free(write_both(&a, 0, NVFP4_MLA_SCALE_STATIC, 1.0f));
+    free(write_both(&a, 0, NVFP4_MLA_SCALE_STATIC, 1.0f, NVFP4_MLA_WRITER_POLICY_RTN));
     world_free(&a), world_free(&b);
+}
+
+static void policies_should_alternate_in_one_process(void **state) {
+    (void)state;
+    /* The policy selects a kernel per launch: mse, rtn, mse again on one cache, each equal to the CPU. */
+    world_t w;
+    world_init(&w, 3000, 368, 0);
+    const uint32_t order[] = {NVFP4_MLA_WRITER_POLICY_MSE, NVFP4_MLA_WRITER_POLICY_RTN, NVFP4_MLA_WRITER_POLICY_MSE};
+    for (int k = 0; k < 3; k++) {
+        free(write_both(&w, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, order[k]));
+        free(write_both(&w, 0, NVFP4_MLA_SCALE_STATIC, 0.003f, order[k]));
+    }
+    world_free(&w);
 }
 
 static void cuda_write_should_replay_inside_a_graph_on_a_side_stream(void **state) {
@@ -244,7 +281,7 @@ static void cuda_write_should_replay_inside_a_graph_on_a_side_stream(void **stat
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    nvfp4_mla_write_args_t a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f);
+    nvfp4_mla_write_args_t a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, NVFP4_MLA_WRITER_POLICY_MSE);
     a.stream = stream;
     CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     assert_int_equal(nvfp4_op_write(gpu, &a), NVFP4_MLA_OK);
@@ -252,7 +289,7 @@ static void cuda_write_should_replay_inside_a_graph_on_a_side_stream(void **stat
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     CHECK_CUDA(cudaGraphLaunch(exec, stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
-    a = args_for(&w, 0, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f);
+    a = args_for(&w, 0, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, NVFP4_MLA_WRITER_POLICY_MSE);
     assert_int_equal(nvfp4_op_write(cpu, &a), NVFP4_MLA_OK);
     uint8_t *got = malloc((size_t)w.bytes_total);
     CHECK_CUDA(cudaMemcpy(got, w.d_cache, (size_t)w.bytes_total, cudaMemcpyDeviceToHost));
@@ -266,16 +303,19 @@ static void cuda_entries_should_reject_bad_arguments_before_launch(void **state)
     (void)state;
     world_t w;
     world_init(&w, 64, 432, 0);
-    nvfp4_mla_write_args_t a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f);
+    nvfp4_mla_write_args_t a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, 0);
     assert_int_equal(nvfp4_op_write(gpu, &a), NVFP4_MLA_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(nvfp4_last_error(), "per-token requires layout fp8_rope_368"));
-    a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_STATIC, 1.0f);
+    a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_STATIC, 1.0f, 0);
     a.cache.data = (uint8_t *)a.cache.data + 8;
     assert_int_equal(nvfp4_op_write(gpu, &a), NVFP4_MLA_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(nvfp4_last_error(), "16-byte aligned base"));
-    a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_STATIC, 1.0f);
+    a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_STATIC, 1.0f, 0);
     a.kv_c.device_type = NVFP4_MLA_DEVICE_CPU;
     assert_int_equal(nvfp4_op_write(gpu, &a), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+    a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_STATIC, 1.0f, NVFP4_MLA_WRITER_POLICY_COUNT);
+    assert_int_equal(nvfp4_op_write(gpu, &a), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(nvfp4_last_error(), "writer_policy is 2, must be 0 (rtn) or 1 (mse)"));
     uint8_t *got = malloc((size_t)w.bytes_total);
     CHECK_CUDA(cudaMemcpy(got, w.d_cache, (size_t)w.bytes_total, cudaMemcpyDeviceToHost));
     assert_memory_equal(got, w.cpu_cache, (size_t)w.bytes_total); /* nothing was written */
@@ -300,7 +340,7 @@ static void *stream_worker(void *arg) {
         return NULL;
     }
     for (int round = 0; round < 10; round++) {
-        nvfp4_mla_write_args_t a = args_for(job->w, 1, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f);
+        nvfp4_mla_write_args_t a = args_for(job->w, 1, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, 0);
         a.stream = stream;
         job->failures += nvfp4_op_write(ctx, &a) != NVFP4_MLA_OK;
     }
@@ -318,7 +358,7 @@ static void threads_on_separate_streams_should_match_the_serial_cpu_bytes(void *
     pthread_t th[JOBS];
     for (int i = 0; i < JOBS; i++) {
         world_init(&w[i], 3000 + 100 * i, 368, 0);
-        nvfp4_mla_write_args_t a = args_for(&w[i], 0, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f);
+        nvfp4_mla_write_args_t a = args_for(&w[i], 0, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, 0);
         assert_int_equal(nvfp4_op_write(cpu, &a), NVFP4_MLA_OK);
         jobs[i] = (stream_job_t){&w[i], 0};
     }
@@ -338,6 +378,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cuda_writer_should_equal_the_cpu_writer_byte_for_byte),
         cmocka_unit_test(identity_then_calibrated_layer_should_both_match_in_one_process),
+        cmocka_unit_test(policies_should_alternate_in_one_process),
         cmocka_unit_test(cuda_write_should_replay_inside_a_graph_on_a_side_stream),
         cmocka_unit_test(cuda_entries_should_reject_bad_arguments_before_launch),
         cmocka_unit_test(threads_on_separate_streams_should_match_the_serial_cpu_bytes),

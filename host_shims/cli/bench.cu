@@ -44,12 +44,13 @@ void bench_add_row(bench &b, const char *op, int64_t size, double us, double byt
 /* Write arguments for T tokens of the bench's token buffer (576-value rows) into 368-byte records
  * of a compact cache [T, 1, 368] at identity slots (the checks); the timed calls swap in the big
  * cache and random slots. */
-static nvfp4_mla_write_args_t write_args_368(bench &b, uint32_t mode, float scale, int64_t T) {
+static nvfp4_mla_write_args_t write_args_368(bench &b, uint32_t mode, float scale, int64_t T, uint32_t policy = 0) {
     nvfp4_mla_write_args_t w = {};
     w.struct_size = sizeof w;
     w.layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
     w.scale_mode = mode;
     w.outer_scale = scale;
+    w.writer_policy = policy;
     w.kv_c = bench_tensor(b.d_tokens, NVFP4_MLA_DTYPE_BF16, 2, {T, 512}, {576, 1});
     w.k_pe = bench_tensor(b.d_tokens + 512, NVFP4_MLA_DTYPE_BF16, 2, {T, 64}, {576, 1});
     w.slot_mapping = bench_tensor(b.d_ident, NVFP4_MLA_DTYPE_I64, 1, {T}, {1});
@@ -98,40 +99,46 @@ static double graph_us(bench &b, const nvfp4_mla_write_args_t &w, int &launched)
     return us;
 }
 
-/* One writer row (and its graph row for small T): the CUDA records of T tokens equal the CPU
- * writer's bytes, then the timed launches at random slots over the big cache. */
-static void write_case(bench &b, int m, int64_t T) {
+/* One writer row (and its graph row for small T) of one writer policy: the CUDA records of T tokens
+ * equal the CPU writer's bytes (same policy), then the timed launches at random slots over the big
+ * cache. Rows of a policy other than rtn carry its name ("write per-token mse"). */
+static void write_case(bench &b, int m, uint32_t policy, int64_t T) {
     static const char *const mode_names[2] = {"per-token", "static"};
     const uint32_t mode = m ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
     const float scale = m ? 0.003f : nvfp4_mla_default_outer_scale(mode);
-    nvfp4_mla_write_args_t w = write_args_368(b, mode, scale, T);
+    nvfp4_mla_write_args_t w = write_args_368(b, mode, scale, T, policy);
     int ok = b.t->write(b.gpu, &w) == NVFP4_MLA_OK;
     CK(cudaStreamSynchronize(b.s));
     std::vector<uint8_t> cpu_records(T * 368), gpu_records(T * 368);
     CK(cudaMemcpy(gpu_records.data(), b.d_compact, T * 368, cudaMemcpyDeviceToHost));
-    cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, mode, scale, 0};
+    cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, mode, scale, policy};
     ok = ok && !cli_encode("bench", &b.host, &f, b.tokens.data(), T, cpu_records.data()) &&
          memcmp(cpu_records.data(), gpu_records.data(), T * 368) == 0;
     w.slot_mapping = bench_tensor(b.d_slots, NVFP4_MLA_DTYPE_I64, 1, {T}, {1});
     w.cache = big_cache(b);
     int launched = 1;
     double us = median_us([&] { launched &= b.t->write(b.gpu, &w) == NVFP4_MLA_OK; }, 3, T >= 16384 ? 20 : 50, b.s);
-    char name[64];
-    snprintf(name, sizeof name, "write %s", mode_names[m]);
+    char name[64], policy_suffix[16] = "";
+    if (policy != NVFP4_MLA_WRITER_POLICY_RTN) snprintf(policy_suffix, sizeof policy_suffix, " %s", nvfp4_mla_writer_policy_name(policy));
+    snprintf(name, sizeof name, "write %s%s", mode_names[m], policy_suffix);
     bench_add_row(b, name, T, us, T * 1528.0, b.copy_tbps, "copy", ok && launched);
     if (T <= 512) {
         us = graph_us(b, w, launched);
-        snprintf(name, sizeof name, "write %s (graph)", mode_names[m]);
+        snprintf(name, sizeof name, "write %s%s (graph)", mode_names[m], policy_suffix);
         bench_add_row(b, name, T, us, T * 1528.0, b.copy_tbps, "copy", ok && launched);
     }
 }
 
+/* Every writer policy, mode and size (issue 16's target: a policy within 1.5x of rtn at 16k and
+ * 256k tokens, and small batches within 5 us a launch in a graph). */
 static void bench_write(bench &b) {
     const int64_t sizes[] = {1, 64, 512, 16384, 262144};
-    for (int m = 0; m < 2; m++) {
-        for (int64_t T : sizes) {
-            if ((b.only[0] && strcmp(b.only, "write")) || (b.only_tokens && T != b.only_tokens)) continue;
-            write_case(b, m, T);
+    for (uint32_t policy = 0; policy < NVFP4_MLA_WRITER_POLICY_COUNT; policy++) {
+        for (int m = 0; m < 2; m++) {
+            for (int64_t T : sizes) {
+                if ((b.only[0] && strcmp(b.only, "write")) || (b.only_tokens && T != b.only_tokens)) continue;
+                write_case(b, m, policy, T);
+            }
         }
     }
 }

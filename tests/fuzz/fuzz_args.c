@@ -106,6 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ok = make(&r, &w.kv_c, NVFP4_MLA_DTYPE_BF16, 2, (int64_t[]){rows, 512}, (int64_t[]){576, 1}, &bufs[1]) == 0 &&
              make(&r, &w.k_pe, NVFP4_MLA_DTYPE_BF16, 2, (int64_t[]){rows, 64}, (int64_t[]){64, 1}, &bufs[2]) == 0 &&
              make(&r, &w.slot_mapping, NVFP4_MLA_DTYPE_I64, 1, (int64_t[]){rows}, (int64_t[]){1}, &bufs[3]) == 0;
+        w.writer_policy = (uint32_t)pick(&r, NVFP4_MLA_WRITER_POLICY_MSE); /* mutated: 0 (rtn), 2, ... */
         if (ok && w.struct_size <= sizeof w) { /* a larger size would promise bytes this stack struct lacks */
             nvfp4_op_write(cpu, &w);
         }

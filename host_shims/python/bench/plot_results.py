@@ -4,8 +4,9 @@ to PNG files (matplotlib; Debian: python3-matplotlib). QUALITY.md and BENCHMARKS
 
     plot_results.py --quality results/quality.json --bench results/bench.json --out results/
 
-quality.png: relative RMS error per layer (against the layer's max_abs) of each record mode, for
-Gaussian and Student-t latents, and the attention output error of the three layers measured.
+quality.png: relative RMS error per layer (against the layer's max_abs) of each record mode (the
+writer policy mse's too), for Gaussian and Student-t latents, and the attention output error of the
+three layers measured.
 bench.png: throughput of the writer and the gather reader against the same-run copy and gather368
 ceilings, and attend's median time per head count for the 368-byte and the 656-byte records.
 Only what the files hold is drawn; nothing is filled in.
@@ -16,9 +17,10 @@ import os
 import re
 import sys
 
-MODES = ("outer-1.0", "static", "per-token", "fp8-656")
+MODES = ("outer-1.0", "static", "per-token", "static-mse", "per-token-mse", "fp8-656")
 MODE_LABELS = {"outer-1.0": "NVFP4, outer scale 1.0", "static": "NVFP4, static calibrated",
-               "per-token": "NVFP4, per-token", "fp8-656": "FP8 656-byte"}
+               "per-token": "NVFP4, per-token", "static-mse": "NVFP4, static calibrated, writer mse",
+               "per-token-mse": "NVFP4, per-token, writer mse", "fp8-656": "FP8 656-byte"}
 
 
 def load(path):
@@ -47,10 +49,12 @@ def plot_quality(plt, q, out):
     recon.grid(True, which="both", alpha=0.3)
     recon.legend(fontsize=7)
     layers = sorted({r["layer"] for r in attend})
-    width = 0.8 / len(MODES)
-    for i, mode in enumerate(MODES):
+    present = [m for m in MODES if any(r["mode"] == m for r in attend)]
+    width = 0.8 / max(len(present), 1)
+    for mode in present:
+        i = MODES.index(mode)
         vals = {r["layer"]: r["rel_rms"] for r in attend if r["mode"] == mode}
-        xs = [k + (i - 1.5) * width for k in range(len(layers))]
+        xs = [k + (present.index(mode) - (len(present) - 1) / 2) * width for k in range(len(layers))]
         att.bar(xs, [100 * vals.get(l, float("nan")) for l in layers], width, label=MODE_LABELS[mode],
                 color=f"C{i}")
     max_abs = {r["layer"]: r["max_abs"] for r in rows}
@@ -71,7 +75,8 @@ def codec_rows(rows, op):
 def plot_bench(plt, b, out):
     rows = b["rows"]
     fig, (codec, att) = figure(plt, 2, 13)
-    for i, op in enumerate(("write per-token", "write static", "gather per-token", "gather static")):
+    for i, op in enumerate(("write per-token", "write static", "write per-token mse", "write static mse",
+                            "gather per-token", "gather static")):
         pts = codec_rows(rows, op)
         if pts:
             codec.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=op, color=f"C{i}")
