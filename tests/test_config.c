@@ -14,6 +14,7 @@
 
 #include "calibration.h"
 #include "config.h"
+#include "context.h"
 #include "errors.h"
 #include "settings.h"
 
