@@ -81,20 +81,21 @@ static int teardown(void **state) {
 static nvfp4_mla_tensor_t dev(void *p, int32_t dtype, int ndim, const int64_t *shape) {
     nvfp4_mla_tensor_t t = {p, dtype, ndim, {0}, {0}, NVFP4_MLA_DEVICE_CUDA, 0};
     int64_t step = 1;
-    for (int d = ndim - 1; d >= 0; d--) t.shape[d] = shape[d], t.strides[d] = step, step *= shape[d];
+    for (int d = ndim - 1; d >= 0; d--)
+        t.shape[d] = shape[d], t.strides[d] = step, step *= shape[d];
     return t;
 }
 
 /* One decode step's device buffers: inputs shared by both runs, a cache and outputs per run. */
 typedef struct step {
     int64_t batch, heads;
-    uint16_t *kv, *q;   /* [batch, 576], [batch, heads, 576] bf16 */
-    int64_t *slots;     /* [batch] */
-    int32_t *topk;      /* [batch, TOPK] */
-    uint8_t *cache[2];  /* graph, eager */
-    uint16_t *rows[2];  /* [batch, 576] bf16 */
-    uint16_t *out[2];   /* [batch, heads, 512] bf16 */
-    float *lse[2];      /* [batch, heads] */
+    uint16_t *kv, *q;  /* [batch, 576], [batch, heads, 576] bf16 */
+    int64_t *slots;    /* [batch] */
+    int32_t *topk;     /* [batch, TOPK] */
+    uint8_t *cache[2]; /* graph, eager */
+    uint16_t *rows[2]; /* [batch, 576] bf16 */
+    uint16_t *out[2];  /* [batch, heads, 512] bf16 */
+    float *lse[2];     /* [batch, heads] */
     uint8_t *ws[2];
     uint64_t ws_bytes;
 } step_t;
@@ -109,12 +110,19 @@ typedef struct calls {
 static calls_t calls_for(const step_t *s, int r, cudaStream_t stream) {
     const int64_t b = s->batch, h = s->heads;
     const int64_t cache_shape[] = {BLOCKS, BLOCK, RB};
-    calls_t c = {.w = {.struct_size = sizeof c.w, .layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368,
-                       .scale_mode = NVFP4_MLA_SCALE_PER_TOKEN, .stream = stream},
-                 .g = {.struct_size = sizeof c.g, .layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368,
-                       .scale_mode = NVFP4_MLA_SCALE_PER_TOKEN, .stream = stream},
-                 .a = {.struct_size = sizeof c.a, .layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368,
-                       .scale_mode = NVFP4_MLA_SCALE_PER_TOKEN, .sm_scale = 0.0416666679f, .stream = stream}};
+    calls_t c = {.w = {.struct_size = sizeof c.w,
+                       .layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368,
+                       .scale_mode = NVFP4_MLA_SCALE_PER_TOKEN,
+                       .stream = stream},
+                 .g = {.struct_size = sizeof c.g,
+                       .layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368,
+                       .scale_mode = NVFP4_MLA_SCALE_PER_TOKEN,
+                       .stream = stream},
+                 .a = {.struct_size = sizeof c.a,
+                       .layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368,
+                       .scale_mode = NVFP4_MLA_SCALE_PER_TOKEN,
+                       .sm_scale = 0.0416666679f,
+                       .stream = stream}};
     c.w.kv_c = dev(s->kv, NVFP4_MLA_DTYPE_BF16, 2, (int64_t[]){b, 512});
     c.w.k_pe = dev(s->kv + 512, NVFP4_MLA_DTYPE_BF16, 2, (int64_t[]){b, 64});
     c.w.kv_c.strides[0] = c.w.k_pe.strides[0] = 576;
@@ -127,7 +135,8 @@ static calls_t calls_for(const step_t *s, int r, cudaStream_t stream) {
     c.a.slots = dev(s->topk, NVFP4_MLA_DTYPE_I32, 2, (int64_t[]){b, TOPK});
     c.a.out = dev(s->out[r], NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){b, h, 512});
     c.a.lse = dev(s->lse[r], NVFP4_MLA_DTYPE_F32, 2, (int64_t[]){b, h});
-    if (s->ws_bytes) c.a.workspace = dev(s->ws[r], NVFP4_MLA_DTYPE_U8, 1, (int64_t[]){(int64_t)s->ws_bytes});
+    if (s->ws_bytes)
+        c.a.workspace = dev(s->ws[r], NVFP4_MLA_DTYPE_U8, 1, (int64_t[]){(int64_t)s->ws_bytes});
     return c;
 }
 
@@ -147,8 +156,10 @@ static void step_init(step_t *s, int64_t batch, int64_t heads) {
     }
     uint16_t *kv = malloc((size_t)HISTORY * 576 * 2);
     int64_t *slots = malloc((size_t)HISTORY * 8);
-    for (int64_t i = 0; i < HISTORY * 576; i++) kv[i] = bf16_gauss();
-    for (int64_t i = 0; i < HISTORY; i++) slots[i] = i;
+    for (int64_t i = 0; i < HISTORY * 576; i++)
+        kv[i] = bf16_gauss();
+    for (int64_t i = 0; i < HISTORY; i++)
+        slots[i] = i;
     CK(cudaMemcpy(s->kv, kv, (size_t)HISTORY * 576 * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(s->slots, slots, (size_t)HISTORY * 8, cudaMemcpyHostToDevice));
     free(kv), free(slots);
@@ -161,13 +172,16 @@ static void step_init(step_t *s, int64_t batch, int64_t heads) {
     CK(cudaMemcpy(s->cache[1], s->cache[0], CACHE_BYTES, cudaMemcpyDeviceToDevice));
     c = calls_for(s, 0, NULL);
     OK(plugin->attend_workspace_bytes(ctx, &c.a, &s->ws_bytes));
-    for (int r = 0; r < 2 && s->ws_bytes; r++) CK(cudaMalloc((void **)&s->ws[r], s->ws_bytes));
+    for (int r = 0; r < 2 && s->ws_bytes; r++)
+        CK(cudaMalloc((void **)&s->ws[r], s->ws_bytes));
 }
 
 static void step_free(step_t *s) {
     cudaFree(s->kv), cudaFree(s->slots), cudaFree(s->q), cudaFree(s->topk);
-    for (int r = 0; r < 2; r++) cudaFree(s->cache[r]), cudaFree(s->rows[r]), cudaFree(s->out[r]), cudaFree(s->lse[r]);
-    for (int r = 0; r < 2; r++) cudaFree(s->ws[r]);
+    for (int r = 0; r < 2; r++)
+        cudaFree(s->cache[r]), cudaFree(s->rows[r]), cudaFree(s->out[r]), cudaFree(s->lse[r]);
+    for (int r = 0; r < 2; r++)
+        cudaFree(s->ws[r]);
 }
 
 /* New data in the captured input buffers: tokens at the next free slots, queries, and top-k over
@@ -177,9 +191,12 @@ static void refill(step_t *s, int step) {
     uint16_t *kv = malloc((size_t)b * 576 * 2), *q = malloc((size_t)b * s->heads * 576 * 2);
     int64_t *slots = malloc((size_t)b * 8);
     int32_t *topk = malloc((size_t)b * TOPK * 4);
-    for (int64_t i = 0; i < b * 576; i++) kv[i] = bf16_gauss();
-    for (int64_t i = 0; i < b * s->heads * 576; i++) q[i] = bf16_gauss();
-    for (int64_t i = 0; i < b; i++) slots[i] = first + i;
+    for (int64_t i = 0; i < b * 576; i++)
+        kv[i] = bf16_gauss();
+    for (int64_t i = 0; i < b * s->heads * 576; i++)
+        q[i] = bf16_gauss();
+    for (int64_t i = 0; i < b; i++)
+        slots[i] = first + i;
     for (int64_t i = 0; i < b * TOPK; i++) {
         int64_t e = i % TOPK;
         topk[i] = e < b ? (int32_t)(first + e) : (int32_t)(uniform() * (double)(first + b + 1)) - 1;
@@ -196,7 +213,8 @@ static void assert_same(const void *a, const void *b, size_t bytes, const char *
     uint8_t *ha = malloc(bytes), *hb = malloc(bytes);
     CK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
-    if (memcmp(ha, hb, bytes) != 0) fail_msg("step %d: %s differs between the graph and the eager calls", step, what);
+    if (memcmp(ha, hb, bytes) != 0)
+        fail_msg("step %d: %s differs between the graph and the eager calls", step, what);
     free(ha), free(hb);
 }
 

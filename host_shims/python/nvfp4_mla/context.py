@@ -1,8 +1,8 @@
 """A plugin context on one device, the thin write / gather / attend calls, and their prepared forms.
 
-One-shot calls: every array is checked (dtype, shape, strides, device) before the call, the caller's stream is
-passed through, the log callback object lives as long as the context, and a failed status raises
-an exception carrying the plugin's own message. Layout, scale mode and outer scale go to the plugin
+One-shot calls: every array is checked (dtype, shape, strides, device) before the call, the
+caller's stream is passed through, the log callback object lives as long as the context, and a
+failed status raises an exception carrying the plugin's own message. Layout, scale mode and outer scale go to the plugin
 exactly as the caller gave them: the plugin applies the mode rule (abi/nvfp4_mla_record.h) and
 refuses in its words. An outer scale left out is the mode's default (0 per-token, 1.0 static).
 prepare_write / prepare_gather / prepare_attend make the same checks once and return a call that

@@ -22,7 +22,8 @@ stream at best); a misaligned pointer is still refused by the plugin before anyt
 The one-shot calls stay the checked path for everything else.
 
 Stream: `stream=` at bind is the default of every call; a call may pass another (an int handle, a
-torch or CuPy stream; None = the legacy default stream). CPU contexts take None only.
+torch or CuPy stream; None = the legacy default stream). CPU contexts take None only. A prepared
+call rewrites its struct: like its context, it is called by one thread at a time.
 
 Capture: run() and the array form only write host memory and call the plugin's stream-ordered entry,
 so both may be captured in a CUDA graph (torch.cuda.graph, cudaStreamBeginCapture) on the capture
@@ -118,11 +119,6 @@ class _Prepared:
         if not 0 <= n <= self._max_rows:
             raise ValueError(f"{self._op}: n = {n}, the bound arrays hold 0..{self._max_rows} rows")
         return n
-
-    @property
-    def args(self):
-        """The argument struct (read-only use: a captured graph was recorded from its values)."""
-        return self._args
 
 
 class PreparedWrite(_Prepared):
