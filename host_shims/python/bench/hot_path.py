@@ -168,6 +168,7 @@ def step_rows(lib, ctx, cache, grid, calls, reps):
         b = Buffers(lib, batch, heads, cache, TOPK, heads * 1000 + batch)
         side = torch.cuda.Stream()
         w, a = b.prepare(ctx, stream=side)
+        torch.cuda.synchronize()  # the buffers were filled on the default stream
         with torch.cuda.stream(side):
             w.run(), a.run(), b.one_shot_write(ctx, side), b.one_shot_attend(ctx, side)  # warm-up, workspaces
         side.synchronize()
