@@ -11,13 +11,10 @@
 #include "capabilities.h"
 #include "errors.h"
 
-#if NVFP4_MLA_HAVE_CUDA
 /* The attention kernel's two settings, read once per CUDA context (strict: a value that is not
- * understood is an error, never a silent default). NVFP4_MLA_ATTEND_SMEM_CAP: decimal bytes of
- * shared memory per block the planner may use (to run the 99 KB configuration of sm_120 parts
- * elsewhere); NVFP4_MLA_ATTEND_MMA: "auto" (wgmma where the device has it) or "sync" (mma.sync). */
-static nvfp4_mla_status_t read_attend_settings(nvfp4_mla_context_t *ctx) {
-    const char *cap = secure_getenv("NVFP4_MLA_ATTEND_SMEM_CAP");
+ * understood is an error, never a silent default). See context.h. */
+nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *cap, const char *mma, int32_t *smem_per_block,
+                                               int32_t *force_mma_sync) {
     if (cap && cap[0]) {
         char *end = NULL;
         errno = 0;
@@ -27,18 +24,16 @@ static nvfp4_mla_status_t read_attend_settings(nvfp4_mla_context_t *ctx) {
                               "init: NVFP4_MLA_ATTEND_SMEM_CAP=\"%s\" must be a decimal byte count in [16384, %d]", cap,
                               INT32_MAX);
         }
-        if ((int32_t)v < ctx->cuda.smem_per_block) {
-            ctx->cuda.smem_per_block = (int32_t)v;
+        if ((int32_t)v < *smem_per_block) {
+            *smem_per_block = (int32_t)v;
         }
     }
-    const char *mma = secure_getenv("NVFP4_MLA_ATTEND_MMA");
     if (mma && mma[0] && strcmp(mma, "auto") != 0 && strcmp(mma, "sync") != 0) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: NVFP4_MLA_ATTEND_MMA=\"%s\" must be \"auto\" or \"sync\"", mma);
     }
-    ctx->attend_force_mma_sync = mma && strcmp(mma, "sync") == 0;
+    *force_mma_sync = mma && strcmp(mma, "sync") == 0;
     return NVFP4_MLA_OK;
 }
-#endif
 
 static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx) {
 #if NVFP4_MLA_HAVE_CUDA
@@ -47,7 +42,9 @@ static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx) {
         return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "init: CUDA device %d is unusable: %s (backend.cuda absent)",
                           ctx->device_index, ctx->backend_note);
     }
-    nvfp4_mla_status_t st = read_attend_settings(ctx);
+    nvfp4_mla_status_t st =
+        nvfp4_attend_settings_parse(secure_getenv("NVFP4_MLA_ATTEND_SMEM_CAP"), secure_getenv("NVFP4_MLA_ATTEND_MMA"),
+                                    &ctx->cuda.smem_per_block, &ctx->attend_force_mma_sync);
     if (st) {
         return st;
     }

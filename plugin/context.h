@@ -23,6 +23,12 @@ nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *args, nvfp4_m
 nvfp4_mla_status_t nvfp4_context_shutdown(nvfp4_mla_context_t *ctx);
 nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_context_info_t *info);
 
+/* NVFP4_MLA_ATTEND_SMEM_CAP (`cap`: decimal bytes in [16384, INT32_MAX], lowers *smem_per_block)
+ * and NVFP4_MLA_ATTEND_MMA (`mma`: "auto" or "sync", sets *force_mma_sync); NULL or empty = unset.
+ * ERR_CONFIG naming the variable and its quoted value otherwise, outputs untouched. */
+nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *cap, const char *mma, int32_t *smem_per_block,
+                                               int32_t *force_mma_sync);
+
 /* Fails with UNSUPPORTED naming `capability` unless the context's device serves every bit of `need`. */
 nvfp4_mla_status_t nvfp4_context_require(const nvfp4_mla_context_t *ctx, const char *op, uint64_t need);
 

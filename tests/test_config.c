@@ -14,6 +14,7 @@
 
 #include "calibration.h"
 #include "config.h"
+#include "context.h"
 #include "errors.h"
 #include "settings.h"
 
@@ -432,6 +433,32 @@ static void source_should_be_reported_through_the_log_callback(void **state) {
     nvfp4_config_destroy(cfg);
 }
 
+static void attend_settings_should_parse_strictly(void **state) {
+    (void)state;
+    int32_t smem = 232448, sync = 7;
+    assert_int_equal(nvfp4_attend_settings_parse(NULL, NULL, &smem, &sync), NVFP4_MLA_OK);
+    assert_int_equal(smem, 232448);
+    assert_int_equal(sync, 0);
+    assert_int_equal(nvfp4_attend_settings_parse("101376", "sync", &smem, &sync), NVFP4_MLA_OK);
+    assert_int_equal(smem, 101376);
+    assert_int_equal(sync, 1);
+    assert_int_equal(nvfp4_attend_settings_parse("999999999", "auto", &smem, &sync), NVFP4_MLA_OK);
+    assert_int_equal(smem, 101376); /* a cap above what the device offers changes nothing */
+    assert_int_equal(sync, 0);
+    const char *bad_caps[] = {"99KB", " 101376", "101376 ", "-1", "16383", "1e5", "4294967296"};
+    for (size_t i = 0; i < sizeof bad_caps / sizeof *bad_caps; i++) {
+        smem = 232448;
+        assert_int_equal(nvfp4_attend_settings_parse(bad_caps[i], NULL, &smem, &sync), NVFP4_MLA_ERR_CONFIG);
+        assert_non_null(strstr(nvfp4_last_error(), "NVFP4_MLA_ATTEND_SMEM_CAP=\""));
+        assert_non_null(strstr(nvfp4_last_error(), bad_caps[i]));
+        assert_non_null(strstr(nvfp4_last_error(), "[16384,"));
+        assert_int_equal(smem, 232448);
+    }
+    assert_int_equal(nvfp4_attend_settings_parse(NULL, "wgmma", &smem, &sync), NVFP4_MLA_ERR_CONFIG);
+    assert_string_equal(nvfp4_last_error(), "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" must be \"auto\" or \"sync\"");
+    assert_int_equal(nvfp4_attend_settings_parse(NULL, "Sync", &smem, &sync), NVFP4_MLA_ERR_CONFIG);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4),
@@ -448,6 +475,7 @@ int main(void) {
         cmocka_unit_test(scales_files_should_be_regular_and_bounded),
         cmocka_unit_test(real_production_file_should_load),
         cmocka_unit_test(source_should_be_reported_through_the_log_callback),
+        cmocka_unit_test(attend_settings_should_parse_strictly),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -95,123 +95,169 @@ static void cpu_reference(const nvfp4_mla_attend_args_t *a, int64_t q0, int64_t 
     if (nvfp4_op_attend(cpu, &c) != NVFP4_MLA_OK) fail_msg("cpu: %s", nvfp4_last_error());
 }
 
-/* pad: bytes added to each page of 64 records (a padded block stride, the non-contiguous path).
- * check: queries compared with the CPU (every query when >= nq; else that many spread over nq). */
-static void run_case_checked(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode, int64_t pad,
-                             int64_t check) {
-    const int32_t rb = layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 656 : layout == NVFP4_MLA_LAYOUT_BF16_ROPE_432 ? 432 : 368;
-    const int64_t slots_n = 4096, block = 64;
-    const int64_t stride = block * rb + pad;
-    uint8_t *cache = calloc((size_t)(slots_n / block), (size_t)stride);
-#define REC(t) (cache + ((t) / block) * stride + ((t) % block) * rb)
-    const float scale = mode == NVFP4_MLA_SCALE_PER_TOKEN ? 0.0f : (layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 1.0f : 0.01f);
-    uint16_t *tok = malloc((size_t)slots_n * 576 * 2);
-    for (int64_t i = 0; i < slots_n * 576; i++) tok[i] = nvfp4_f32_to_bf16((float)(gauss() * 0.5));
-    nvfp4_mla_tensor_t cache_t = tu_cache(cache, slots_n / block, block, rb, stride);
-    if (rb == 656) {
-        for (int64_t t = 0; t < slots_n; t++) { /* random valid fp8_ds_mla records */
-            uint8_t *rec = REC(t);
+/* One case: the host inputs, the CPU twin of the GPU call, and the GPU's outputs. */
+typedef struct attend_case {
+    int64_t nq, h, topk, pad, slots_n, block, stride;
+    uint32_t layout, mode;
+    int32_t rb;
+    float scale;
+    uint8_t *cache;     /* [slots_n / block] pages of `stride` bytes */
+    uint16_t *tok, *q;  /* [slots_n, 576] source tokens; [nq, h, 576] queries */
+    int32_t *slots, *valid;
+    uint16_t *out_gpu;  /* [nq, h, 512] */
+    float *lse_gpu;     /* [nq, h] */
+    nvfp4_mla_attend_args_t a; /* host twin of the GPU call (outputs: out_gpu, lse_gpu) */
+    uint64_t ws;
+} attend_case_t;
+
+static uint8_t *case_record(const attend_case_t *c, int64_t t) {
+    return c->cache + (t / c->block) * c->stride + (t % c->block) * c->rb;
+}
+
+/* The cache: random valid fp8_ds_mla records, or the CPU writer's records of random tokens. */
+static void case_cache(attend_case_t *c) {
+    c->cache = calloc((size_t)(c->slots_n / c->block), (size_t)c->stride);
+    c->tok = malloc((size_t)c->slots_n * 576 * 2);
+    for (int64_t i = 0; i < c->slots_n * 576; i++) c->tok[i] = nvfp4_f32_to_bf16((float)(gauss() * 0.5));
+    nvfp4_mla_tensor_t cache_t = tu_cache(c->cache, c->slots_n / c->block, c->block, c->rb, c->stride);
+    if (c->rb == 656) {
+        for (int64_t t = 0; t < c->slots_n; t++) {
+            uint8_t *rec = case_record(c, t);
             for (int i = 0; i < 512; i++) rec[i] = (uint8_t)(uniform() * 256) & 0xF7; /* never 0x7F/0xFF */
             for (int i = 0; i < 4; i++) { float s = (float)(0.001 + uniform() * 0.01); memcpy(rec + 512 + 4 * i, &s, 4); }
-            memcpy(rec + 528, tok + t * 576 + 512, 128);
+            memcpy(rec + 528, c->tok + t * 576 + 512, 128);
         }
     } else {
-        int64_t *ids = malloc((size_t)slots_n * 8);
-        for (int64_t t = 0; t < slots_n; t++) ids[t] = t;
-        nvfp4_mla_write_args_t w = {.struct_size = sizeof w, .layout = layout, .scale_mode = mode, .outer_scale = scale,
-                                    .kv_c = tu_rows(tok, NVFP4_MLA_DTYPE_BF16, slots_n, 512, 576),
-                                    .k_pe = tu_rows(tok + 512, NVFP4_MLA_DTYPE_BF16, slots_n, 64, 576),
-                                    .slot_mapping = tu_vec(ids, NVFP4_MLA_DTYPE_I64, slots_n), .cache = cache_t};
+        int64_t *ids = malloc((size_t)c->slots_n * 8);
+        for (int64_t t = 0; t < c->slots_n; t++) ids[t] = t;
+        nvfp4_mla_write_args_t w = {.struct_size = sizeof w, .layout = c->layout, .scale_mode = c->mode,
+                                    .outer_scale = c->scale,
+                                    .kv_c = tu_rows(c->tok, NVFP4_MLA_DTYPE_BF16, c->slots_n, 512, 576),
+                                    .k_pe = tu_rows(c->tok + 512, NVFP4_MLA_DTYPE_BF16, c->slots_n, 64, 576),
+                                    .slot_mapping = tu_vec(ids, NVFP4_MLA_DTYPE_I64, c->slots_n), .cache = cache_t};
         assert_int_equal(nvfp4_op_write(cpu, &w), NVFP4_MLA_OK);
         free(ids);
     }
+    c->a.cache = cache_t;
+}
+
+/* Queries, top-k rows (10% -1, query 0 all -1), per-query lengths, and the host twin's arguments. */
+static void case_queries(attend_case_t *c) {
+    const int64_t nq = c->nq, h = c->h, topk = c->topk;
     const size_t q_n = (size_t)(nq * h * 576);
-    uint16_t *q = malloc(q_n * 2);
+    c->q = malloc(q_n * 2);
     if (nq * h <= 4096) {
-        for (size_t i = 0; i < q_n; i++) q[i] = nvfp4_f32_to_bf16((float)gauss());
+        for (size_t i = 0; i < q_n; i++) c->q[i] = nvfp4_f32_to_bf16((float)gauss());
     } else { /* big extend shapes: a cheaper source of the same scale */
-        for (size_t i = 0; i < q_n; i++) q[i] = nvfp4_f32_to_bf16((float)((uniform() - 0.5) * 3.46));
+        for (size_t i = 0; i < q_n; i++) c->q[i] = nvfp4_f32_to_bf16((float)((uniform() - 0.5) * 3.46));
     }
-    int32_t *slots = malloc((size_t)(nq * topk * 4 + 4)), *valid = malloc((size_t)(nq * 4));
-    for (int64_t i = 0; i < nq * topk; i++) slots[i] = uniform() < 0.1 ? -1 : (int32_t)(uniform() * slots_n);
-    for (int64_t i = 0; i < nq; i++) valid[i] = i % 3 == 2 ? (int32_t)(uniform() * (double)(topk + 1)) : (int32_t)topk;
-    if (nq > 1) for (int64_t e = 0; e < topk; e++) slots[e] = -1; /* query 0: nothing valid */
+    c->slots = malloc((size_t)(nq * topk * 4 + 4)), c->valid = malloc((size_t)(nq * 4));
+    for (int64_t i = 0; i < nq * topk; i++) c->slots[i] = uniform() < 0.1 ? -1 : (int32_t)(uniform() * c->slots_n);
+    for (int64_t i = 0; i < nq; i++) c->valid[i] = i % 3 == 2 ? (int32_t)(uniform() * (double)(topk + 1)) : (int32_t)topk;
+    if (nq > 1) for (int64_t e = 0; e < topk; e++) c->slots[e] = -1; /* query 0: nothing valid */
+    c->out_gpu = malloc((size_t)(nq * h * 512) * 2);
+    c->lse_gpu = malloc((size_t)(nq * h * 4));
+    nvfp4_mla_attend_args_t *a = &c->a;
+    a->struct_size = sizeof *a, a->layout = c->layout, a->scale_mode = c->mode, a->outer_scale = c->scale;
+    a->sm_scale = 1.0f / sqrtf(576.0f);
+    a->q = tu_tensor(c->q, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){nq, h, 576}, (int64_t[]){h * 576, 576, 1});
+    a->slots = tu_rows(c->slots, NVFP4_MLA_DTYPE_I32, nq, topk, topk);
+    a->valid_len = tu_vec(c->valid, NVFP4_MLA_DTYPE_I32, nq);
+    a->out = tu_tensor(c->out_gpu, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){nq, h, 512}, (int64_t[]){h * 512, 512, 1});
+    a->lse = tu_rows(c->lse_gpu, NVFP4_MLA_DTYPE_F32, nq, h, h);
+}
+
+/* The GPU call on copies of the inputs, with poisoned outputs and the workspace it asks for. */
+static void case_run_gpu(attend_case_t *c) {
+    const int64_t nq = c->nq, h = c->h;
     const size_t out_n = (size_t)(nq * h * 512);
-    uint16_t *out_gpu = malloc(out_n * 2);
-    float *lse_gpu = malloc((size_t)(nq * h * 4));
-    nvfp4_mla_attend_args_t a = {.struct_size = sizeof a, .layout = layout, .scale_mode = mode, .outer_scale = scale,
-                                 .sm_scale = 1.0f / sqrtf(576.0f)};
-    a.q = tu_tensor(q, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){nq, h, 576}, (int64_t[]){h * 576, 576, 1});
-    a.slots = tu_rows(slots, NVFP4_MLA_DTYPE_I32, nq, topk, topk);
-    a.valid_len = tu_vec(valid, NVFP4_MLA_DTYPE_I32, nq);
-    a.cache = cache_t;
-    a.out = tu_tensor(out_gpu, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){nq, h, 512}, (int64_t[]){h * 512, 512, 1});
-    a.lse = tu_rows(lse_gpu, NVFP4_MLA_DTYPE_F32, nq, h, h);
-    void *dq = to_gpu(q, q_n * 2), *ds = to_gpu(slots, (size_t)(nq * topk * 4));
-    void *dv = to_gpu(valid, (size_t)(nq * 4)), *dc = to_gpu(cache, (size_t)(slots_n / block * stride));
+    void *dq = to_gpu(c->q, (size_t)(nq * h * 576) * 2), *ds = to_gpu(c->slots, (size_t)(nq * c->topk * 4));
+    void *dv = to_gpu(c->valid, (size_t)(nq * 4)), *dc = to_gpu(c->cache, (size_t)(c->slots_n / c->block * c->stride));
     void *dout, *dlse, *dws = NULL;
     CK(cudaMalloc(&dout, out_n * 2));
     CK(cudaMalloc(&dlse, (size_t)(nq * h * 4)));
     CK(cudaMemset(dout, 0xFF, out_n * 2)); /* poison: every output must be written */
     CK(cudaMemset(dlse, 0xFF, (size_t)(nq * h * 4)));
-    nvfp4_mla_attend_args_t g = a;
-    g.q = on(a.q, dq, 2), g.slots = on(a.slots, ds, 2), g.valid_len = on(a.valid_len, dv, 2), g.cache = on(a.cache, dc, 2);
-    g.out = on(a.out, dout, 2), g.lse = on(a.lse, dlse, 2);
-    uint64_t ws = 0;
-    assert_int_equal(nvfp4_op_attend_workspace_bytes(gpu, &g, &ws), NVFP4_MLA_OK);
-    if (ws) {
-        CK(cudaMalloc(&dws, ws));
-        g.workspace = tu_vec(dws, NVFP4_MLA_DTYPE_U8, (int64_t)ws);
+    nvfp4_mla_attend_args_t g = c->a;
+    g.q = on(g.q, dq, 2), g.slots = on(g.slots, ds, 2), g.valid_len = on(g.valid_len, dv, 2), g.cache = on(g.cache, dc, 2);
+    g.out = on(g.out, dout, 2), g.lse = on(g.lse, dlse, 2);
+    assert_int_equal(nvfp4_op_attend_workspace_bytes(gpu, &g, &c->ws), NVFP4_MLA_OK);
+    if (c->ws) {
+        CK(cudaMalloc(&dws, c->ws));
+        g.workspace = tu_vec(dws, NVFP4_MLA_DTYPE_U8, (int64_t)c->ws);
         g.workspace.device_type = 2;
     }
     if (nvfp4_op_attend(gpu, &g) != NVFP4_MLA_OK) fail_msg("gpu (%s): %s", config_name, nvfp4_last_error());
     CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(out_gpu, dout, out_n * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(lse_gpu, dlse, (size_t)(nq * h * 4), cudaMemcpyDeviceToHost));
-    double worst = 0, worst_lse = 0, vmax = 0;
+    CK(cudaMemcpy(c->out_gpu, dout, out_n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c->lse_gpu, dlse, (size_t)(nq * h * 4), cudaMemcpyDeviceToHost));
+    cudaFree(dq), cudaFree(ds), cudaFree(dv), cudaFree(dc), cudaFree(dout), cudaFree(dlse), cudaFree(dws);
+}
+
+/* The largest dequantised value a query can average: the outputs' scale for the absolute bound. */
+static double case_vmax(const attend_case_t *c) {
+    double vmax = 0;
     uint16_t row[576];
-    for (int64_t t = 0; t < slots_n; t++) { /* the largest dequantised value a query can average */
-        if (rb == 656) nvfp4_mla_decode_fp8_656_cpu(REC(t), row);
-        else nvfp4_mla_decode_record_cpu(REC(t), rb, mode == NVFP4_MLA_SCALE_PER_TOKEN, scale, row);
+    for (int64_t t = 0; t < c->slots_n; t++) {
+        if (c->rb == 656) nvfp4_mla_decode_fp8_656_cpu(case_record(c, t), row);
+        else nvfp4_mla_decode_record_cpu(case_record(c, t), c->rb, c->mode == NVFP4_MLA_SCALE_PER_TOKEN, c->scale, row);
         for (int i = 0; i < 512; i++) vmax = fmax(vmax, fabs(nvfp4_bf16_to_f32(row[i])));
     }
-    double worst_abs = 0; /* the part of a difference beyond the relative term, in units of max|V| */
+    return vmax;
+}
+
+/* Query qi against the CPU reference; worst[0..2] track max |out diff|, the part beyond the
+ * relative term in units of vmax, and max |lse diff|. */
+static void case_check_query(const attend_case_t *c, int64_t qi, double vmax, double *worst) {
+    const int64_t h = c->h;
     uint16_t *out_cpu = malloc((size_t)(h * 512 * 2));
     float *lse_cpu = malloc((size_t)(h * 4));
-    const int64_t checked = check >= nq ? nq : check;
-    for (int64_t k = 0; k < checked; k++) {
-        /* every query, or the first, the last and evenly spread ones */
-        const int64_t qi = checked == nq ? k : k == checked - 1 ? nq - 1 : k * (nq / checked);
-        cpu_reference(&a, qi, 1, out_cpu, lse_cpu);
-        for (int64_t i = 0; i < h * 512; i++) {
-            double c = nvfp4_bf16_to_f32(out_cpu[i]), d = nvfp4_bf16_to_f32(out_gpu[qi * h * 512 + i]);
-            double beyond_rel = fabs(c - d) - (2.0 / 128) * fabs(c);
-            if (!(beyond_rel <= 1e-3 * vmax))
-                fail_msg("%s: nq %lld h %lld topk %lld layout %u mode %u: out[q %lld, head %lld, dim %lld] gpu %g cpu %g "
-                         "(vmax %g)", config_name, (long long)nq, (long long)h, (long long)topk, layout, mode, (long long)qi,
-                         (long long)(i / 512), (long long)(i % 512), d, c, vmax);
-            worst = fmax(worst, fabs(c - d));
-            worst_abs = fmax(worst_abs, beyond_rel / vmax);
-        }
-        for (int64_t i = 0; i < h; i++) {
-            const float lc = lse_cpu[i], lg = lse_gpu[qi * h + i];
-            if (isinf(lc)) {
-                if (!(isinf(lg) && lg < 0)) fail_msg("%s: lse[q %lld, head %lld] gpu %g, cpu -inf", config_name, (long long)qi, (long long)i, lg);
-                continue;
-            }
-            double err = fabs((double)lc - lg);
-            if (!(err <= 1e-5 * fmax(fabs(lc), 1.0)))
-                fail_msg("%s: lse[q %lld, head %lld] gpu %.8g cpu %.8g", config_name, (long long)qi, (long long)i, lg, lc);
-            worst_lse = fmax(worst_lse, err);
-        }
+    cpu_reference(&c->a, qi, 1, out_cpu, lse_cpu);
+    for (int64_t i = 0; i < h * 512; i++) {
+        double cv = nvfp4_bf16_to_f32(out_cpu[i]), d = nvfp4_bf16_to_f32(c->out_gpu[qi * h * 512 + i]);
+        double beyond_rel = fabs(cv - d) - (2.0 / 128) * fabs(cv);
+        if (!(beyond_rel <= 1e-3 * vmax))
+            fail_msg("%s: nq %lld h %lld topk %lld layout %u mode %u: out[q %lld, head %lld, dim %lld] gpu %g cpu %g "
+                     "(vmax %g)", config_name, (long long)c->nq, (long long)h, (long long)c->topk, c->layout, c->mode,
+                     (long long)qi, (long long)(i / 512), (long long)(i % 512), d, cv, vmax);
+        worst[0] = fmax(worst[0], fabs(cv - d));
+        worst[1] = fmax(worst[1], beyond_rel / vmax);
     }
+    for (int64_t i = 0; i < h; i++) {
+        const float lc = lse_cpu[i], lg = c->lse_gpu[qi * h + i];
+        if (isinf(lc)) {
+            if (!(isinf(lg) && lg < 0)) fail_msg("%s: lse[q %lld, head %lld] gpu %g, cpu -inf", config_name, (long long)qi, (long long)i, lg);
+            continue;
+        }
+        double err = fabs((double)lc - lg);
+        if (!(err <= 1e-5 * fmax(fabs(lc), 1.0)))
+            fail_msg("%s: lse[q %lld, head %lld] gpu %.8g cpu %.8g", config_name, (long long)qi, (long long)i, lg, lc);
+        worst[2] = fmax(worst[2], err);
+    }
+    free(out_cpu), free(lse_cpu);
+}
+
+/* pad: bytes added to each page of 64 records (a padded block stride, the non-contiguous path).
+ * check: queries compared with the CPU (every query when >= nq; else that many spread over nq). */
+static void run_case_checked(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode, int64_t pad,
+                             int64_t check) {
+    attend_case_t c = {.nq = nq, .h = h, .topk = topk, .pad = pad, .slots_n = 4096, .block = 64, .layout = layout,
+                       .mode = mode, .rb = (int32_t)nvfp4_mla_record_bytes(layout)};
+    c.stride = c.block * c.rb + pad;
+    c.scale = mode == NVFP4_MLA_SCALE_PER_TOKEN ? 0.0f : (layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 1.0f : 0.01f);
+    case_cache(&c);
+    case_queries(&c);
+    case_run_gpu(&c);
+    const double vmax = case_vmax(&c);
+    double worst[3] = {0, 0, 0};
+    const int64_t checked = check >= nq ? nq : check;
+    for (int64_t k = 0; k < checked; k++) /* every query, or the first, the last and evenly spread ones */
+        case_check_query(&c, checked == nq ? k : k == checked - 1 ? nq - 1 : k * (nq / checked), vmax, worst);
     fprintf(stderr, "%-8s nq %4lld h %3lld topk %4lld layout %u mode %u pad %2lld checked %4lld workspace %9llu: max |out diff| "
             "%.2e, beyond rel 2/128: %.2e of max|V| (bound 1e-3), max |lse diff| %.2e\n", config_name, (long long)nq,
-            (long long)h, (long long)topk, layout, mode, (long long)pad, (long long)checked, (unsigned long long)ws, worst,
-            worst_abs, worst_lse);
-    cudaFree(dq), cudaFree(ds), cudaFree(dv), cudaFree(dc), cudaFree(dout), cudaFree(dlse), cudaFree(dws);
-    free(cache), free(tok), free(q), free(slots), free(valid), free(out_cpu), free(out_gpu), free(lse_cpu), free(lse_gpu);
-#undef REC
+            (long long)h, (long long)topk, layout, mode, (long long)pad, (long long)checked, (unsigned long long)c.ws,
+            worst[0], worst[1], worst[2]);
+    free(c.cache), free(c.tok), free(c.q), free(c.slots), free(c.valid), free(c.out_gpu), free(c.lse_gpu);
 }
 
 static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode) {

@@ -25,11 +25,16 @@ class ArrayError(ValueError):
     """An array's dtype, shape, strides or device does not fit the call."""
 
 
+def is_torch(obj):
+    """A PyTorch tensor (told apart by its methods: the shim never imports torch to check)."""
+    return hasattr(obj, "data_ptr") and hasattr(obj, "stride") and hasattr(obj, "dtype")
+
+
 def describe(obj, name):
     """(data pointer, dtype code, shape, element strides, device type, device index) of an array."""
     if obj is None:
         return None
-    if hasattr(obj, "data_ptr") and hasattr(obj, "stride") and hasattr(obj, "dtype"):  # PyTorch
+    if is_torch(obj):
         dtype = _TORCH.get(str(obj.dtype))
         if dtype is None:
             raise ArrayError(f"{name}: dtype {obj.dtype} is not supported")
@@ -105,7 +110,7 @@ def stream_handle(stream):
 def empty_bytes_like(obj, nbytes):
     """A new uint8 array of `nbytes` from the library and on the device of `obj` (PyTorch, CuPy or
     numpy), for scratch the plugin asks for."""
-    if hasattr(obj, "data_ptr") and hasattr(obj, "stride") and hasattr(obj, "dtype"):  # PyTorch
+    if is_torch(obj):
         import torch
         return torch.empty(nbytes, dtype=torch.uint8, device=obj.device)
     if hasattr(obj, "__cuda_array_interface__"):

@@ -1,10 +1,12 @@
-"""A plugin context on one device, and the thin write / gather / attend calls.
+"""A plugin context on one device, the thin write / gather / attend calls, and their prepared forms.
 
-Every array is checked (dtype, shape, strides, device) before the call, the caller's stream is
-passed through, the log callback object lives as long as the context, and a failed status raises
-an exception carrying the plugin's own message. Layout, scale mode and outer scale go to the plugin
+One-shot calls: every array is checked (dtype, shape, strides, device) before the call, the
+caller's stream is passed through, the log callback object lives as long as the context, and a
+failed status raises an exception carrying the plugin's own message. Layout, scale mode and outer scale go to the plugin
 exactly as the caller gave them: the plugin applies the mode rule (abi/nvfp4_mla_record.h) and
 refuses in its words. An outer scale left out is the mode's default (0 per-token, 1.0 static).
+prepare_write / prepare_gather / prepare_attend make the same checks once and return a call that
+per step updates only pointers, row counts and the stream (prepared.py says what it trusts).
 """
 
 import ctypes as C
@@ -12,6 +14,7 @@ import ctypes as C
 from . import _abi
 from .arrays import empty_bytes_like, stream_handle, tensor
 from .errors import check, member
+from .prepared import PreparedAttend, PreparedGather, PreparedWrite
 
 _LATENT, _ROPE, _ROW = _abi.LATENT_DIM, _abi.ROPE_DIM, _abi.ROW_DIM
 
@@ -55,6 +58,7 @@ class Context:
         self.capability_bits = info.capability_bits
         self.device_name = info.device_name.decode()
         self._workspaces = {}  # stream handle -> attend scratch this context allocated (reused, grown)
+        self._workspace_needs = {}  # prepared attends: shape signature -> largest workspace over row counts
 
     def close(self):
         if getattr(self, "_handle", None):
@@ -90,26 +94,13 @@ class Context:
         nonfinite_count: optional 1-element int64 array incremented by NaN/Inf inputs.
         writer_policy: "rtn" (None, the default), "mse" or an id: the configuration's
         PluginConfig.writer_policy. Readers take none: records of every policy read alike."""
-        kv, (_, in_dtype, shape, *_rest) = tensor(kv_c, "kv_c", (_abi.DTYPE_BF16, _abi.DTYPE_F16), 2, self.device,
-                                                  (None, _LATENT))
-        pe, _ = tensor(k_pe, "k_pe", (in_dtype,), 2, self.device, (shape[0], _ROPE))
-        sl, _ = tensor(slot_mapping, "slot_mapping", (_abi.DTYPE_I64,), 1, self.device, (shape[0],))
-        cap, _ = tensor(capture_max_abs, "capture_max_abs", (_abi.DTYPE_F32,), 1, self.device, (1,))
-        cnt, _ = tensor(nonfinite_count, "nonfinite_count", (_abi.DTYPE_I64,), 1, self.device, (1,))
-        args = _abi.WriteArgs(struct_size=C.sizeof(_abi.WriteArgs), layout=layout, scale_mode=scale_mode,
-                              outer_scale=_outer(scale_mode, outer_scale), writer_policy=_policy(writer_policy),
-                              kv_c=kv, k_pe=pe, slot_mapping=sl,
-                              cache=self._cache(cache, layout), capture_max_abs=cap.data,
-                              nonfinite_count=cnt.data, stream=self._stream(stream))
+        args = self._write_args(kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale, capture_max_abs,
+                                nonfinite_count, stream, writer_policy)
         check(self.plugin, member(self.plugin, "write")(self._handle, C.byref(args)), "write")
 
     def gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=None, stream=None):
         """Dequantise the records at slots [N] (int32, -1 = zeros) into out [N,576] bf16."""
-        sl, (_, _, shape, *_rest) = tensor(slots, "slots", (_abi.DTYPE_I32,), 1, self.device)
-        o, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 2, self.device, (shape[0], _ROW))
-        args = _abi.GatherArgs(struct_size=C.sizeof(_abi.GatherArgs), layout=layout, scale_mode=scale_mode,
-                               outer_scale=_outer(scale_mode, outer_scale), cache=self._cache(cache, layout),
-                               slots=sl, out=o, stream=self._stream(stream))
+        args = self._gather_args(cache, slots, out, layout, scale_mode, outer_scale, stream)
         check(self.plugin, member(self.plugin, "gather")(self._handle, C.byref(args)), "gather")
 
     def attend(self, q, slots, cache, out, *, layout, scale_mode, sm_scale, outer_scale=None, valid_len=None,
@@ -119,21 +110,70 @@ class Context:
         656-byte fp8_ds_mla baseline records in static mode at 1.0). Without `workspace` the context
         sizes one with attend_workspace_bytes and allocates it like `q` (PyTorch, CuPy or numpy),
         keeping it per stream for later calls: calls on one stream are ordered, so they may share
-        it; a caller that captures attend in a CUDA graph should pass its own, which the graph keeps.
-        Raises Unsupported while the plugin lacks op.attend."""
+        it. That allocation may happen on any call whose shapes need more than the kept one, so a
+        caller that captures attend in a CUDA graph passes its own workspace (which the graph keeps)
+        or uses prepare_attend. Raises Unsupported while the plugin lacks op.attend."""
+        args = self._attend_args(q, slots, cache, out, layout, scale_mode, sm_scale, outer_scale, valid_len, lse,
+                                 stream)
+        if workspace is None:
+            workspace = self._workspace(args.stream, self.attend_workspace_bytes(args), q)
+        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device)
+        check(self.plugin, member(self.plugin, "attend")(self._handle, C.byref(args)), "attend")
+
+    # ---- The prepared path (prepared.py): checked once at bind, then per call only what changes. ----
+
+    def prepare_write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=None,
+                      capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None):
+        """A PreparedWrite bound to these arrays and writer policy (checked now, as write checks them)."""
+        return PreparedWrite(self, self._write_args(kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale,
+                                                    capture_max_abs, nonfinite_count, stream, writer_policy),
+                             (kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count))
+
+    def prepare_gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=None, stream=None):
+        """A PreparedGather bound to these arrays (checked now, as gather checks them)."""
+        return PreparedGather(self, self._gather_args(cache, slots, out, layout, scale_mode, outer_scale, stream),
+                              (cache, slots, out))
+
+    def prepare_attend(self, q, slots, cache, out, *, layout, scale_mode, sm_scale, outer_scale=None, valid_len=None,
+                       lse=None, workspace=None, stream=None):
+        """A PreparedAttend bound to these arrays (checked now, as attend checks them), holding a
+        workspace for every row count up to q's for as long as it lives."""
+        args = self._attend_args(q, slots, cache, out, layout, scale_mode, sm_scale, outer_scale, valid_len, lse,
+                                 stream)
+        return PreparedAttend(self, args, (q, slots, cache, out, valid_len, lse), workspace)
+
+    # ---- Argument structs: every array checked (dtype, shape, strides, device) before any call. ----
+
+    def _write_args(self, kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale, capture_max_abs,
+                    nonfinite_count, stream, writer_policy=None):
+        kv, (_, in_dtype, shape, *_rest) = tensor(kv_c, "kv_c", (_abi.DTYPE_BF16, _abi.DTYPE_F16), 2, self.device,
+                                                  (None, _LATENT))
+        pe, _ = tensor(k_pe, "k_pe", (in_dtype,), 2, self.device, (shape[0], _ROPE))
+        sl, _ = tensor(slot_mapping, "slot_mapping", (_abi.DTYPE_I64,), 1, self.device, (shape[0],))
+        cap, _ = tensor(capture_max_abs, "capture_max_abs", (_abi.DTYPE_F32,), 1, self.device, (1,))
+        cnt, _ = tensor(nonfinite_count, "nonfinite_count", (_abi.DTYPE_I64,), 1, self.device, (1,))
+        return _abi.WriteArgs(struct_size=C.sizeof(_abi.WriteArgs), layout=layout, scale_mode=scale_mode,
+                              outer_scale=_outer(scale_mode, outer_scale), writer_policy=_policy(writer_policy),
+                              kv_c=kv, k_pe=pe, slot_mapping=sl, cache=self._cache(cache, layout),
+                              capture_max_abs=cap.data, nonfinite_count=cnt.data, stream=self._stream(stream))
+
+    def _gather_args(self, cache, slots, out, layout, scale_mode, outer_scale, stream):
+        sl, (_, _, shape, *_rest) = tensor(slots, "slots", (_abi.DTYPE_I32,), 1, self.device)
+        o, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 2, self.device, (shape[0], _ROW))
+        return _abi.GatherArgs(struct_size=C.sizeof(_abi.GatherArgs), layout=layout, scale_mode=scale_mode,
+                               outer_scale=_outer(scale_mode, outer_scale), cache=self._cache(cache, layout),
+                               slots=sl, out=o, stream=self._stream(stream))
+
+    def _attend_args(self, q, slots, cache, out, layout, scale_mode, sm_scale, outer_scale, valid_len, lse, stream):
         qt, (_, _, qshape, *_rest) = tensor(q, "q", (_abi.DTYPE_BF16,), 3, self.device, (None, None, _ROW))
         st, _ = tensor(slots, "slots", (_abi.DTYPE_I32,), 2, self.device, (qshape[0], None))
         vl, _ = tensor(valid_len, "valid_len", (_abi.DTYPE_I32,), 1, self.device, (qshape[0],))
         ot, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, self.device, (qshape[0], qshape[1], _LATENT))
         lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (qshape[0], qshape[1]))
-        handle = self._stream(stream)
-        args = _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
+        return _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
                                outer_scale=_outer(scale_mode, outer_scale), sm_scale=sm_scale, q=qt, slots=st,
-                               valid_len=vl, cache=self._cache(cache, layout), out=ot, lse=lt, stream=handle)
-        if workspace is None:
-            workspace = self._own_workspace(args, q, handle)
-        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device)
-        check(self.plugin, member(self.plugin, "attend")(self._handle, C.byref(args)), "attend")
+                               valid_len=vl, cache=self._cache(cache, layout), out=ot, lse=lt,
+                               stream=self._stream(stream))
 
     def attend_workspace_bytes(self, args):
         """Scratch bytes attend needs for these argument structs (shapes only)."""
@@ -142,8 +182,10 @@ class Context:
               "attend_workspace_bytes")
         return need.value
 
-    def _own_workspace(self, args, like, stream):
-        need = self.attend_workspace_bytes(args)
+    def _workspace(self, stream, need, like):
+        """The context's attend scratch for `stream`, grown to `need` bytes (None when 0). A grown one
+        replaces the kept one: calls that hold the old one (prepared attends, captured graphs) keep
+        it alive, and it is still large enough for them."""
         if need == 0:
             return None
         have = self._workspaces.get(stream)

@@ -84,6 +84,10 @@ def test_write_should_use_the_policy_it_is_given(plugin):
         assert caches[None] == caches["rtn"] and caches["mse"] == caches[nvfp4_mla._abi.WRITER_POLICY_MSE]
         assert caches["mse"] != caches["rtn"]
         assert errors["mse"] < 0.95 * errors["rtn"]
+        cache = np.zeros((1, 64, 368), np.uint8)  # the prepared path binds the policy once
+        ctx.prepare_write(x[:, :512], x[:, 512:], np.arange(64, dtype=np.int64), cache, layout=LAYOUT_FP8_ROPE_368,
+                          scale_mode=SCALE_PER_TOKEN, writer_policy="mse").run()
+        assert cache.tobytes() == caches["mse"]
         cache = np.zeros((1, 64, 368), np.uint8)
         with pytest.raises(nvfp4_mla.InvalidArgument) as err:
             ctx.write(x[:, :512], x[:, 512:], np.arange(64, dtype=np.int64), cache, layout=LAYOUT_FP8_ROPE_368,

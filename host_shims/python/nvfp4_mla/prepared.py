@@ -1,0 +1,248 @@
+"""Prepared calls: the hot path of a serving engine's decode loop (issue 17).
+
+A one-shot `Context.write/gather/attend` describes and checks every array on every call (tens of
+microseconds of Python with PyTorch tensors). A prepared call does that once, when the engine binds
+its cache and buffers (`Context.prepare_write/prepare_gather/prepare_attend`, the same checks in the
+same words), keeps the ctypes argument struct, and per call writes only what changes into it through
+C views made at bind time: data pointers, shape[0] of the per-row arrays, the stream. Two forms:
+
+    call.run(n=None, stream=...)       the bound arrays' first n rows (default: all); no Python
+                                       allocation at all (the shim's tests check it with tracemalloc),
+                                       what a CUDA graph or persistent buffers use;
+    call(arrays..., stream=...)        new arrays of the bound kind: reads each one's data pointer and
+                                       row count only (a few temporaries: the pointer integers).
+
+What each call re-checks: n within [0, bound rows] (run), the presence of the optional arrays bound
+(lse, valid_len), and, in the plugin, everything the plugin always checks (struct, mode, dtypes and
+shapes of the descriptors, row counts agreeing, alignment of the pointers, workspace size). What it
+trusts: that an array passed per call has the bound array's dtype, strides, device and library, and
+at least the rows it says. A caller that breaks that gets wrong values or, where the array is smaller
+than the bound descriptor says, reads and writes outside it (a CUDA illegal-address error on the
+stream at best); a misaligned pointer is still refused by the plugin before anything is launched.
+The one-shot calls stay the checked path for everything else.
+
+Stream: `stream=` at bind is the default of every call; a call may pass another (an int handle, a
+torch or CuPy stream; None = the legacy default stream). CPU contexts take None only. A prepared
+call rewrites its struct: like its context, it is called by one thread at a time.
+
+Capture: run() and the array form only write host memory and call the plugin's stream-ordered entry,
+so both may be captured in a CUDA graph (torch.cuda.graph, cudaStreamBeginCapture) on the capture
+stream, passed as `stream=`. Workspace rule: a prepared attend holds its workspace (sized at bind for
+every row count up to the bound q's) for as long as it lives, and a captured attend reads that
+workspace on every replay: keep the prepared attend (or the `workspace=` you gave) alive as long as
+any graph that captured it. Without `workspace=`, prepared attends bound to one stream share the
+context's workspace for that stream, which is safe while their calls run in order on one stream (a
+decode loop, or graphs replayed on one stream); attends that run concurrently on several streams
+take a workspace each (bind each with its stream, or pass `workspace=`).
+"""
+
+import ctypes as C
+
+from . import _abi
+from .arrays import ArrayError, is_torch, stream_handle, tensor
+from .errors import check, member
+
+BOUND = object()  # the stream given at bind time
+
+
+def _handle(stream):
+    """A stream argument as the struct's void*, with ints (the hot case) passed straight through."""
+    return stream if stream is None or type(stream) is int else stream_handle(stream)
+
+
+def _readers(obj):
+    """(data pointer, row count) readers for arrays of obj's kind, chosen once at bind."""
+    if is_torch(obj):
+        size = type(obj).size
+        return type(obj).data_ptr, lambda t: size(t, 0)
+    if hasattr(obj, "__cuda_array_interface__"):
+        if hasattr(getattr(obj, "data", None), "ptr"):  # CuPy: the view's own address
+            return (lambda a: a.data.ptr), len
+        return (lambda a: a.__cuda_array_interface__["data"][0]), len
+    return (lambda a: a.__array_interface__["data"][0]), len
+
+
+class _Field:
+    """One tensor field of a bound struct: its data pointer and shape[0] as C views sharing the
+    struct's memory (writing them writes the struct), and the readers of the bound array's kind."""
+    __slots__ = ("data", "rows", "bound_data", "bound_rows", "ptr_of", "rows_of", "kind")
+
+    def __init__(self, args, name, obj):
+        offset = getattr(type(args), name).offset
+        self.data = C.c_void_p.from_buffer(args, offset + _abi.Tensor.data.offset)
+        self.rows = C.c_int64.from_buffer(args, offset + _abi.Tensor.shape.offset)
+        self.bound_data, self.bound_rows = self.data.value, self.rows.value
+        self.ptr_of, self.rows_of = _readers(obj)
+        self.kind = type(obj)
+
+    def set(self, obj):
+        """Point the field at `obj` (trusted to match the bound array's kind, dtype and strides)."""
+        if type(obj) is not self.kind:
+            raise ArrayError(f"prepared call bound to {self.kind.__name__} arrays got a {type(obj).__name__}")
+        self.data.value = self.ptr_of(obj)
+        self.rows.value = self.rows_of(obj)
+
+    def restore(self, rows):
+        self.data.value = self.bound_data
+        self.rows.value = rows
+
+
+# A prototype without argtypes: ctypes turns a c_void_p argument into a new parameter object on every
+# call (a Python allocation), but passes a parameter object made once (c_void_p.from_param, byref) as
+# it is. The entries take (context, const args*) and return a 32-bit status (abi/nvfp4_mla.h).
+_ENTRY = C.CFUNCTYPE(_abi.STATUS)
+
+
+class _Prepared:
+    """What every prepared call shares: the struct, its entry, the stream view, the bound arrays."""
+
+    def __init__(self, ctx, op, args, keep):
+        self._ctx, self._plugin, self._op, self._args, self._keep = ctx, ctx.plugin, op, args, keep
+        self._fn = _ENTRY(C.cast(member(ctx.plugin, op), C.c_void_p).value)
+        self._ctx_arg, self._ref = C.c_void_p.from_param(ctx._handle.value), C.byref(args)
+        self._stream = C.c_void_p.from_buffer(args, type(args).stream.offset)
+        self._bound_stream = self._stream.value
+        self._moved = False  # the array form pointed the fields elsewhere; run() points them back
+        self._spare = C.c_int64()  # where an absent optional field's row count goes
+
+    def _launch(self, stream):
+        if self._ctx._handle is None:
+            raise ValueError(f"{self._op}: the context of this prepared call is closed")
+        self._stream.value = self._bound_stream if stream is BOUND else _handle(stream)
+        status = self._fn(self._ctx_arg, self._ref)
+        if status:
+            check(self._plugin, status, self._op)
+
+    def _rows(self, n):
+        if n is None:
+            return self._max_rows
+        if not 0 <= n <= self._max_rows:
+            raise ValueError(f"{self._op}: n = {n}, the bound arrays hold 0..{self._max_rows} rows")
+        return n
+
+
+class PreparedWrite(_Prepared):
+    """Context.write bound to kv_c, k_pe, slot_mapping and the cache (and capture/counter arrays)."""
+
+    def __init__(self, ctx, args, arrays):
+        kv_c, k_pe, slot_mapping = arrays[:3]
+        super().__init__(ctx, "write", args, arrays)
+        self._kv, self._pe, self._sl = (_Field(args, "kv_c", kv_c), _Field(args, "k_pe", k_pe),
+                                        _Field(args, "slot_mapping", slot_mapping))
+        self._max_rows = self._kv.bound_rows
+
+    def run(self, n=None, stream=BOUND):
+        """Write the bound arrays' first n tokens (default all)."""
+        n = self._rows(n)
+        if self._moved:
+            self._kv.restore(n), self._pe.restore(n), self._sl.restore(n)
+            self._moved = False
+        self._kv.rows.value = self._pe.rows.value = self._sl.rows.value = n
+        self._launch(stream)
+
+    def __call__(self, kv_c, k_pe, slot_mapping, stream=BOUND):
+        """Write these tokens (arrays of the bound kind, dtype and strides) into the bound cache."""
+        self._moved = True
+        self._kv.set(kv_c), self._pe.set(k_pe), self._sl.set(slot_mapping)
+        self._launch(stream)
+
+
+class PreparedGather(_Prepared):
+    """Context.gather bound to the cache, slots and out."""
+
+    def __init__(self, ctx, args, arrays):
+        super().__init__(ctx, "gather", args, arrays)
+        self._slots, self._out = _Field(args, "slots", arrays[1]), _Field(args, "out", arrays[2])
+        self._max_rows = self._slots.bound_rows
+
+    def run(self, n=None, stream=BOUND):
+        """Gather the bound slots' first n rows into the bound out's first n rows (default all)."""
+        n = self._rows(n)
+        if self._moved:
+            self._slots.restore(n), self._out.restore(n)
+            self._moved = False
+        self._slots.rows.value = self._out.rows.value = n
+        self._launch(stream)
+
+    def __call__(self, slots, out, stream=BOUND):
+        self._moved = True
+        self._slots.set(slots), self._out.set(out)
+        self._launch(stream)
+
+
+def max_workspace(ctx, args, fields):
+    """The largest attend_workspace_bytes over every row count 0..bound rows of these shapes (the
+    need is not monotonic: fewer queries split the top-k more). Reads shapes only, like the entry;
+    remembered per context and shape signature, since every layer of a model binds the same shapes."""
+    probe = _abi.AttendArgs.from_buffer_copy(args)
+    for name in ("q", "slots", "valid_len", "cache", "out", "lse", "workspace"):
+        getattr(probe, name).data = None
+    probe.stream = None
+    rows = fields[0].bound_rows
+    key = (rows, bytes(probe))
+    if key not in ctx._workspace_needs:
+        fn, need, best = member(ctx.plugin, "attend_workspace_bytes"), C.c_uint64(0), 0
+        try:
+            for n in range(1, rows + 1):
+                for f in fields:
+                    f.rows.value = n
+                check(ctx.plugin, fn(ctx._handle, C.byref(args), C.byref(need)), "attend_workspace_bytes")
+                best = max(best, need.value)
+        finally:
+            for f in fields:
+                f.rows.value = rows
+        ctx._workspace_needs[key] = best
+    return ctx._workspace_needs[key]
+
+
+class PreparedAttend(_Prepared):
+    """Context.attend bound to q, slots, the cache, out (and lse, valid_len), with a workspace held
+    for every row count up to the bound q's."""
+
+    def __init__(self, ctx, args, arrays, workspace):
+        q, slots, _cache, out, valid_len, lse = arrays
+        super().__init__(ctx, "attend", args, arrays)
+        self._q, self._slots, self._out = _Field(args, "q", q), _Field(args, "slots", slots), _Field(args, "out", out)
+        self._lse = _Field(args, "lse", lse) if lse is not None else None
+        self._len = _Field(args, "valid_len", valid_len) if valid_len is not None else None
+        present = [f for f in (self._q, self._slots, self._out, self._lse, self._len) if f is not None]
+        # Absent optional fields keep shape[0] 0: their row count goes to a spare C integer.
+        self._lse_rows = self._lse.rows if self._lse else self._spare
+        self._len_rows = self._len.rows if self._len else self._spare
+        self._max_rows = self._q.bound_rows
+        need = max_workspace(ctx, args, present)
+        if workspace is None:
+            workspace = ctx._workspace(self._bound_stream, need, q)
+        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, ctx.device)
+        if args.workspace.shape[0] < need:
+            raise ArrayError(f"workspace: {args.workspace.shape[0]} bytes, these shapes need up to {need} "
+                             f"(attend_workspace_bytes over 1..{self._max_rows} queries)")
+        self.workspace = workspace  # held for the life of this call and of any graph that captured it
+
+    def run(self, n=None, stream=BOUND):
+        """Attend for the bound arrays' first n queries (default all)."""
+        n = self._rows(n)
+        if self._moved:
+            self._restore(n)
+        self._q.rows.value = self._slots.rows.value = self._out.rows.value = n
+        self._lse_rows.value = self._len_rows.value = n
+        self._launch(stream)
+
+    def __call__(self, q, slots, out, lse=None, valid_len=None, stream=BOUND):
+        """Attend for these queries (arrays of the bound kind, dtype and strides; lse and valid_len
+        exactly when they were bound) over the bound cache."""
+        if (lse is None) != (self._lse is None) or (valid_len is None) != (self._len is None):
+            raise ArrayError("attend: pass lse and valid_len exactly when the prepared call was bound with them")
+        self._moved = True
+        self._q.set(q), self._slots.set(slots), self._out.set(out)
+        if lse is not None:
+            self._lse.set(lse)
+        if valid_len is not None:
+            self._len.set(valid_len)
+        self._launch(stream)
+
+    def _restore(self, n):
+        for f in (self._q, self._slots, self._out, self._lse, self._len):
+            if f is not None:
+                f.restore(n)
+        self._moved = False

@@ -1,0 +1,331 @@
+/* A decode step captured through the C API with cudaStreamBeginCapture, as a host captures it: the
+ * built plugin loaded by the C loader (its own statically linked CUDA runtime, beside this test's),
+ * `write` of the step's new tokens, `gather` of their rows, then `attend` over top-k slots that
+ * include them, on a non-blocking stream in the strictest capture mode (global). The graph is
+ * replayed with new data copied into the captured buffers, step after step, and must give the bytes
+ * of the same calls made eagerly on a twin cache: cache, rows, out and lse. The graph's attend
+ * workspace (split-K scratch) is allocated before capture and freed only after the graph is
+ * destroyed: a captured attend reads it on every replay. Also: a refused call (a short workspace)
+ * returns its status before enqueuing anything, so the capture stays valid, and
+ * attend_workspace_bytes answers during capture (it reads shapes only). Exits 77 without a device. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "nvfp4_mla_loader.h"
+
+#define CK(call) assert_int_equal((call), cudaSuccess)
+#define OK(call) assert_int_equal((call), NVFP4_MLA_OK)
+
+enum { BLOCKS = 64, BLOCK = 64, CAPACITY = BLOCKS * BLOCK, HISTORY = CAPACITY - 128, TOPK = 2048, STEPS = 3 };
+#define RB 368
+#define CACHE_BYTES ((size_t)CAPACITY * RB)
+
+static nvfp4_mla_loader_t loader;
+static const nvfp4_mla_plugin_t *plugin;
+static nvfp4_mla_context_t *ctx;
+static uint64_t rng = 29;
+
+static double uniform(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) * 0x1p-53;
+}
+
+/* bf16 bits of a Gaussian value (truncated: the test needs varied finite inputs, not rounding). */
+static uint16_t bf16_gauss(void) {
+    float v = (float)(sqrt(-2 * log(uniform() + 1e-300)) * cos(6.283185307179586 * uniform()));
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return (uint16_t)(u >> 16);
+}
+
+static int setup(void **state) {
+    (void)state;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        fprintf(stderr, "no CUDA device: skipping\n");
+        exit(77);
+    }
+    char msg[1024];
+    if (nvfp4_mla_loader_open(&loader, getenv("NVFP4_MLA_PLUGIN_PATH"), msg, sizeof msg) != NVFP4_MLA_LOAD_OK) {
+        fprintf(stderr, "%s\n", msg);
+        return -1;
+    }
+    plugin = loader.table;
+    if (!NVFP4_MLA_TABLE_HAS(plugin, attend)) {
+        fprintf(stderr, "the plugin's table (%u bytes) lacks attend\n", plugin->header.struct_size);
+        return -1;
+    }
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    if (plugin->init(&init, &ctx) != NVFP4_MLA_OK) {
+        fprintf(stderr, "CUDA init failed: %s\n", plugin->last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    plugin->shutdown(ctx);
+    nvfp4_mla_loader_close(&loader);
+    return 0;
+}
+
+static nvfp4_mla_tensor_t dev(void *p, int32_t dtype, int ndim, const int64_t *shape) {
+    nvfp4_mla_tensor_t t = {p, dtype, ndim, {0}, {0}, NVFP4_MLA_DEVICE_CUDA, 0};
+    int64_t step = 1;
+    for (int d = ndim - 1; d >= 0; d--)
+        t.shape[d] = shape[d], t.strides[d] = step, step *= shape[d];
+    return t;
+}
+
+/* One decode step's device buffers: inputs shared by both runs, a cache and outputs per run. */
+typedef struct step {
+    int64_t batch, heads;
+    uint16_t *kv, *q;  /* [batch, 576], [batch, heads, 576] bf16 */
+    int64_t *slots;    /* [batch] */
+    int32_t *topk;     /* [batch, TOPK] */
+    uint8_t *cache[2]; /* graph, eager */
+    uint16_t *rows[2]; /* [batch, 576] bf16 */
+    uint16_t *out[2];  /* [batch, heads, 512] bf16 */
+    float *lse[2];     /* [batch, heads] */
+    uint8_t *ws[2];
+    uint64_t ws_bytes;
+} step_t;
+
+typedef struct calls {
+    nvfp4_mla_write_args_t w;
+    nvfp4_mla_gather_args_t g;
+    nvfp4_mla_attend_args_t a;
+} calls_t;
+
+/* The argument structs of run `r` (0 = graph, 1 = eager) on `stream`. */
+static calls_t calls_for(const step_t *s, int r, cudaStream_t stream) {
+    const int64_t b = s->batch, h = s->heads;
+    const int64_t cache_shape[] = {BLOCKS, BLOCK, RB};
+    calls_t c = {.w = {.struct_size = sizeof c.w,
+                       .layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368,
+                       .scale_mode = NVFP4_MLA_SCALE_PER_TOKEN,
+                       .stream = stream},
+                 .g = {.struct_size = sizeof c.g,
+                       .layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368,
+                       .scale_mode = NVFP4_MLA_SCALE_PER_TOKEN,
+                       .stream = stream},
+                 .a = {.struct_size = sizeof c.a,
+                       .layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368,
+                       .scale_mode = NVFP4_MLA_SCALE_PER_TOKEN,
+                       .sm_scale = 0.0416666679f,
+                       .stream = stream}};
+    c.w.kv_c = dev(s->kv, NVFP4_MLA_DTYPE_BF16, 2, (int64_t[]){b, 512});
+    c.w.k_pe = dev(s->kv + 512, NVFP4_MLA_DTYPE_BF16, 2, (int64_t[]){b, 64});
+    c.w.kv_c.strides[0] = c.w.k_pe.strides[0] = 576;
+    c.w.slot_mapping = dev(s->slots, NVFP4_MLA_DTYPE_I64, 1, (int64_t[]){b});
+    c.w.cache = c.g.cache = c.a.cache = dev(s->cache[r], NVFP4_MLA_DTYPE_U8, 3, cache_shape);
+    /* gather reads the step's new slots as int32: the first `batch` top-k entries of query 0 */
+    c.g.slots = dev(s->topk, NVFP4_MLA_DTYPE_I32, 1, (int64_t[]){b});
+    c.g.out = dev(s->rows[r], NVFP4_MLA_DTYPE_BF16, 2, (int64_t[]){b, 576});
+    c.a.q = dev(s->q, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){b, h, 576});
+    c.a.slots = dev(s->topk, NVFP4_MLA_DTYPE_I32, 2, (int64_t[]){b, TOPK});
+    c.a.out = dev(s->out[r], NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){b, h, 512});
+    c.a.lse = dev(s->lse[r], NVFP4_MLA_DTYPE_F32, 2, (int64_t[]){b, h});
+    if (s->ws_bytes)
+        c.a.workspace = dev(s->ws[r], NVFP4_MLA_DTYPE_U8, 1, (int64_t[]){(int64_t)s->ws_bytes});
+    return c;
+}
+
+/* The step's buffers, and HISTORY earlier tokens written into both caches (eagerly). */
+static void step_init(step_t *s, int64_t batch, int64_t heads) {
+    memset(s, 0, sizeof *s);
+    s->batch = batch, s->heads = heads;
+    CK(cudaMalloc((void **)&s->kv, (size_t)HISTORY * 576 * 2));
+    CK(cudaMalloc((void **)&s->slots, (size_t)HISTORY * 8));
+    CK(cudaMalloc((void **)&s->q, (size_t)batch * heads * 576 * 2));
+    CK(cudaMalloc((void **)&s->topk, (size_t)batch * TOPK * 4));
+    for (int r = 0; r < 2; r++) {
+        CK(cudaMalloc((void **)&s->cache[r], CACHE_BYTES));
+        CK(cudaMalloc((void **)&s->rows[r], (size_t)batch * 576 * 2));
+        CK(cudaMalloc((void **)&s->out[r], (size_t)batch * heads * 512 * 2));
+        CK(cudaMalloc((void **)&s->lse[r], (size_t)batch * heads * 4));
+    }
+    uint16_t *kv = malloc((size_t)HISTORY * 576 * 2);
+    int64_t *slots = malloc((size_t)HISTORY * 8);
+    for (int64_t i = 0; i < HISTORY * 576; i++)
+        kv[i] = bf16_gauss();
+    for (int64_t i = 0; i < HISTORY; i++)
+        slots[i] = i;
+    CK(cudaMemcpy(s->kv, kv, (size_t)HISTORY * 576 * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(s->slots, slots, (size_t)HISTORY * 8, cudaMemcpyHostToDevice));
+    free(kv), free(slots);
+    CK(cudaMemset(s->cache[0], 0, CACHE_BYTES));
+    int64_t b = s->batch;
+    s->batch = HISTORY; /* the history write, through the same struct builder */
+    calls_t c = calls_for(s, 0, NULL);
+    OK(plugin->write(ctx, &c.w));
+    s->batch = b;
+    CK(cudaMemcpy(s->cache[1], s->cache[0], CACHE_BYTES, cudaMemcpyDeviceToDevice));
+    c = calls_for(s, 0, NULL);
+    OK(plugin->attend_workspace_bytes(ctx, &c.a, &s->ws_bytes));
+    for (int r = 0; r < 2 && s->ws_bytes; r++)
+        CK(cudaMalloc((void **)&s->ws[r], s->ws_bytes));
+}
+
+static void step_free(step_t *s) {
+    cudaFree(s->kv), cudaFree(s->slots), cudaFree(s->q), cudaFree(s->topk);
+    for (int r = 0; r < 2; r++)
+        cudaFree(s->cache[r]), cudaFree(s->rows[r]), cudaFree(s->out[r]), cudaFree(s->lse[r]);
+    for (int r = 0; r < 2; r++)
+        cudaFree(s->ws[r]);
+}
+
+/* New data in the captured input buffers: tokens at the next free slots, queries, and top-k over
+ * the history and these tokens (their slots first, so attend reads what write just wrote). */
+static void refill(step_t *s, int step) {
+    const int64_t b = s->batch, first = HISTORY + step * b;
+    uint16_t *kv = malloc((size_t)b * 576 * 2), *q = malloc((size_t)b * s->heads * 576 * 2);
+    int64_t *slots = malloc((size_t)b * 8);
+    int32_t *topk = malloc((size_t)b * TOPK * 4);
+    for (int64_t i = 0; i < b * 576; i++)
+        kv[i] = bf16_gauss();
+    for (int64_t i = 0; i < b * s->heads * 576; i++)
+        q[i] = bf16_gauss();
+    for (int64_t i = 0; i < b; i++)
+        slots[i] = first + i;
+    for (int64_t i = 0; i < b * TOPK; i++) {
+        int64_t e = i % TOPK;
+        topk[i] = e < b ? (int32_t)(first + e) : (int32_t)(uniform() * (double)(first + b + 1)) - 1;
+    }
+    CK(cudaMemcpy(s->kv, kv, (size_t)b * 576 * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(s->q, q, (size_t)b * s->heads * 576 * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(s->slots, slots, (size_t)b * 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(s->topk, topk, (size_t)b * TOPK * 4, cudaMemcpyHostToDevice));
+    free(kv), free(q), free(slots), free(topk);
+}
+
+/* The graph's and the eager run's buffer `r0`/`r1` hold the same bytes. */
+static void assert_same(const void *a, const void *b, size_t bytes, const char *what, int step) {
+    uint8_t *ha = malloc(bytes), *hb = malloc(bytes);
+    CK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
+    if (memcmp(ha, hb, bytes) != 0)
+        fail_msg("step %d: %s differs between the graph and the eager calls", step, what);
+    free(ha), free(hb);
+}
+
+static void copy_out(const step_t *s, uint16_t *host) {
+    CK(cudaMemcpy(host, s->out[1], (size_t)s->batch * s->heads * 512 * 2, cudaMemcpyDeviceToHost));
+}
+
+/* Capture once, then STEPS times: new data, replay, the same calls eagerly on the twin buffers. */
+static void replay_should_match_eager_calls(int64_t heads, int64_t batch) {
+    step_t s;
+    step_init(&s, batch, heads);
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    calls_t g = calls_for(&s, 0, stream), e = calls_for(&s, 1, stream);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    OK(plugin->write(ctx, &g.w));
+    OK(plugin->gather(ctx, &g.g));
+    OK(plugin->attend(ctx, &g.a));
+    CK(cudaStreamEndCapture(stream, &graph));
+    size_t nodes = 0;
+    CK(cudaGraphGetNodes(graph, NULL, &nodes));
+    assert_true(nodes >= 3); /* write, gather, attend (and its merge when the plan splits) */
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    assert_same(s.cache[0], s.cache[1], CACHE_BYTES, "cache after capture (capturing runs nothing)", -1);
+    const size_t out_bytes = (size_t)batch * heads * 512 * 2;
+    uint16_t *previous = calloc(1, out_bytes), *current = malloc(out_bytes);
+    for (int step = 0; step < STEPS; step++) {
+        refill(&s, step);
+        CK(cudaGraphLaunch(exec, stream));
+        OK(plugin->write(ctx, &e.w));
+        OK(plugin->gather(ctx, &e.g));
+        OK(plugin->attend(ctx, &e.a));
+        CK(cudaStreamSynchronize(stream));
+        assert_same(s.cache[0], s.cache[1], CACHE_BYTES, "cache", step);
+        assert_same(s.rows[0], s.rows[1], (size_t)batch * 576 * 2, "gathered rows", step);
+        assert_same(s.out[0], s.out[1], out_bytes, "out", step);
+        assert_same(s.lse[0], s.lse[1], (size_t)batch * heads * 4, "lse", step);
+        copy_out(&s, current);
+        assert_memory_not_equal(previous, current, out_bytes); /* the replay read this step's data */
+        memcpy(previous, current, out_bytes);
+    }
+    free(previous), free(current);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    step_free(&s); /* the graph's workspace outlives the graph, never the other way round */
+    CK(cudaStreamDestroy(stream));
+}
+
+static void graph_should_replay_h16_batch1_like_eager_calls(void **state) {
+    (void)state;
+    replay_should_match_eager_calls(16, 1);
+}
+
+static void graph_should_replay_h16_batch8_like_eager_calls(void **state) {
+    (void)state;
+    replay_should_match_eager_calls(16, 8);
+}
+
+static void graph_should_replay_h128_batch1_like_eager_calls(void **state) {
+    (void)state;
+    replay_should_match_eager_calls(128, 1);
+}
+
+static void graph_should_replay_h128_batch32_like_eager_calls(void **state) {
+    (void)state;
+    replay_should_match_eager_calls(128, 32);
+}
+
+/* A refused call returns before enqueuing anything: the capture goes on, and the graph holds only
+ * what succeeded. */
+static void refused_call_should_leave_the_capture_valid(void **state) {
+    (void)state;
+    step_t s;
+    step_init(&s, 1, 16);
+    if (s.ws_bytes == 0) {
+        step_free(&s);
+        skip(); /* this device's plan for one query does not split: nothing to shorten */
+    }
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    calls_t g = calls_for(&s, 0, stream);
+    g.a.workspace.shape[0] = (int64_t)s.ws_bytes - 1;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    uint64_t need = 0;
+    OK(plugin->attend_workspace_bytes(ctx, &g.a, &need)); /* host arithmetic: fine during capture */
+    assert_int_equal(need, s.ws_bytes);
+    assert_int_equal(plugin->attend(ctx, &g.a), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(plugin->last_error(), "attend_workspace_bytes"));
+    enum cudaStreamCaptureStatus status;
+    CK(cudaStreamIsCapturing(stream, &status));
+    assert_int_equal(status, cudaStreamCaptureStatusActive);
+    OK(plugin->write(ctx, &g.w));
+    cudaGraph_t graph;
+    CK(cudaStreamEndCapture(stream, &graph));
+    size_t nodes = 0;
+    CK(cudaGraphGetNodes(graph, NULL, &nodes));
+    assert_int_equal(nodes, 1); /* the write kernel */
+    CK(cudaGraphDestroy(graph));
+    step_free(&s);
+    CK(cudaStreamDestroy(stream));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(graph_should_replay_h16_batch1_like_eager_calls),
+        cmocka_unit_test(graph_should_replay_h16_batch8_like_eager_calls),
+        cmocka_unit_test(graph_should_replay_h128_batch1_like_eager_calls),
+        cmocka_unit_test(graph_should_replay_h128_batch32_like_eager_calls),
+        cmocka_unit_test(refused_call_should_leave_the_capture_valid),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
