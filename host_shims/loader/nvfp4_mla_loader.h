@@ -64,7 +64,8 @@ void nvfp4_mla_loader_close(nvfp4_mla_loader_t *loader);
 typedef struct nvfp4_mla_requirement {
     uint32_t layout;         /* NVFP4_MLA_LAYOUT_* */
     uint32_t scale_mode;     /* NVFP4_MLA_SCALE_* */
-    uint64_t extra_caps;     /* further NVFP4_MLA_CAP_* bits the host will call (e.g. OP_ATTEND) */
+    uint64_t extra_caps;     /* further NVFP4_MLA_CAP_* bits the host will call (e.g. OP_ATTEND, or
+                                nvfp4_mla_writer_policy_cap() of the configuration's writer_policy) */
     int user_requested;      /* 1: the user asked for this mode: refuse loudly if anything is missing */
 } nvfp4_mla_requirement_t;
 
