@@ -34,6 +34,7 @@
 
 #include "attend_narrow.cuh"
 #include "attend_pipeline.cuh"
+#include "attend_producer.cuh"
 #include "attend_wide.cuh"
 #include "backends.h"
 #include "codec.h"

@@ -18,7 +18,7 @@
 #ifndef NVFP4_MLA_ATTEND_NARROW_CUH
 #define NVFP4_MLA_ATTEND_NARROW_CUH
 
-#include "attend_pipeline.cuh"
+#include "attend_consumer.cuh"
 #include "mma_cuda.cuh"
 
 template <int N, bool WG>

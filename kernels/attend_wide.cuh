@@ -15,7 +15,7 @@
 #ifndef NVFP4_MLA_ATTEND_WIDE_CUH
 #define NVFP4_MLA_ATTEND_WIDE_CUH
 
-#include "attend_pipeline.cuh"
+#include "attend_consumer.cuh"
 
 #if NVFP4_HAVE_WGMMA
 

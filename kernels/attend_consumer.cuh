@@ -1,0 +1,114 @@
+/* What the two consumers of the attention pipeline share (kernels/attend_narrow.cuh,
+ * attend_wide.cuh): loading Q into operand blocks, the operand order of the latent, and the
+ * stores of an item's outputs or split partials. */
+#ifndef NVFP4_MLA_ATTEND_CONSUMER_CUH
+#define NVFP4_MLA_ATTEND_CONSUMER_CUH
+
+#include "attend_pipeline.cuh"
+
+/* ---- consumers: shared pieces ---- */
+
+/* Loads the item's Q rows [head0, head0 + rows) into `rows_n`-row SW128 blocks (one per 64 dims,
+ * `block_bytes` apart), rows past the query's heads as zeros; thread `t` of `nthreads` copies every
+ * nthreads-th chunk of rows [row0, row0 + rows_here), then permutes its latent chunks in place to
+ * the operand order. The caller synchronises the threads that read Q afterwards. */
+static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel_args_t &a, int64_t qi, int64_t head0,
+                                                   int row0, int rows_here, uint8_t *qs, int block_bytes, int t,
+                                                   int nthreads) {
+    const int chunks = rows_here * 72;
+    for (int i = t; i < chunks; i += nthreads) {
+        const int r = row0 + i / 72, ch = i % 72;
+        uint8_t *dst = qs + (ch >> 3) * block_bytes + swizzle_off(r, (ch & 7) * 8);
+        const int64_t head = head0 + r;
+        const bool real = head < a.num_heads;
+        const uint16_t *src = real ? a.q + qi * a.q_stride_token + head * a.q_stride_head + ch * 8 : a.q;
+        cp_async16(dst, src, real ? 16 : 0);
+    }
+    cp_async_wait_all();
+    for (int i = t; i < chunks; i += nthreads) {
+        const int r = row0 + i / 72, ch = i % 72;
+        uint4 *p = reinterpret_cast<uint4 *>(qs + (ch >> 3) * block_bytes + swizzle_off(r, (ch & 7) * 8));
+        uint4 v = *p;
+        if (ch < 64)
+            v = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                           __byte_perm(v.y, v.w, 0x7632));
+        *p = v;
+    }
+    fence_proxy_async();
+}
+
+/* Latent element of operand position p (0..511): chunks hold (0,4,1,5,2,6,3,7). */
+static __device__ __forceinline__ int latent_dim(int p) {
+    return (p & ~7) + ((p & 7) >> 1) + 4 * (p & 1);
+}
+
+/* Where an item's result goes: the output (one split) or a split partial for the merge kernel. */
+struct item_out {
+    uint16_t *out;       /* out row of head0 (one split), else NULL */
+    float *partial;      /* partial row of head0 (splits > 1), else NULL */
+    float *lse;          /* lse of head0 (natural log) or NULL */
+    float *partial_lse;  /* partial log2-sum-exp of head0 or NULL */
+    int64_t out_head_stride, lse_head_stride;
+    int64_t heads;       /* heads of this item that exist (rows past them are not stored) */
+};
+
+static __device__ __forceinline__ item_out item_out_of(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                       const item_span &s) {
+    item_out o;
+    const int64_t head0 = (int64_t)s.group * pl.heads;
+    const int64_t left = a.num_heads - head0;
+    o.heads = left < pl.heads ? left : pl.heads;
+    if (pl.splits == 1) {
+        o.out = a.out + s.q * a.out_stride_token + head0 * a.out_stride_head;
+        o.lse = a.lse ? a.lse + s.q * a.lse_stride_token + head0 * a.lse_stride_head : nullptr;
+        o.partial = nullptr;
+        o.partial_lse = nullptr;
+    } else {
+        const int64_t prow = ((int64_t)s.split * a.num_queries + s.q) * a.num_heads + head0;
+        o.partial = (float *)a.workspace + prow * 512;
+        o.partial_lse = (float *)a.workspace + (int64_t)pl.splits * a.num_queries * a.num_heads * 512 + prow;
+        o.out = nullptr;
+        o.lse = nullptr;
+    }
+    o.out_head_stride = a.out_stride_head;
+    o.lse_head_stride = a.lse_stride_head;
+    return o;
+}
+
+/* Stores two adjacent operand columns (p, p+1: latent elements d and d+4) of head row `head`. */
+static __device__ __forceinline__ void store_pair(const item_out &o, int64_t head, int p, float v0, float v1) {
+    if (head >= o.heads) return;
+    const int d0 = latent_dim(p), d1 = latent_dim(p + 1);
+    if (o.out) {
+        uint16_t *row = o.out + head * o.out_head_stride;
+        const __nv_bfloat16 b0 = __float2bfloat16_rn(v0), b1 = __float2bfloat16_rn(v1);
+        row[d0] = *reinterpret_cast<const uint16_t *>(&b0);
+        row[d1] = *reinterpret_cast<const uint16_t *>(&b1);
+    } else {
+        float *row = o.partial + head * 512;
+        row[d0] = v0;
+        row[d1] = v1;
+    }
+}
+
+/* Stores one value of a head row (the narrow consumer's layout has rows = dims). */
+static __device__ __forceinline__ void store_one(const item_out &o, int64_t head, int p, float v) {
+    if (head >= o.heads) return;
+    const int d = latent_dim(p);
+    if (o.out) {
+        const __nv_bfloat16 b = __float2bfloat16_rn(v);
+        o.out[head * o.out_head_stride + d] = *reinterpret_cast<const uint16_t *>(&b);
+    } else {
+        o.partial[head * 512 + d] = v;
+    }
+}
+
+/* Stores the row statistics of head `head`: l (sum) and m (log2-domain max). */
+static __device__ __forceinline__ void store_lse(const item_out &o, int64_t head, float l, float m) {
+    if (head >= o.heads) return;
+    const float lse2 = l > 0.0f ? m + log2f(l) : -INFINITY;
+    if (o.lse) o.lse[head * o.lse_head_stride] = lse2 * 0.6931471805599453f;
+    if (o.partial_lse) o.partial_lse[head] = lse2;
+}
+
+#endif

@@ -1,0 +1,281 @@
+/* The producer warpgroup of the attention pipeline (kernels/attend_pipeline.cuh): bulk copies of
+ * raw records into the stages, and their dequantisation into operand blocks. */
+#ifndef NVFP4_MLA_ATTEND_PRODUCER_CUH
+#define NVFP4_MLA_ATTEND_PRODUCER_CUH
+
+#include "attend_pipeline.cuh"
+
+/* ---- producer: copies ---- */
+
+/* A walk over this CTA's tiles in order: the issue cursor of the producer. */
+struct tile_cursor {
+    int64_t item;
+    item_span span;
+    int64_t entry; /* first entry of the current tile */
+    bool valid;
+};
+
+static __device__ __forceinline__ void cursor_seek(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                   tile_cursor &c) {
+    for (; c.item < pl.items; c.item += gridDim.x) {
+        c.span = item_at(a, pl, c.item);
+        if (c.span.end > c.span.begin) {
+            c.entry = c.span.begin;
+            c.valid = true;
+            return;
+        }
+    }
+    c.valid = false;
+}
+
+static __device__ __forceinline__ void cursor_next(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                   tile_cursor &c) {
+    c.entry += ATT_KEYS;
+    if (c.entry >= c.span.end) {
+        c.item += gridDim.x;
+        cursor_seek(a, pl, c);
+    }
+}
+
+static __device__ __forceinline__ int32_t sane_slot(const nvfp4_mla_attend_kernel_args_t &a, const int32_t *row,
+                                                    int64_t e, int64_t end) {
+    const int32_t s = e < end ? __ldg(row + e) : -1;
+    return (s >= 0 && s < a.capacity) ? s : -1;
+}
+
+template <int RB>
+static __device__ __forceinline__ const uint8_t *record_src(const nvfp4_mla_attend_kernel_args_t &a,
+                                                            const attend_plan &pl, int32_t slot) {
+    const uint32_t u = (uint32_t)slot;
+    if (pl.contiguous) return a.cache + (int64_t)u * RB;
+    const uint32_t bs = (uint32_t)a.block_size, block = u / bs;
+    return a.cache + (int64_t)block * a.block_stride + (int64_t)(u - block * bs) * RB;
+}
+
+/* Lane l (< 16) of producer warp w: entry 16w + l of the cursor's tile, sanitised; loaded a tile
+ * ahead of the copies, since this global load on the copies' path stalled the producer. */
+static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_kernel_args_t &a,
+                                                         const tile_cursor &c, int warp, int lane) {
+    const int32_t *row = a.slots + c.span.q * a.slot_stride;
+    return lane < 16 ? sane_slot(a, row, c.entry + 16 * warp + lane, c.span.end) : -1;
+}
+
+/* Every producer warp: bulk copies of its 16 entries of a tile into raw stage `stage`, one record
+ * per valid entry (entries past the end, -1 or outside the cache are not read and count nothing);
+ * lane 0 announces the warp's bytes (the stage barrier counts one arrival per warp). Spread over
+ * the four warps because one warp issuing all 64 copies held the others at the tile barrier. */
+template <int RB>
+static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                  uint8_t *smem, const attend_bars &bars, int32_t slot, int stage,
+                                                  int warp, int lane) {
+    const int e = 16 * warp + lane;
+    uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
+    if (lane < 16) valid[e] = slot >= 0;
+    const uint32_t n = __popc(__ballot_sync(0xFFFFFFFFu, slot >= 0));
+    fence_proxy_async(); /* this stage's earlier generic reads before the copies' writes */
+    __syncwarp();
+    if (lane == 0) mbar_arrive_expect_tx(&bars.raw_full[stage], n * RB);
+    if (slot >= 0)
+        bulk_copy_g2s(smem + pl.off_raw + (stage * ATT_KEYS + e) * RB, record_src<RB>(a, pl, slot), RB,
+                      &bars.raw_full[stage]);
+}
+
+/* ---- producer: dequantisation of one 8 KB operand block ---- */
+
+/* bf16x2 of E4M3 code `code` times 2^117 (exact: at most 4 significant bits, at most 448 * 2^117). */
+static __device__ __forceinline__ __nv_bfloat162 group_scale_x2(uint32_t code) {
+    const float d = __fmul_rn(e4m3x2_to_float2(code).x, 0x1p117f);
+    return __floats2bfloat162_rn(d, d);
+}
+
+/* Eight E2M1 codes (one word) times d2 = d * 2^117: bf16 pairs (0,4),(1,5),(2,6),(3,7) holding
+ * e2m1 * d * 2^-9 exactly (bit moves give e2m1 * 2^-126, the E2M1 subnormal 0.5 included). */
+static __device__ __forceinline__ uint4 e2m1x8_block(uint32_t w, __nv_bfloat162 d2) {
+    const uint32_t p0 = ((w << 12) & 0x80008000u) | ((w << 6) & 0x01C001C0u);
+    const uint32_t p1 = ((w << 8) & 0x80008000u) | ((w << 2) & 0x01C001C0u);
+    const uint32_t p2 = ((w << 4) & 0x80008000u) | ((w >> 2) & 0x01C001C0u);
+    const uint32_t p3 = (w & 0x80008000u) | ((w >> 6) & 0x01C001C0u);
+    return make_uint4(as_u32(__hmul2(as_bf162(p0), d2)), as_u32(__hmul2(as_bf162(p1), d2)),
+                      as_u32(__hmul2(as_bf162(p2), d2)), as_u32(__hmul2(as_bf162(p3), d2)));
+}
+
+/* Latent block b (dims 64b..64b+63) of the stage's 64 records. Thread t: group t % 4 of the block
+ * (two 8-element chunks) of keys t / 4 and t / 4 + 32; unused entries are written as zeros. */
+template <int RB>
+static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, const uint8_t *valid, uint8_t *blk, int b,
+                                                      int t) {
+    const int gq = t & 3;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int k = (t >> 2) + 32 * i;
+        const uint8_t *rec = stage + k * RB;
+        const bool v = valid[k] != 0;
+        uint4 lo, hi;
+        if (RB == 656) {
+            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + 64 * b + 16 * gq) : make_uint4(0, 0, 0, 0);
+            const float scale = v ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * (b >> 1)) : 0.0f;
+            lo = e4m3x8_scaled(c.x, c.y, scale, true);
+            hi = e4m3x8_scaled(c.z, c.w, scale, true);
+        } else {
+            const uint2 c = v ? *reinterpret_cast<const uint2 *>(rec + 32 * b + 8 * gq) : make_uint2(0, 0);
+            const __nv_bfloat162 d2 = group_scale_x2(v ? rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 4 * b + gq] : 0u);
+            lo = e2m1x8_block(c.x, d2);
+            hi = e2m1x8_block(c.y, d2);
+        }
+        *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq)) = lo;
+        *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq + 8)) = hi;
+    }
+}
+
+/* The whole tile at once (resident rings): thread t takes key t / 2 and latent half t % 2 (blocks
+ * 4h..4h+3, groups 16h..16h+15): its 128 code bytes and 16 scale codes come in 9 vector loads and
+ * give 32 independent 8-element chunks, which is what keeps four warps busy (one block at a time
+ * left each thread two dependent chains and the producer latency-bound). blk(b) = latent block b. */
+template <int RB, typename BlockAt>
+static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage, const uint8_t *valid, BlockAt blk,
+                                                           int t) {
+    const int k = t >> 1, half = t & 1;
+    const uint8_t *rec = stage + k * RB;
+    const bool v = valid[k] != 0;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    if (RB == 656) {
+        const float4 tiles = v ? *reinterpret_cast<const float4 *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET) : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int i = 0; i < 16; i++) { /* 16 bytes = chunks 2i, 2i+1 of this half = group i */
+            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 256 * half + 16 * i) : z;
+            const int gl = 16 * half + i, b = gl >> 2, gq = gl & 3;
+            const float scale = (b >> 1) == 0 ? tiles.x : (b >> 1) == 1 ? tiles.y : (b >> 1) == 2 ? tiles.z : tiles.w;
+            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e4m3x8_scaled(c.x, c.y, scale, true);
+            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e4m3x8_scaled(c.z, c.w, scale, true);
+        }
+    } else {
+        const uint4 sc = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 16 * half) : z;
+        const uint32_t scw[4] = {sc.x, sc.y, sc.z, sc.w};
+#pragma unroll
+        for (int pass = 0; pass < 2; pass++) { /* two passes of 8 groups: enough ILP, fewer registers */
+            uint4 codes[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                codes[i] = v ? *reinterpret_cast<const uint4 *>(rec + 128 * half + 64 * pass + 16 * i) : z;
+#pragma unroll
+            for (int j = 0; j < 8; j++) { /* group i of this half: 8 code bytes, one scale byte */
+                const int i = 8 * pass + j, gl = 16 * half + i, b = gl >> 2, gq = gl & 3;
+                const __nv_bfloat162 d2 = group_scale_x2((scw[i >> 2] >> (8 * (i & 3))) & 0xFFu);
+                const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
+                const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
+                *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e2m1x8_block(w0, d2);
+                *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e2m1x8_block(w1, d2);
+            }
+            __syncwarp(); /* keeps the second pass's loads after the first pass's stores */
+        }
+    }
+}
+
+/* The RoPE block (dims 512..575) of the stage's records: thread t writes chunks 4(t%2)..+3 of
+ * key t / 2. 368: the bare E4M3 values (exact in bf16); 432 / 656: the stored bf16. */
+template <int RB>
+static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const uint8_t *valid, uint8_t *blk, int t) {
+    const int k = t >> 1, half = t & 1;
+    const uint8_t *rec = stage + k * RB;
+    const bool v = valid[k] != 0;
+    uint4 out[4];
+    if (RB == NVFP4_MLA_RECORD_BYTES_368) {
+        const uint4 z = make_uint4(0, 0, 0, 0);
+        const uint4 c0 = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 32 * half) : z;
+        const uint4 c1 = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 32 * half + 16) : z;
+        out[0] = e4m3x8_scaled(c0.x, c0.y, 1.0f, false);
+        out[1] = e4m3x8_scaled(c0.z, c0.w, 1.0f, false);
+        out[2] = e4m3x8_scaled(c1.x, c1.y, 1.0f, false);
+        out[3] = e4m3x8_scaled(c1.z, c1.w, 1.0f, false);
+    } else {
+        const int off = RB == 656 ? NVFP4_MLA_FP8_656_ROPE_OFFSET : NVFP4_MLA_RECORD_ROPE_OFFSET;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            out[i] = v ? *reinterpret_cast<const uint4 *>(rec + off + 64 * half + 16 * i) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 32 * half + 8 * i)) = out[i];
+}
+
+/* Threads 0..63 of the producer: the tile's key metadata. */
+template <int RB>
+static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_args_t &a, const uint8_t *stage,
+                                                  const uint8_t *valid, tile_meta *m, int t) {
+    if (t >= ATT_KEYS) return;
+    const uint8_t *rec = stage + t * RB;
+    const bool v = valid[t] != 0;
+    float s = 0.0f, r = 0.0f;
+    if (v) {
+        if (RB == 656) {
+            s = 1.0f;
+        } else {
+            const float outer = a.per_token ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET) : a.outer_scale;
+            s = __fmul_rn(outer, 512.0f);
+        }
+        r = RB == NVFP4_MLA_RECORD_BYTES_368 ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET) : 1.0f;
+    }
+    m->s[t] = s;
+    m->r[t] = r;
+    m->valid[t] = v;
+}
+
+/* The producer warpgroup (thread t = 0..127 of it): keeps R stages of copies in flight and turns
+ * each landed stage into the tile's operand blocks. */
+template <int RB>
+static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
+                                       int t) {
+    const int warp = t >> 5, lane = t & 31;
+    const attend_bars bars = bars_of(smem, pl);
+    tile_meta *meta = reinterpret_cast<tile_meta *>(smem + pl.off_meta);
+    const int per_tile = pl.resident ? 9 : 17;
+    tile_cursor cur;
+    cur.item = blockIdx.x;
+    cursor_seek(a, pl, cur);
+    uint32_t issued = 0;
+    for (int s = 0; s < pl.stages && cur.valid; s++, issued++) {
+        issue_tile<RB>(a, pl, smem, bars, load_tile_slot(a, cur, warp, lane), s, warp, lane);
+        cursor_next(a, pl, cur);
+    }
+    uint32_t pos = 0;
+    for (uint32_t tile = 0; tile < issued; tile++) {
+        const int stage = (int)(tile % (uint32_t)pl.stages);
+        /* The next copies' slots, in flight during this tile's dequantisation. */
+        const int32_t next = cur.valid ? load_tile_slot(a, cur, warp, lane) : -1;
+        mbar_wait(&bars.raw_full[stage], (tile / (uint32_t)pl.stages) & 1u);
+        const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
+        const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
+        if (pl.resident) { /* the tile's 9 blocks in one batch */
+            for (int i = 0; i < 9; i++) mbar_wait(&bars.slot_empty[pos_slot(pos + i, pl)], pos_parity(pos + i, pl) ^ 1u);
+            write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
+            dequant_rope<RB>(raw, valid, smem + pl.off_ring + pos_slot(pos, pl) * ATT_BLOCK, t);
+            dequant_latent_tile<RB>(raw, valid, [&](int b) { return smem + pl.off_ring + pos_slot(pos + 1 + b, pl) * ATT_BLOCK; }, t);
+            fence_proxy_async();
+            __syncwarp();
+            if (lane == 0)
+                for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[pos_slot(pos + i, pl)]);
+            pos += 9;
+        }
+        for (int i = 0; i < per_tile && !pl.resident; i++, pos++) {
+            const uint32_t slot = pos_slot(pos, pl);
+            mbar_wait(&bars.slot_empty[slot], pos_parity(pos, pl) ^ 1u);
+            uint8_t *blk = smem + pl.off_ring + slot * ATT_BLOCK;
+            if (i == 0) {
+                write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
+                dequant_rope<RB>(raw, valid, blk, t);
+            } else {
+                dequant_latent<RB>(raw, valid, blk, (i - 1) & 7, t);
+            }
+            fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&bars.slot_full[slot]);
+        }
+        named_sync(BAR_PRODUCER, ATT_PRODUCER_THREADS); /* every producer thread is done with the stage */
+        if (cur.valid) {
+            issue_tile<RB>(a, pl, smem, bars, next, stage, warp, lane);
+            cursor_next(a, pl, cur);
+            issued++;
+        }
+    }
+}
+
+#endif
