@@ -99,11 +99,12 @@ typedef struct nvfp4_mla_attend_args {
  * A part with lse -inf held no valid entry: it counts for nothing and its out_p is not read (it may
  * hold anything); a (q, j) without any other part gets out = 0 and lse = -inf, as attend does. When
  * the parts are attend's over disjoint shares whose union is the top-k row (each entry in one share),
- * the result is attend over the whole row up to the partials' own rounding (bf16 out_p: 2^-9
- * relative). The CPU backend computes in double; CUDA in f32 (expf, logf) and stays within
- * 2^-8 |cpu| + 1e-5 max|out_p| of it on out and 1e-6 max(|lse|, 1) on lse. A NaN or +inf lse_p is
- * no attention's: the CPU backend refuses it (INVALID_ARGUMENT naming the element); a CUDA call,
- * which cannot read it without a sync, writes NaN to that (q, j)'s out and lse. */
+ * the result is attend over the whole row up to the partials' own rounding (bf16 out_p: 2^-8 of
+ * each value). The CPU backend computes in double; CUDA in f32 (expf, logf) and stays within one
+ * bf16 unit in the last place (2^-7 |cpu|) + 1e-5 max|out_p| of it on out, and 1e-6 max(|lse|, 1)
+ * on lse. A NaN or +inf lse_p is no attention's: the CPU backend refuses it (INVALID_ARGUMENT naming
+ * the element); a CUDA call, which cannot read it without a sync, writes NaN to that (q, j)'s out
+ * and lse. */
 typedef struct nvfp4_mla_merge_args {
     uint32_t struct_size; /* sizeof(nvfp4_mla_merge_args_t) as the host compiled it */
     uint32_t flags;       /* zero */
