@@ -121,6 +121,16 @@ typedef struct nvfp4_mla_plugin {
     /* [stream-ordered][context-thread] Sparse MLA attention over the records (nvfp4_mla_ops.h).
      * Writes only out, lse and workspace. UNSUPPORTED without op.attend. */
     nvfp4_mla_status_t (*attend)(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args);
+
+    /* ---- ABI 1.1: read only when NVFP4_MLA_TABLE_HAS(table, merge) (a 1.0 table ends above). ---- */
+
+    /* [stream-ordered][context-thread] Merge P partial attentions into one (nvfp4_mla_ops.h): the
+     * combine step of decode context parallelism; the host owns the communicator. The arrays are
+     * borrowed: read partial_out and partial_lse, write only out and lse, keep nothing past the work
+     * enqueued. Fails before writing anything: UNSUPPORTED without op.merge_partials;
+     * INVALID_ARGUMENT for a bad descriptor, outputs that overlap each other or the inputs, or (CPU)
+     * a NaN or +inf lse; DEVICE when the launch fails. */
+    nvfp4_mla_status_t (*merge)(nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *args);
 } nvfp4_mla_plugin_t;
 
 /* Every plugin of ABI major 1 carries at least the members before config_create (build

@@ -1,4 +1,4 @@
-/* nvfp4-mla ABI 1: argument structs of the record operations (write, gather, attend).
+/* nvfp4-mla ABI 1: argument structs of the operations (write, gather, attend; merge, ABI 1.1).
  *
  * Every struct starts with `struct_size` (sizeof as the host compiled it: older hosts pass smaller
  * structs, and the plugin reads only what they carry). `flags` and `reserved` fields must be zero;
@@ -88,6 +88,35 @@ typedef struct nvfp4_mla_attend_args {
     void *stream;                 /* cudaStream_t for CUDA tensors; NULL on CPU */
     uint64_t reserved[4];         /* zero */
 } nvfp4_mla_attend_args_t;
+
+/* merge (ABI 1.1): P partial attentions of the same queries, each over its own share of their
+ * top-k entries, become one, exactly as one softmax over the union of the shares. This is the
+ * combine step of decode context parallelism: each rank attends over the records it holds, the
+ * group all-gathers out and lse (the engine owns the communicator), and every rank merges. For each
+ * query q and head j, over the parts p whose lse_p[q, j] is not -inf:
+ *   m = max_p lse_p[q, j];  w_p = exp(lse_p[q, j] - m);
+ *   out[q, j] = sum_p w_p * out_p[q, j] / sum_p w_p;  lse[q, j] = m + log(sum_p w_p) (natural log).
+ * A part with lse -inf held no valid entry: it counts for nothing and its out_p is not read (it may
+ * hold anything); a (q, j) without any other part gets out = 0 and lse = -inf, as attend does. When
+ * the parts are attend's over disjoint shares whose union is the top-k row (each entry in one share),
+ * the result is attend over the whole row up to the partials' own rounding (bf16 out_p: 2^-8 of
+ * each value). The CPU backend computes in double; CUDA in f32 (expf, logf) and stays within one
+ * bf16 unit in the last place (2^-7 |cpu|) + 1e-5 max|out_p| of it on out, and 1e-6 max(|lse|, 1)
+ * on lse. A NaN or +inf lse_p is no attention's: the CPU backend refuses it (INVALID_ARGUMENT naming
+ * the element); a CUDA call, which cannot read it without a sync, writes NaN to that (q, j)'s out
+ * and lse. */
+typedef struct nvfp4_mla_merge_args {
+    uint32_t struct_size; /* sizeof(nvfp4_mla_merge_args_t) as the host compiled it */
+    uint32_t flags;       /* zero */
+    nvfp4_mla_tensor_t partial_out; /* [P, n_q, h, 512] bf16 or f32, strides[3] = 1, P >= 1; other
+                                       strides free: all_gather_into_tensor's [P * n_q, h, 512] output
+                                       viewed as [P, n_q, h, 512], or P equally spaced buffers */
+    nvfp4_mla_tensor_t partial_lse; /* [P, n_q, h] f32, any strides; -inf = the part held no valid entry */
+    nvfp4_mla_tensor_t out;         /* [n_q, h, 512] bf16, strides[2] = 1, rows that do not overlap */
+    nvfp4_mla_tensor_t lse;         /* optional [n_q, h] f32 (data NULL = not written) */
+    void *stream;                   /* cudaStream_t for CUDA tensors (NULL = legacy default); NULL on CPU */
+    uint64_t reserved[4];           /* zero */
+} nvfp4_mla_merge_args_t;
 
 #ifdef __cplusplus
 }

@@ -66,6 +66,7 @@ typedef int32_t nvfp4_mla_status_t;
 #define NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY (UINT64_C(1) << 11)  /* "config.cache_identity" */
 #define NVFP4_MLA_CAP_READ_FP8_DS_MLA_656 (UINT64_C(1) << 12)    /* "read.fp8_ds_mla_656" */
 #define NVFP4_MLA_CAP_WRITE_POLICY_MSE (UINT64_C(1) << 13)       /* "write.policy_mse" (ABI 1.1) */
+#define NVFP4_MLA_CAP_OP_MERGE_PARTIALS (UINT64_C(1) << 14)      /* "op.merge_partials" (ABI 1.1) */
 
 /* Every capability this header knows, as X(bit, "name") pairs, for hosts that print names. */
 #define NVFP4_MLA_FOR_EACH_CAPABILITY(X)                                                            \
@@ -82,7 +83,8 @@ typedef int32_t nvfp4_mla_status_t;
     X(NVFP4_MLA_CAP_WRITE_CAPTURE_MAX_ABS, "write.capture_max_abs")                                 \
     X(NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY, "config.cache_identity")                                 \
     X(NVFP4_MLA_CAP_READ_FP8_DS_MLA_656, "read.fp8_ds_mla_656")                                     \
-    X(NVFP4_MLA_CAP_WRITE_POLICY_MSE, "write.policy_mse")
+    X(NVFP4_MLA_CAP_WRITE_POLICY_MSE, "write.policy_mse")                                           \
+    X(NVFP4_MLA_CAP_OP_MERGE_PARTIALS, "op.merge_partials")
 
 /* Name of one capability bit known to this header, "unknown" otherwise (a host-side convenience). */
 static inline const char *nvfp4_mla_capability_name(uint64_t bit) {

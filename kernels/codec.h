@@ -1,4 +1,5 @@
-/* Kernel-side argument structs of the record operations, and the CPU record codec.
+/* Kernel-side argument structs of the operations (the record operations and merge), and the CPU
+ * record codec.
  *
  * The plugin validates the host's ABI structs (plugin/ops.c with the checks of plugin/args.c) and
  * lowers them to these flat structs: raw pointers, strides in elements or bytes as named, nothing
@@ -91,6 +92,23 @@ typedef struct nvfp4_mla_attend_kernel_args {
     int32_t arch;                 /* 10 * major + minor (90 = sm_90) */
     int32_t force_mma_sync;       /* 1: NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers on sm_90) */
 } nvfp4_mla_attend_kernel_args_t;
+
+typedef struct nvfp4_mla_merge_kernel_args {
+    const void *partial_out;      /* [P, n_q, h, 512] bf16|f32, unit inner stride */
+    const float *partial_lse;     /* [P, n_q, h], natural log; -inf = the part is empty */
+    uint16_t *out;                /* [n_q, h, 512] bf16, unit inner stride */
+    float *lse;                   /* optional [n_q, h] */
+    void *stream;                 /* cudaStream_t (CUDA); unused on the CPU */
+    int64_t num_parts;            /* P >= 1 */
+    int64_t num_queries;          /* n_q */
+    int64_t num_heads;            /* h */
+    int64_t po_stride_part, po_stride_token, po_stride_head;    /* partial_out, elements */
+    int64_t pl_stride_part, pl_stride_token, pl_stride_head;    /* partial_lse, elements */
+    int64_t out_stride_token, out_stride_head;                  /* elements */
+    int64_t lse_stride_token, lse_stride_head;                  /* elements */
+    int32_t partial_is_f32;       /* 0: partial_out is bf16, 1: f32 */
+    int32_t device_index;         /* CUDA ordinal of every pointer above; 0 on the CPU */
+} nvfp4_mla_merge_kernel_args_t;
 
 /* Status of a kernel call: 0 = OK, else an NVFP4_MLA_ERR_* code; details through the message
  * buffer (kernels cannot reach the plugin's thread-local error). */

@@ -61,4 +61,5 @@ extern "C" int nvfp4_mla_cuda_prepare(int ordinal, int smem_per_block, char *not
 }
 
 extern "C" const nvfp4_mla_backend_ops_t nvfp4_mla_cuda_ops = {"cuda", nvfp4_mla_write_cuda, nvfp4_mla_gather_cuda,
-                                                               nvfp4_mla_attend_workspace_cuda, nvfp4_mla_attend_cuda};
+                                                               nvfp4_mla_attend_workspace_cuda, nvfp4_mla_attend_cuda,
+                                                               nvfp4_mla_merge_cuda};

@@ -21,8 +21,13 @@
 /* Attention over the records (both NVFP4 modes and the 656-byte baseline layout). */
 #define NVFP4_CAPS_ATTEND (NVFP4_MLA_CAP_OP_ATTEND | NVFP4_MLA_CAP_READ_FP8_DS_MLA_656)
 
-#define NVFP4_CAPS_CPU (NVFP4_MLA_CAP_BACKEND_CPU | NVFP4_CAPS_CODEC | NVFP4_CAPS_HOST_ONLY | NVFP4_CAPS_ATTEND)
-#define NVFP4_CAPS_CUDA (NVFP4_MLA_CAP_BACKEND_CUDA | NVFP4_CAPS_CODEC | NVFP4_CAPS_HOST_ONLY | NVFP4_CAPS_ATTEND)
+/* Merging partial attentions (decode context parallelism; no record is read). */
+#define NVFP4_CAPS_MERGE NVFP4_MLA_CAP_OP_MERGE_PARTIALS
+
+#define NVFP4_CAPS_CPU                                                                                 \
+    (NVFP4_MLA_CAP_BACKEND_CPU | NVFP4_CAPS_CODEC | NVFP4_CAPS_HOST_ONLY | NVFP4_CAPS_ATTEND | NVFP4_CAPS_MERGE)
+#define NVFP4_CAPS_CUDA                                                                                \
+    (NVFP4_MLA_CAP_BACKEND_CUDA | NVFP4_CAPS_CODEC | NVFP4_CAPS_HOST_ONLY | NVFP4_CAPS_ATTEND | NVFP4_CAPS_MERGE)
 
 #if NVFP4_MLA_HAVE_CUDA
 #define NVFP4_CAPS_COMPILED (NVFP4_CAPS_CPU | NVFP4_CAPS_CUDA)

@@ -51,6 +51,7 @@ static const nvfp4_mla_plugin_t table = {
     .gather = nvfp4_op_gather,
     .attend_workspace_bytes = nvfp4_op_attend_workspace_bytes,
     .attend = nvfp4_op_attend,
+    .merge = nvfp4_op_merge,
 };
 
 NVFP4_MLA_EXPORT const nvfp4_mla_plugin_t *nvfp4_mla_plugin_v1(void) {

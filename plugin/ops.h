@@ -1,6 +1,7 @@
 /* The record operations of the table: validate the host's ABI structs, lower them to the kernels'
  * flat argument structs (kernels/codec.h), dispatch to the context's backend (kernels/backends.h).
- * ops.c: write, gather and the checks all share; ops_attend.c: attend. */
+ * ops.c: write, gather and the checks all share; ops_attend.c: attend; ops_merge.c: merge (ABI 1.1),
+ * which reads partial attentions rather than records. */
 #ifndef NVFP4_MLA_PLUGIN_OPS_H
 #define NVFP4_MLA_PLUGIN_OPS_H
 
@@ -12,6 +13,7 @@ nvfp4_mla_status_t nvfp4_op_gather(nvfp4_mla_context_t *ctx, const nvfp4_mla_gat
 nvfp4_mla_status_t nvfp4_op_attend_workspace_bytes(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args,
                                                    uint64_t *bytes_out);
 nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args);
+nvfp4_mla_status_t nvfp4_op_merge(nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *args);
 
 /* The validation halves, exposed so that tests and fuzzers reach them without a kernel. */
 nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *args,
@@ -22,6 +24,9 @@ nvfp4_mla_status_t nvfp4_lower_gather(const nvfp4_mla_context_t *ctx, const nvfp
  * version reads it (`a`) and the kernel arguments without the workspace (`out`). */
 nvfp4_mla_status_t nvfp4_lower_attend(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args,
                                       nvfp4_mla_attend_args_t *a, nvfp4_mla_attend_kernel_args_t *out);
+/* Every check of merge but the CPU's look at the lse values (nvfp4_op_merge makes that one). */
+nvfp4_mla_status_t nvfp4_lower_merge(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *args,
+                                     nvfp4_mla_merge_kernel_args_t *out);
 
 /* Shared by the operations: the ABI's mode rule, every capability the context must serve for the
  * call (nvfp4_mla_caps_needed of nvfp4_mla_record.h), and no stream on a CPU context. */

@@ -129,6 +129,11 @@ static nvfp4_mla_status_t mock_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_
     return NVFP4_MLA_ERR_UNSUPPORTED;
 }
 
+static nvfp4_mla_status_t mock_merge(nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *args) {
+    (void)ctx, (void)args;
+    return NVFP4_MLA_ERR_UNSUPPORTED;
+}
+
 /* Not const: MOCK_NULL_MEMBER clears one member at the first call. */
 static mock_table_t table = {
     .v1 = {
@@ -154,6 +159,7 @@ static mock_table_t table = {
         .gather = mock_gather,
         .attend_workspace_bytes = mock_attend_workspace_bytes,
         .attend = mock_attend,
+        .merge = mock_merge,
     },
 };
 

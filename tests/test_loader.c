@@ -88,6 +88,7 @@ static void loader_should_refuse_with_the_reason(void **state) {
         {"null_init", "refused: table member \"init\" is NULL (plugin ABI 1.1, host ABI 1.1; every member its "
                       "struct_size", "incomplete_table"},
         {"null_attend", "refused: table member \"attend\" is NULL", "incomplete_table"},
+        {"null_merge", "refused: table member \"merge\" is NULL (plugin ABI 1.1", "incomplete_table"},
         {"null_version", "refused: table member \"version\" is NULL", "incomplete_table"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -112,6 +113,28 @@ static void loader_should_accept_a_null_member_its_table_does_not_cover(void **s
     assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("old_minor_null_attend"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
     assert_string_equal(l.reason, "");
     assert_false(nvfp4_mla_loader_table_caps(&l) & NVFP4_MLA_CAP_OP_ATTEND);
+    nvfp4_mla_loader_close(&l);
+}
+
+/* A 1.0 table ends at attend: op.merge_partials is masked even where its bit is set, and a host
+ * that will merge (decode context parallelism) is refused by name. */
+static void loader_should_mask_merge_a_1_0_table_lacks(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("v1_0_merge_bit"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    assert_true(l.table->capability_bits & NVFP4_MLA_CAP_OP_MERGE_PARTIALS);
+    assert_false(NVFP4_MLA_TABLE_HAS(l.table, merge));
+    uint64_t caps = nvfp4_mla_loader_table_caps(&l);
+    assert_false(caps & NVFP4_MLA_CAP_OP_MERGE_PARTIALS);
+    assert_true(caps & NVFP4_MLA_CAP_OP_ATTEND);
+    nvfp4_mla_requirement_t dcp = static368;
+    dcp.extra_caps = NVFP4_MLA_CAP_OP_ATTEND | NVFP4_MLA_CAP_OP_MERGE_PARTIALS;
+    assert_int_equal(nvfp4_mla_loader_require(&l, &dcp, caps, msg, sizeof msg), -1);
+    assert_contains(msg, "(ABI 1.0, host ABI 1.1) cannot serve static scales on fp8_rope_368: missing op.merge_partials");
+    nvfp4_mla_loader_close(&l);
+    assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("current"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    assert_true(NVFP4_MLA_TABLE_HAS(l.table, merge));
     nvfp4_mla_loader_close(&l);
 }
 
@@ -279,6 +302,30 @@ static void real_plugin_should_report_cuda_by_what_the_machine_can_run(void **st
     nvfp4_mla_loader_close(&l);
 }
 
+/* The real plugin's 1.1 table carries merge and its capability; a zeroed struct is refused by name. */
+static void real_plugin_should_serve_merge(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    const nvfp4_mla_plugin_t *t = l.table;
+    assert_true(NVFP4_MLA_TABLE_HAS(t, merge));
+    nvfp4_mla_requirement_t dcp = per_token;
+    dcp.extra_caps = NVFP4_MLA_CAP_OP_ATTEND | NVFP4_MLA_CAP_OP_MERGE_PARTIALS;
+    assert_int_equal(nvfp4_mla_loader_require(&l, &dcp, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), 0);
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_context_t *c;
+    assert_int_equal(t->init(&init, &c), NVFP4_MLA_OK);
+    nvfp4_mla_merge_args_t merge = {.struct_size = sizeof merge};
+    assert_int_equal(t->merge(c, &merge), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+    assert_contains(t->last_error(), "merge: partial_out: dtype is unknown (0), must be bf16 or f32");
+    merge.struct_size = 8; /* smaller than the only size merge ever had */
+    assert_int_equal(t->merge(c, &merge), NVFP4_MLA_ERR_VERSION);
+    assert_contains(t->last_error(), "merge: nvfp4_mla_merge_args_t: struct_size 8");
+    t->shutdown(c);
+    nvfp4_mla_loader_close(&l);
+}
+
 /* The compiled table is generated from the header's X-macro: each entry's name is the header's
  * name of its bit, and the entries are exactly the table's capability_bits. */
 static void real_plugin_should_name_its_capabilities_as_the_header_does(void **state) {
@@ -321,12 +368,14 @@ int main(void) {
         cmocka_unit_test(loader_should_accept_a_future_minor_and_ignore_unknown_capabilities),
         cmocka_unit_test(loader_should_refuse_with_the_reason),
         cmocka_unit_test(loader_should_accept_a_null_member_its_table_does_not_cover),
+        cmocka_unit_test(loader_should_mask_merge_a_1_0_table_lacks),
         cmocka_unit_test(loader_should_refuse_a_malformed_selection),
         cmocka_unit_test(loader_should_name_every_missing_capability),
         cmocka_unit_test(loader_should_handle_selection_by_environment),
         cmocka_unit_test(loader_should_give_the_plugins_cache_identity),
         cmocka_unit_test(real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts),
         cmocka_unit_test(real_plugin_should_report_cuda_by_what_the_machine_can_run),
+        cmocka_unit_test(real_plugin_should_serve_merge),
         cmocka_unit_test(real_plugin_should_name_its_capabilities_as_the_header_does),
         cmocka_unit_test(requirement_should_follow_the_records_rule),
     };

@@ -105,6 +105,7 @@ static const char *null_member(const nvfp4_mla_plugin_t *t) {
     NVFP4_NULL_IF_COVERED(gather)
     NVFP4_NULL_IF_COVERED(attend_workspace_bytes)
     NVFP4_NULL_IF_COVERED(attend)
+    NVFP4_NULL_IF_COVERED(merge)
 #undef NVFP4_NULL_IF_COVERED
     return t->capability_count && !t->capabilities ? "capabilities" : NULL;
 }
@@ -215,6 +216,9 @@ uint64_t nvfp4_mla_loader_table_caps(const nvfp4_mla_loader_t *loader) {
     }
     if (!NVFP4_MLA_TABLE_HAS(t, attend)) {
         bits &= ~NVFP4_MLA_CAP_OP_ATTEND;
+    }
+    if (!NVFP4_MLA_TABLE_HAS(t, merge)) {
+        bits &= ~NVFP4_MLA_CAP_OP_MERGE_PARTIALS;
     }
     if (!NVFP4_MLA_TABLE_HAS(t, config_destroy)) {
         bits &= ~NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY;

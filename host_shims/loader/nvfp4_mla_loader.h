@@ -64,7 +64,8 @@ void nvfp4_mla_loader_close(nvfp4_mla_loader_t *loader);
 typedef struct nvfp4_mla_requirement {
     uint32_t layout;         /* NVFP4_MLA_LAYOUT_* */
     uint32_t scale_mode;     /* NVFP4_MLA_SCALE_* */
-    uint64_t extra_caps;     /* further NVFP4_MLA_CAP_* bits the host will call (e.g. OP_ATTEND, or
+    uint64_t extra_caps;     /* further NVFP4_MLA_CAP_* bits the host will call (e.g. OP_ATTEND,
+                                OP_MERGE_PARTIALS for decode context parallelism, or
                                 nvfp4_mla_writer_policy_cap() of the configuration's writer_policy) */
     int user_requested;      /* 1: the user asked for this mode: refuse loudly if anything is missing */
 } nvfp4_mla_requirement_t;
@@ -74,7 +75,8 @@ typedef struct nvfp4_mla_requirement {
  * the readers' latent_scale_per_token; static: static_outer), and extra_caps. */
 uint64_t nvfp4_mla_requirement_caps(const nvfp4_mla_requirement_t *want);
 
-/* The bits a table really offers: its capability bits, minus operations its struct_size cannot hold. */
+/* The bits a table really offers: its capability bits, minus operations its struct_size cannot hold
+ * (a 1.0 table has no merge member, so op.merge_partials is masked there whatever its bits say). */
 uint64_t nvfp4_mla_loader_table_caps(const nvfp4_mla_loader_t *loader);
 
 /* Accepts (0) or refuses (-1) `want` against `available` (the table's compiled bits from

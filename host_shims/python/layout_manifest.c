@@ -41,6 +41,10 @@ static void print_argument_structs(void) {
     FIELD(nvfp4_mla_attend_args_t, valid_len); FIELD(nvfp4_mla_attend_args_t, cache); FIELD(nvfp4_mla_attend_args_t, out);
     FIELD(nvfp4_mla_attend_args_t, lse); FIELD(nvfp4_mla_attend_args_t, workspace); FIELD(nvfp4_mla_attend_args_t, stream);
     FIELD(nvfp4_mla_attend_args_t, reserved);
+    STRUCT(nvfp4_mla_merge_args_t);
+    FIELD(nvfp4_mla_merge_args_t, flags); FIELD(nvfp4_mla_merge_args_t, partial_out);
+    FIELD(nvfp4_mla_merge_args_t, partial_lse); FIELD(nvfp4_mla_merge_args_t, out); FIELD(nvfp4_mla_merge_args_t, lse);
+    FIELD(nvfp4_mla_merge_args_t, stream); FIELD(nvfp4_mla_merge_args_t, reserved);
 }
 
 static void print_table_structs(void) {
@@ -63,6 +67,7 @@ static void print_table_structs(void) {
     FIELD(nvfp4_mla_plugin_t, capabilities); FIELD(nvfp4_mla_plugin_t, status_string); FIELD(nvfp4_mla_plugin_t, init);
     FIELD(nvfp4_mla_plugin_t, config_create); FIELD(nvfp4_mla_plugin_t, config_destroy); FIELD(nvfp4_mla_plugin_t, write);
     FIELD(nvfp4_mla_plugin_t, gather); FIELD(nvfp4_mla_plugin_t, attend_workspace_bytes); FIELD(nvfp4_mla_plugin_t, attend);
+    FIELD(nvfp4_mla_plugin_t, merge);
     printf("}}");
 }
 
@@ -118,7 +123,9 @@ static const uint32_t layouts[] = {0, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_L
 static const uint32_t modes[] = {0, NVFP4_MLA_SCALE_STATIC, NVFP4_MLA_SCALE_PER_TOKEN, 3};
 static const uint64_t ops[] = {NVFP4_MLA_CAP_OP_WRITE, NVFP4_MLA_CAP_OP_GATHER, NVFP4_MLA_CAP_OP_ATTEND,
                                NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER,
-                               NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER | NVFP4_MLA_CAP_OP_ATTEND};
+                               NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_GATHER | NVFP4_MLA_CAP_OP_ATTEND,
+                               /* a DCP host: attend and merge (merge reads no record: no layout bit) */
+                               NVFP4_MLA_CAP_OP_WRITE | NVFP4_MLA_CAP_OP_ATTEND | NVFP4_MLA_CAP_OP_MERGE_PARTIALS};
 static const float scales[] = {0.0f, 1.0f, 0.5f, 0.003f, -2.0f, 1e-40f, 3.0e38f, INFINITY, NAN};
 #define COUNT(a) (sizeof a / sizeof a[0])
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: write, gather and attend argument validation on the CPU backend.
+/* libFuzzer target: write, gather, attend and merge argument validation on the CPU backend.
  *
  * The input picks every descriptor field: mostly a valid template, sometimes a mutated value. Each
  * buffer is allocated at exactly the extent its descriptor claims (1 + sum((shape-1) * stride)
@@ -63,13 +63,36 @@ static int make(reader_t *r, nvfp4_mla_tensor_t *t, int32_t dtype, int ndim, con
 
 static nvfp4_mla_context_t *cpu;
 
+/* merge: partial_out [P, rows, heads, 512] bf16|f32, partial_lse [P, rows, heads] (values from the
+ * input: NaN, +-inf included), out, lse; the outputs may land on the inputs' memory. */
+static void fuzz_merge(reader_t *r, int64_t rows, void **bufs) {
+    const int64_t parts = 1 + r8(r) % 5, heads = 1 + r8(r) % 6;
+    const int32_t po_dtype = r8(r) & 1 ? NVFP4_MLA_DTYPE_F32 : NVFP4_MLA_DTYPE_BF16;
+    nvfp4_mla_merge_args_t m = {.struct_size = (uint32_t)pick(r, sizeof m), .flags = (uint32_t)pick(r, 0)};
+    void *lse_buf = NULL;
+    int ok = make(r, &m.partial_out, po_dtype, 4, (int64_t[]){parts, rows, heads, 512},
+                  (int64_t[]){rows * heads * 512, heads * 512, 512, 1}, &bufs[1]) == 0 &&
+             make(r, &m.partial_lse, NVFP4_MLA_DTYPE_F32, 3, (int64_t[]){parts, rows, heads},
+                  (int64_t[]){rows * heads, heads, 1}, &bufs[2]) == 0 &&
+             make(r, &m.out, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){rows, heads, 512}, (int64_t[]){heads * 512, 512, 1},
+                  &bufs[3]) == 0 &&
+             make(r, &m.lse, NVFP4_MLA_DTYPE_F32, 2, (int64_t[]){rows, heads}, (int64_t[]){heads, 1}, &lse_buf) == 0;
+    if (ok && r8(r) & 1) memset(&m.lse, 0, sizeof m.lse);
+    if (ok && r8(r) == 254) m.out.data = m.partial_out.data; /* aliasing the outputs must be refused */
+    if (ok && r8(r) == 254) m.lse.data = m.partial_lse.data;
+    if (ok && m.struct_size <= sizeof m) {
+        nvfp4_op_merge(cpu, &m);
+    }
+    free(lse_buf);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!cpu) {
         nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
         if (nvfp4_context_init(&init, &cpu)) return 0;
     }
     reader_t r = {data, size};
-    const uint32_t op = r8(&r) % 3; /* 0 write, 1 gather, 2 attend */
+    const uint32_t op = r8(&r) % 4; /* 0 write, 1 gather, 2 attend, 3 merge */
     const int gather = op == 1;
     const uint32_t layout = (uint32_t)pick(&r, 1 + (r8(&r) & 1));
     const int32_t rb = layout == 2 ? 432 : 368;
@@ -82,7 +105,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     nvfp4_mla_tensor_t cache;
     int ok = make(&r, &cache, NVFP4_MLA_DTYPE_U8, 3, (int64_t[]){blocks, bs, rb}, (int64_t[]){bstride, rb, 1},
                   &bufs[0]) == 0;
-    if (ok && op == 2) {
+    if (ok && op == 3) {
+        fuzz_merge(&r, rows, bufs);
+    } else if (ok && op == 2) {
         nvfp4_mla_attend_args_t at = {.struct_size = (uint32_t)pick(&r, sizeof at), .layout = layout, .scale_mode = mode,
                                       .outer_scale = scale, .sm_scale = (float)pick(&r, 1) * 0.04f, .cache = cache};
         const int64_t heads = 1 + r8(&r) % 20, topk = 1 + r8(&r) % 9;

@@ -7,6 +7,7 @@
     ctx = Context(plugin, "cuda:0")                  # ctx.write(..., writer_policy=cfg.writer_policy)
     attend = ctx.prepare_attend(q, topk, cache, out, layout=..., scale_mode=..., sm_scale=...)
     attend.run(n)                                    # per step: pointers, rows, stream only
+    ctx.merge(partial_out, partial_lse, out, lse=lse)  # decode context parallelism (ABI 1.1)
 """
 
 from . import _abi
@@ -14,13 +15,13 @@ from ._abi import (LAYOUT_BF16_ROPE_432, LAYOUT_FP8_DS_MLA_656, LAYOUT_FP8_ROPE_
 from .arrays import ArrayError
 from .config import WRITER_POLICY_ENV, CacheFormat, PluginConfig
 from .context import Context
-from .prepared import PreparedAttend, PreparedGather, PreparedWrite
+from .prepared import PreparedAttend, PreparedGather, PreparedMerge, PreparedWrite
 from .errors import ConfigError, DeviceError, InvalidArgument, PluginCallError, Unsupported
 from .loader import LoadedPlugin, PluginDisabled, PluginError, PluginNotSelected, load
 from . import loader as _loader
 
 __all__ = ["load", "require", "CacheFormat", "PluginConfig", "Context", "PreparedWrite", "PreparedGather",
-           "PreparedAttend", "LoadedPlugin", "ArrayError",
+           "PreparedAttend", "PreparedMerge", "LoadedPlugin", "ArrayError",
            "PluginError", "PluginDisabled", "PluginNotSelected", "PluginCallError", "InvalidArgument",
            "Unsupported", "ConfigError", "DeviceError", "LAYOUT_FP8_ROPE_368", "LAYOUT_BF16_ROPE_432", "LAYOUT_FP8_DS_MLA_656",
            "SCALE_STATIC", "SCALE_PER_TOKEN", "bf16_bits", "bf16_to_float32"]

@@ -95,6 +95,7 @@ CAPABILITIES = [
     ("config.cache_identity", 1 << 11),
     ("read.fp8_ds_mla_656", 1 << 12),
     ("write.policy_mse", 1 << 13),
+    ("op.merge_partials", 1 << 14),
 ]
 CAP = {name: bit for name, bit in CAPABILITIES}
 
@@ -226,6 +227,12 @@ class AttendArgs(C.Structure):
                 ("lse", Tensor), ("workspace", Tensor), ("stream", C.c_void_p), ("reserved", C.c_uint64 * 4)]
 
 
+class MergeArgs(C.Structure):  # ABI 1.1
+    _fields_ = [("struct_size", C.c_uint32), ("flags", C.c_uint32), ("partial_out", Tensor),
+                ("partial_lse", Tensor), ("out", Tensor), ("lse", Tensor), ("stream", C.c_void_p),
+                ("reserved", C.c_uint64 * 4)]
+
+
 LOG_FN = C.CFUNCTYPE(None, C.c_void_p, C.c_int32, C.c_char_p)
 
 
@@ -284,6 +291,7 @@ class Plugin(C.Structure):
         ("gather", C.CFUNCTYPE(STATUS, _ctx, C.POINTER(GatherArgs))),
         ("attend_workspace_bytes", C.CFUNCTYPE(STATUS, _ctx, C.POINTER(AttendArgs), C.POINTER(C.c_uint64))),
         ("attend", C.CFUNCTYPE(STATUS, _ctx, C.POINTER(AttendArgs))),
+        ("merge", C.CFUNCTYPE(STATUS, _ctx, C.POINTER(MergeArgs))),  # ABI 1.1: guarded by table_has
     ]
 
 

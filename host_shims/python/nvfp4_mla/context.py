@@ -1,11 +1,12 @@
-"""A plugin context on one device, the thin write / gather / attend calls, and their prepared forms.
+"""A plugin context on one device, the thin write / gather / attend / merge calls, and their prepared
+forms.
 
 One-shot calls: every array is checked (dtype, shape, strides, device) before the call, the
 caller's stream is passed through, the log callback object lives as long as the context, and a
 failed status raises an exception carrying the plugin's own message. Layout, scale mode and outer scale go to the plugin
 exactly as the caller gave them: the plugin applies the mode rule (abi/nvfp4_mla_record.h) and
 refuses in its words. An outer scale left out is the mode's default (0 per-token, 1.0 static).
-prepare_write / prepare_gather / prepare_attend make the same checks once and return a call that
+prepare_write / prepare_gather / prepare_attend / prepare_merge make the same checks once and return a call that
 per step updates only pointers, row counts and the stream (prepared.py says what it trusts).
 """
 
@@ -14,7 +15,7 @@ import ctypes as C
 from . import _abi
 from .arrays import empty_bytes_like, stream_handle, tensor
 from .errors import check, member
-from .prepared import PreparedAttend, PreparedGather, PreparedWrite
+from .prepared import PreparedAttend, PreparedGather, PreparedMerge, PreparedWrite
 
 _LATENT, _ROPE, _ROW = _abi.LATENT_DIM, _abi.ROPE_DIM, _abi.ROW_DIM
 
@@ -120,6 +121,17 @@ class Context:
         args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device)
         check(self.plugin, member(self.plugin, "attend")(self._handle, C.byref(args)), "attend")
 
+    def merge(self, partial_out, partial_lse, out, *, lse=None, stream=None):
+        """Merge P partial attentions into one (ABI 1.1, capability op.merge_partials): partial_out
+        [P,n_q,h,512] bf16 or f32 and partial_lse [P,n_q,h] f32 (natural log; -inf: the part held no
+        valid entry, its out is not read) into out [n_q,h,512] bf16 and the optional lse [n_q,h] f32,
+        as one softmax over the union of the parts. Decode context parallelism: each rank attends over
+        the records it holds, all-gathers out and lse (torch.distributed.all_gather_into_tensor gives
+        [P*n_q,h,512]: pass it viewed as [P,n_q,h,512]) and merges. Raises Unsupported where the
+        plugin's table predates merge (ABI 1.0)."""
+        args = self._merge_args(partial_out, partial_lse, out, lse, stream)
+        check(self.plugin, member(self.plugin, "merge")(self._handle, C.byref(args)), "merge")
+
     # ---- The prepared path (prepared.py): checked once at bind, then per call only what changes. ----
 
     def prepare_write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=None,
@@ -141,6 +153,12 @@ class Context:
         args = self._attend_args(q, slots, cache, out, layout, scale_mode, sm_scale, outer_scale, valid_len, lse,
                                  stream)
         return PreparedAttend(self, args, (q, slots, cache, out, valid_len, lse), workspace)
+
+    def prepare_merge(self, partial_out, partial_lse, out, *, lse=None, stream=None):
+        """A PreparedMerge bound to these arrays (checked now, as merge checks them)."""
+        member(self.plugin, "merge")  # Unsupported now, not at the first run, on a 1.0 table
+        return PreparedMerge(self, self._merge_args(partial_out, partial_lse, out, lse, stream),
+                             (partial_out, partial_lse, out, lse))
 
     # ---- Argument structs: every array checked (dtype, shape, strides, device) before any call. ----
 
@@ -174,6 +192,15 @@ class Context:
                                outer_scale=_outer(scale_mode, outer_scale), sm_scale=sm_scale, q=qt, slots=st,
                                valid_len=vl, cache=self._cache(cache, layout), out=ot, lse=lt,
                                stream=self._stream(stream))
+
+    def _merge_args(self, partial_out, partial_lse, out, lse, stream):
+        po, (_, _, pshape, *_rest) = tensor(partial_out, "partial_out", (_abi.DTYPE_BF16, _abi.DTYPE_F32), 4,
+                                            self.device, (None, None, None, _LATENT))
+        pl, _ = tensor(partial_lse, "partial_lse", (_abi.DTYPE_F32,), 3, self.device, pshape[:3])
+        ot, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, self.device, (pshape[1], pshape[2], _LATENT))
+        lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (pshape[1], pshape[2]))
+        return _abi.MergeArgs(struct_size=C.sizeof(_abi.MergeArgs), partial_out=po, partial_lse=pl, out=ot, lse=lt,
+                              stream=self._stream(stream))
 
     def attend_workspace_bytes(self, args):
         """Scratch bytes attend needs for these argument structs (shapes only)."""

@@ -62,7 +62,8 @@ def _select(selection):
 # Pointer members a host reads or calls, in table order (the C loader's null_member list).
 _POINTER_MEMBERS = ("plugin_name", "version", "git_revision", "cuda_archs", "record_format", "status_string",
                     "last_error", "init", "shutdown", "context_info", "config_create", "config_info",
-                    "config_layer_scale", "config_destroy", "write", "gather", "attend_workspace_bytes", "attend")
+                    "config_layer_scale", "config_destroy", "write", "gather", "attend_workspace_bytes", "attend",
+                    "merge")
 
 
 def _null_member(table):
@@ -92,7 +93,7 @@ class LoadedPlugin:
         """Compiled capabilities, minus operations the table is too short to hold (older minors)."""
         bits = self.table.capability_bits
         for member, cap in (("write", "op.write"), ("gather", "op.gather"), ("attend", "op.attend"),
-                            ("config_destroy", "config.cache_identity")):
+                            ("merge", "op.merge_partials"), ("config_destroy", "config.cache_identity")):
             if not _abi.table_has(self.table, member):
                 bits &= ~_abi.CAP[cap]
         return bits

@@ -1,10 +1,11 @@
-"""Prepared calls: the hot path of a serving engine's decode loop (issue 17).
+"""Prepared calls: the hot path of a serving engine's decode loop (issue 17; merge: issue 15).
 
 A one-shot `Context.write/gather/attend` describes and checks every array on every call (tens of
 microseconds of Python with PyTorch tensors). A prepared call does that once, when the engine binds
-its cache and buffers (`Context.prepare_write/prepare_gather/prepare_attend`, the same checks in the
+its cache and buffers (`Context.prepare_write/prepare_gather/prepare_attend/prepare_merge`, the same checks in the
 same words), keeps the ctypes argument struct, and per call writes only what changes into it through
-C views made at bind time: data pointers, shape[0] of the per-row arrays, the stream. Two forms:
+C views made at bind time: data pointers, the row counts (shape[0] of the per-row arrays; merge's
+partials: shape[1], n_q, their P stays the bound one), the stream. Two forms:
 
     call.run(n=None, stream=...)       the bound arrays' first n rows (default: all); no Python
                                        allocation at all (the shim's tests check it with tracemalloc),
@@ -50,29 +51,32 @@ def _handle(stream):
     return stream if stream is None or type(stream) is int else stream_handle(stream)
 
 
-def _readers(obj):
-    """(data pointer, row count) readers for arrays of obj's kind, chosen once at bind."""
+def _readers(obj, dim=0):
+    """(data pointer, row count) readers for arrays of obj's kind, chosen once at bind; the row
+    count is the size of dimension `dim`."""
+    rows = len if dim == 0 else (lambda a: a.shape[dim])
     if is_torch(obj):
         size = type(obj).size
-        return type(obj).data_ptr, lambda t: size(t, 0)
+        return type(obj).data_ptr, lambda t: size(t, dim)
     if hasattr(obj, "__cuda_array_interface__"):
         if hasattr(getattr(obj, "data", None), "ptr"):  # CuPy: the view's own address
-            return (lambda a: a.data.ptr), len
-        return (lambda a: a.__cuda_array_interface__["data"][0]), len
-    return (lambda a: a.__array_interface__["data"][0]), len
+            return (lambda a: a.data.ptr), rows
+        return (lambda a: a.__cuda_array_interface__["data"][0]), rows
+    return (lambda a: a.__array_interface__["data"][0]), rows
 
 
 class _Field:
-    """One tensor field of a bound struct: its data pointer and shape[0] as C views sharing the
-    struct's memory (writing them writes the struct), and the readers of the bound array's kind."""
+    """One tensor field of a bound struct: its data pointer and row count (shape[dim]) as C views
+    sharing the struct's memory (writing them writes the struct), and the readers of the bound
+    array's kind."""
     __slots__ = ("data", "rows", "bound_data", "bound_rows", "ptr_of", "rows_of", "kind")
 
-    def __init__(self, args, name, obj):
+    def __init__(self, args, name, obj, dim=0):
         offset = getattr(type(args), name).offset
         self.data = C.c_void_p.from_buffer(args, offset + _abi.Tensor.data.offset)
-        self.rows = C.c_int64.from_buffer(args, offset + _abi.Tensor.shape.offset)
+        self.rows = C.c_int64.from_buffer(args, offset + _abi.Tensor.shape.offset + dim * C.sizeof(C.c_int64))
         self.bound_data, self.bound_rows = self.data.value, self.rows.value
-        self.ptr_of, self.rows_of = _readers(obj)
+        self.ptr_of, self.rows_of = _readers(obj, dim)
         self.kind = type(obj)
 
     def set(self, obj):
@@ -243,6 +247,44 @@ class PreparedAttend(_Prepared):
 
     def _restore(self, n):
         for f in (self._q, self._slots, self._out, self._lse, self._len):
+            if f is not None:
+                f.restore(n)
+        self._moved = False
+
+
+class PreparedMerge(_Prepared):
+    """Context.merge bound to partial_out, partial_lse, out (and lse): per call the queries' count
+    n_q changes, P (the group size) stays the bound one."""
+
+    def __init__(self, ctx, args, arrays):
+        partial_out, partial_lse, out, lse = arrays
+        super().__init__(ctx, "merge", args, arrays)
+        self._po, self._pl = _Field(args, "partial_out", partial_out, 1), _Field(args, "partial_lse", partial_lse, 1)
+        self._out = _Field(args, "out", out)
+        self._lse = _Field(args, "lse", lse) if lse is not None else None
+        self._lse_rows = self._lse.rows if self._lse else self._spare
+        self._max_rows = self._out.bound_rows
+
+    def run(self, n=None, stream=BOUND):
+        """Merge the first n queries of the bound arrays (default all)."""
+        n = self._rows(n)
+        if self._moved:
+            self._restore(n)
+        self._po.rows.value = self._pl.rows.value = self._out.rows.value = self._lse_rows.value = n
+        self._launch(stream)
+
+    def __call__(self, partial_out, partial_lse, out, lse=None, stream=BOUND):
+        """Merge these arrays (of the bound kind, dtype, strides and P; lse exactly when bound)."""
+        if (lse is None) != (self._lse is None):
+            raise ArrayError("merge: pass lse exactly when the prepared call was bound with it")
+        self._moved = True
+        self._po.set(partial_out), self._pl.set(partial_lse), self._out.set(out)
+        if lse is not None:
+            self._lse.set(lse)
+        self._launch(stream)
+
+    def _restore(self, n):
+        for f in (self._po, self._pl, self._out, self._lse):
             if f is not None:
                 f.restore(n)
         self._moved = False

@@ -12,7 +12,8 @@ from nvfp4_mla import _abi
 MIRRORS = {
     "nvfp4_mla_header_t": _abi.Header, "nvfp4_mla_capability_t": _abi.Capability, "nvfp4_mla_tensor_t": _abi.Tensor,
     "nvfp4_mla_write_args_t": _abi.WriteArgs, "nvfp4_mla_gather_args_t": _abi.GatherArgs,
-    "nvfp4_mla_attend_args_t": _abi.AttendArgs, "nvfp4_mla_host_desc_t": _abi.HostDesc,
+    "nvfp4_mla_attend_args_t": _abi.AttendArgs, "nvfp4_mla_merge_args_t": _abi.MergeArgs,
+    "nvfp4_mla_host_desc_t": _abi.HostDesc,
     "nvfp4_mla_init_args_t": _abi.InitArgs, "nvfp4_mla_context_info_t": _abi.ContextInfo,
     "nvfp4_mla_config_request_t": _abi.ConfigRequest, "nvfp4_mla_config_info_t": _abi.ConfigInfo,
     "nvfp4_mla_plugin_t": _abi.Plugin,

@@ -45,6 +45,7 @@ def test_loader_should_follow_the_environment(monkeypatch, plugin_path):
     ("null_init", 'refused: table member "init" is NULL (plugin ABI 1.1, host ABI 1.1; every member its '
                   "struct_size", "incomplete_table"),
     ("null_attend", 'refused: table member "attend" is NULL', "incomplete_table"),
+    ("null_merge", 'refused: table member "merge" is NULL (plugin ABI 1.1', "incomplete_table"),
     ("null_version", 'refused: table member "version" is NULL', "incomplete_table"),
 ])
 def test_loader_should_refuse_with_the_c_loaders_words(mock_dir, name, words, reason):
@@ -102,6 +103,20 @@ def test_older_and_future_minors_should_be_read_by_struct_size(mock_dir):
     future = nvfp4_mla.load(mock(mock_dir, "future_minor"))
     assert future.abi == "1.7"
     assert ("future.capability", 3) in future.capabilities()
+
+
+def test_merge_should_be_masked_where_a_1_0_table_ends_before_it(mock_dir, plugin):
+    old = nvfp4_mla.load(mock(mock_dir, "v1_0_merge_bit"))  # sets the bit, but its table ends at attend
+    assert old.table.capability_bits & _abi.CAP["op.merge_partials"]
+    assert not old.capability_bits() & _abi.CAP["op.merge_partials"]
+    dcp = _abi.CAP["op.attend"] | _abi.CAP["op.merge_partials"]
+    with pytest.raises(nvfp4_mla.PluginError, match=r"\(ABI 1\.0, host ABI 1\.1\) cannot serve static scales on "
+                                                    r"fp8_rope_368 \(requested by the configuration\): missing "
+                                                    r"op\.merge_partials$"):
+        loader.require(old, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC, extra=dcp)
+    with pytest.raises(nvfp4_mla.Unsupported, match=r"has no merge member"):
+        member(old, "merge")
+    assert "serves static scales" in loader.require(plugin, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC, extra=dcp)
 
 
 def test_require_on_the_real_plugin_should_accept_both_modes_and_refuse_what_a_device_lacks(plugin):

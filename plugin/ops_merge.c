@@ -1,0 +1,179 @@
+/* The merge entry (ABI 1.1, see ops.h): the host's struct checked field by field, outputs that
+ * overlap nothing they are computed from, and on the CPU the lse values; then the backend. */
+#include <math.h>
+#include <string.h>
+
+#include "args.h"
+#include "context.h"
+#include "errors.h"
+#include "ops.h"
+
+static nvfp4_tensor_rule_t rule(const nvfp4_mla_context_t *ctx, const char *name, int32_t dtype, int32_t alt,
+                                int32_t ndim) {
+    return (nvfp4_tensor_rule_t){"merge", name, dtype, alt, ndim, ctx->device_type, ctx->device_index};
+}
+
+static int absent(const nvfp4_mla_tensor_t *t) {
+    return t->data == NULL && t->ndim == 0;
+}
+
+/* The bytes a checked tensor spans, [lo, hi); hi == lo when it has no element. */
+static void span(const nvfp4_mla_tensor_t *t, uintptr_t *lo, uintptr_t *hi) {
+    uint64_t last = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 0) {
+            *lo = *hi = (uintptr_t)t->data;
+            return;
+        }
+        last += (uint64_t)(t->shape[d] - 1) * (uint64_t)t->strides[d];
+    }
+    *lo = (uintptr_t)t->data;
+    *hi = *lo + (uintptr_t)((last + 1) * nvfp4_dtype_size(t->dtype));
+}
+
+/* An output must not share a byte with `other`: the kernel reads the inputs while it writes. */
+static nvfp4_mla_status_t check_apart(const nvfp4_mla_tensor_t *output, const char *name,
+                                      const nvfp4_mla_tensor_t *other, const char *other_name) {
+    uintptr_t a0, a1, b0, b1;
+    span(output, &a0, &a1);
+    span(other, &b0, &b1);
+    if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: %s overlaps %s (bytes [%p, %p) and [%p, %p))", name,
+                          other_name, (void *)a0, (void *)a1, (void *)b0, (void *)b1);
+    }
+    return NVFP4_MLA_OK;
+}
+
+static nvfp4_mla_status_t check_no_overlap(const char *name, int64_t count, int64_t stride, int64_t extent) {
+    if (count > 1 && stride < extent) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: %s: a stride of %lld elements overlaps rows of %lld",
+                          name, (long long)stride, (long long)extent);
+    }
+    return NVFP4_MLA_OK;
+}
+
+/* The struct itself, the capability, the stream. */
+static nvfp4_mla_status_t check_header(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *host_args,
+                                       nvfp4_mla_merge_args_t *a) {
+    nvfp4_mla_status_t st = nvfp4_copy_versioned(a, sizeof *a, sizeof *a, host_args, "merge: nvfp4_mla_merge_args_t");
+    if (st || (st = nvfp4_check_zero("merge", "flags", &a->flags, sizeof a->flags)) ||
+        (st = nvfp4_check_zero("merge", "reserved", a->reserved, sizeof a->reserved)) ||
+        (st = nvfp4_context_require(ctx, "merge", NVFP4_MLA_CAP_OP_MERGE_PARTIALS))) {
+        return st;
+    }
+    if (ctx->device_type == NVFP4_MLA_DEVICE_CPU && a->stream) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: stream must be NULL on a CPU context");
+    }
+    return NVFP4_MLA_OK;
+}
+
+/* partial_out [P, n_q, h, 512] and partial_lse [P, n_q, h]. */
+static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *a) {
+    nvfp4_tensor_rule_t r = rule(ctx, "partial_out", NVFP4_MLA_DTYPE_BF16, NVFP4_MLA_DTYPE_F32, 4);
+    nvfp4_mla_status_t st;
+    if ((st = nvfp4_check_tensor(&a->partial_out, &r)) ||
+        (st = nvfp4_check_dim(&a->partial_out, &r, 3, NVFP4_MLA_LATENT_DIM, "latent"))) {
+        return st;
+    }
+    if (a->partial_out.shape[0] < 1 || a->partial_out.strides[3] != 1) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "merge: partial_out: P = shape[0] is %lld (must be >= 1) and strides[3] %lld (must be 1)",
+                          (long long)a->partial_out.shape[0], (long long)a->partial_out.strides[3]);
+    }
+    r = rule(ctx, "partial_lse", NVFP4_MLA_DTYPE_F32, 0, 3);
+    if ((st = nvfp4_check_tensor(&a->partial_lse, &r))) {
+        return st;
+    }
+    const char *why[3] = {"P, as partial_out", "n_q, as partial_out", "h, as partial_out"};
+    for (int d = 0; d < 3; d++) {
+        if ((st = nvfp4_check_dim(&a->partial_lse, &r, d, a->partial_out.shape[d], why[d]))) {
+            return st;
+        }
+    }
+    return NVFP4_MLA_OK;
+}
+
+/* out [n_q, h, 512], the optional lse [n_q, h]: shapes, rows that do not overlap, nothing shared. */
+static nvfp4_mla_status_t check_outputs(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *a) {
+    const int64_t nq = a->partial_out.shape[1], heads = a->partial_out.shape[2];
+    nvfp4_tensor_rule_t r = rule(ctx, "out", NVFP4_MLA_DTYPE_BF16, 0, 3);
+    nvfp4_mla_status_t st;
+    if ((st = nvfp4_check_tensor(&a->out, &r)) || (st = nvfp4_check_dim(&a->out, &r, 0, nq, "n_q")) ||
+        (st = nvfp4_check_dim(&a->out, &r, 1, heads, "h")) ||
+        (st = nvfp4_check_dim(&a->out, &r, 2, NVFP4_MLA_LATENT_DIM, "latent"))) {
+        return st;
+    }
+    if (a->out.strides[2] != 1) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: out: strides[2] is %lld, must be 1",
+                          (long long)a->out.strides[2]);
+    }
+    if ((st = check_no_overlap("out heads", heads, a->out.strides[1], 512)) ||
+        (st = check_no_overlap("out queries", nq, a->out.strides[0], (heads - 1) * a->out.strides[1] + 512)) ||
+        (st = check_apart(&a->out, "out", &a->partial_out, "partial_out")) ||
+        (st = check_apart(&a->out, "out", &a->partial_lse, "partial_lse")) || absent(&a->lse)) {
+        return st;
+    }
+    r = rule(ctx, "lse", NVFP4_MLA_DTYPE_F32, 0, 2);
+    if ((st = nvfp4_check_tensor(&a->lse, &r)) || (st = nvfp4_check_dim(&a->lse, &r, 0, nq, "n_q")) ||
+        (st = nvfp4_check_dim(&a->lse, &r, 1, heads, "h")) ||
+        (st = check_no_overlap("lse heads", heads, a->lse.strides[1], 1)) ||
+        (st = check_no_overlap("lse queries", nq, a->lse.strides[0], (heads - 1) * a->lse.strides[1] + 1)) ||
+        (st = check_apart(&a->lse, "lse", &a->partial_out, "partial_out")) ||
+        (st = check_apart(&a->lse, "lse", &a->partial_lse, "partial_lse"))) {
+        return st;
+    }
+    return check_apart(&a->lse, "lse", &a->out, "out");
+}
+
+nvfp4_mla_status_t nvfp4_lower_merge(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *host_args,
+                                     nvfp4_mla_merge_kernel_args_t *k) {
+    nvfp4_mla_merge_args_t a;
+    nvfp4_mla_status_t st = check_header(ctx, host_args, &a);
+    if (st || (st = check_inputs(ctx, &a)) || (st = check_outputs(ctx, &a))) {
+        return st;
+    }
+    const int has_lse = !absent(&a.lse);
+    const int64_t *po = a.partial_out.strides, *pl = a.partial_lse.strides;
+    *k = (nvfp4_mla_merge_kernel_args_t){
+        .partial_out = a.partial_out.data, .partial_lse = a.partial_lse.data, .out = a.out.data,
+        .lse = has_lse ? a.lse.data : NULL, .stream = a.stream, .num_parts = a.partial_out.shape[0],
+        .num_queries = a.partial_out.shape[1], .num_heads = a.partial_out.shape[2],
+        .po_stride_part = po[0], .po_stride_token = po[1], .po_stride_head = po[2],
+        .pl_stride_part = pl[0], .pl_stride_token = pl[1], .pl_stride_head = pl[2],
+        .out_stride_token = a.out.strides[0], .out_stride_head = a.out.strides[1],
+        .lse_stride_token = has_lse ? a.lse.strides[0] : 0, .lse_stride_head = has_lse ? a.lse.strides[1] : 0,
+        .partial_is_f32 = a.partial_out.dtype == NVFP4_MLA_DTYPE_F32, .device_index = ctx->device_index,
+    };
+    return NVFP4_MLA_OK;
+}
+
+/* The lse values of a CPU call: attention gives a finite value or -inf, nothing else (a CUDA call
+ * cannot read them without a sync; its kernel marks such a row NaN instead). */
+static nvfp4_mla_status_t check_cpu_lse(const nvfp4_mla_merge_kernel_args_t *k) {
+    for (int64_t p = 0; p < k->num_parts; p++) {
+        for (int64_t q = 0; q < k->num_queries; q++) {
+            for (int64_t h = 0; h < k->num_heads; h++) {
+                const float l = k->partial_lse[p * k->pl_stride_part + q * k->pl_stride_token + h * k->pl_stride_head];
+                if (isnan(l) || l == INFINITY) {
+                    return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                                      "merge: partial_lse[%lld, %lld, %lld] is %g; an attention's lse is finite, or "
+                                      "-inf for a part without a valid entry",
+                                      (long long)p, (long long)q, (long long)h, (double)l);
+                }
+            }
+        }
+    }
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_op_merge(nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *args) {
+    nvfp4_clear_error();
+    nvfp4_mla_merge_kernel_args_t k;
+    nvfp4_mla_status_t st = nvfp4_lower_merge(ctx, args, &k);
+    if (st || (ctx->device_type == NVFP4_MLA_DEVICE_CPU && (st = check_cpu_lse(&k)))) {
+        return st;
+    }
+    nvfp4_mla_kernel_result_t res = {0, ""};
+    ctx->ops->merge(&k, &res);
+    return nvfp4_finish("merge", &res);
+}
