@@ -106,6 +106,49 @@ nvfp4_mla_status_t nvfp4_check_dim(const nvfp4_mla_tensor_t *t, const nvfp4_tens
     return NVFP4_MLA_OK;
 }
 
+int nvfp4_tensor_absent(const nvfp4_mla_tensor_t *t) {
+    return t->data == NULL && t->ndim == 0;
+}
+
+/* `count` rows `stride` elements apart, each `extent` elements long, must not overlap (outputs). */
+static nvfp4_mla_status_t check_no_overlap(const char *op, const char *name, int64_t count, int64_t stride,
+                                           int64_t extent) {
+    if (count > 1 && stride < extent) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: %s: a stride of %lld elements overlaps rows of %lld", op,
+                          name, (long long)stride, (long long)extent);
+    }
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_check_head_outputs(const char *op, int32_t device_type, int32_t device_index,
+                                            const nvfp4_mla_tensor_t *out, const nvfp4_mla_tensor_t *lse, int64_t nq,
+                                            int64_t heads) {
+    nvfp4_tensor_rule_t r = {op, "out", NVFP4_MLA_DTYPE_BF16, 0, 3, device_type, device_index};
+    nvfp4_mla_status_t st;
+    if ((st = nvfp4_check_tensor(out, &r)) || (st = nvfp4_check_dim(out, &r, 0, nq, "n_q")) ||
+        (st = nvfp4_check_dim(out, &r, 1, heads, "h")) ||
+        (st = nvfp4_check_dim(out, &r, 2, NVFP4_MLA_LATENT_DIM, "latent"))) {
+        return st;
+    }
+    if (out->strides[2] != 1) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: out: strides[2] is %lld, must be 1", op,
+                          (long long)out->strides[2]);
+    }
+    if ((st = check_no_overlap(op, "out heads", heads, out->strides[1], NVFP4_MLA_LATENT_DIM)) ||
+        (st = check_no_overlap(op, "out queries", nq, out->strides[0],
+                               (heads - 1) * out->strides[1] + NVFP4_MLA_LATENT_DIM)) ||
+        nvfp4_tensor_absent(lse)) {
+        return st;
+    }
+    r = (nvfp4_tensor_rule_t){op, "lse", NVFP4_MLA_DTYPE_F32, 0, 2, device_type, device_index};
+    if ((st = nvfp4_check_tensor(lse, &r)) || (st = nvfp4_check_dim(lse, &r, 0, nq, "n_q")) ||
+        (st = nvfp4_check_dim(lse, &r, 1, heads, "h")) ||
+        (st = check_no_overlap(op, "lse heads", heads, lse->strides[1], 1))) {
+        return st;
+    }
+    return check_no_overlap(op, "lse queries", nq, lse->strides[0], (heads - 1) * lse->strides[1] + 1);
+}
+
 nvfp4_mla_status_t nvfp4_check_rows(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *r, int64_t cols) {
     nvfp4_mla_status_t st = nvfp4_check_dim(t, r, 1, cols, "values per row");
     if (st) {

@@ -38,6 +38,16 @@ nvfp4_mla_status_t nvfp4_check_tensor(const nvfp4_mla_tensor_t *t, const nvfp4_t
 nvfp4_mla_status_t nvfp4_check_dim(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *rule, int dim,
                                    int64_t want, const char *why);
 
+/* An optional tensor is absent when the host leaves it zeroed (data NULL, ndim 0). */
+int nvfp4_tensor_absent(const nvfp4_mla_tensor_t *t);
+
+/* The per-head outputs of attend and merge: out [n_q, h, 512] bf16 with inner stride 1 and the
+ * optional lse [n_q, h] f32, each with rows (heads, queries) that do not overlap. `op` names the
+ * operation in the messages; device_type/device_index are the context's. */
+nvfp4_mla_status_t nvfp4_check_head_outputs(const char *op, int32_t device_type, int32_t device_index,
+                                            const nvfp4_mla_tensor_t *out, const nvfp4_mla_tensor_t *lse, int64_t nq,
+                                            int64_t heads);
+
 /* A row-major matrix [rows, cols] with unit inner stride and rows that do not overlap. */
 nvfp4_mla_status_t nvfp4_check_rows(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *rule, int64_t cols);
 

@@ -10,28 +10,35 @@
 #include "args.h"
 #include "capabilities.h"
 #include "errors.h"
+#include "settings.h"
 
-/* The attention kernel's two settings, read once per CUDA context (strict: a value that is not
- * understood is an error, never a silent default). See context.h. */
+/* The attention kernel's two settings, read once per CUDA context with the project's settings
+ * rules (plugin/settings.c: quoted values, one wording). See context.h. */
 nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *cap, const char *mma, int32_t *smem_per_block,
                                                int32_t *force_mma_sync) {
+    char message[NVFP4_SETTING_MESSAGE_MAX];
     if (cap && cap[0]) {
         char *end = NULL;
         errno = 0;
         unsigned long long v = strtoull(cap, &end, 10);
         if (cap[0] < '0' || cap[0] > '9' || *end || errno || v < 16384 || v > INT32_MAX) {
+            char quoted[NVFP4_SETTING_QUOTE_MAX * 4 + 8];
+            nvfp4_setting_quote(cap, quoted, sizeof quoted);
             return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
-                              "init: NVFP4_MLA_ATTEND_SMEM_CAP=\"%s\" must be a decimal byte count in [16384, %d]", cap,
-                              INT32_MAX);
+                              "init: NVFP4_MLA_ATTEND_SMEM_CAP=%s is not a decimal byte count in [16384, %d]; unset or "
+                              "empty is no cap",
+                              quoted, INT32_MAX);
         }
         if ((int32_t)v < *smem_per_block) {
             *smem_per_block = (int32_t)v;
         }
     }
-    if (mma && mma[0] && strcmp(mma, "auto") != 0 && strcmp(mma, "sync") != 0) {
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: NVFP4_MLA_ATTEND_MMA=\"%s\" must be \"auto\" or \"sync\"", mma);
+    static const char *const engines[] = {"auto", "sync"};
+    int engine = 0;
+    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MMA", mma, engines, 2, &engine, message, sizeof message)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
     }
-    *force_mma_sync = mma && strcmp(mma, "sync") == 0;
+    *force_mma_sync = engine == 1;
     return NVFP4_MLA_OK;
 }
 

@@ -9,20 +9,6 @@
 #include "errors.h"
 #include "ops.h"
 
-/* An optional tensor is absent when the host leaves it zeroed (data NULL, ndim 0). */
-static int absent(const nvfp4_mla_tensor_t *t) {
-    return t->data == NULL && t->ndim == 0;
-}
-
-/* Rows of `inner` contiguous values, `count` of them `stride` apart, must not overlap (outputs). */
-static nvfp4_mla_status_t check_no_overlap(const char *name, int64_t count, int64_t stride, int64_t extent) {
-    if (count > 1 && stride < extent) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: %s: a stride of %lld elements overlaps rows of %lld",
-                          name, (long long)stride, (long long)extent);
-    }
-    return NVFP4_MLA_OK;
-}
-
 static nvfp4_tensor_rule_t rule(const nvfp4_mla_context_t *ctx, const char *name, int32_t dtype, int32_t ndim) {
     return (nvfp4_tensor_rule_t){"attend", name, dtype, 0, ndim, ctx->device_type, ctx->device_index};
 }
@@ -65,7 +51,7 @@ static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvf
         return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: slots: strides[1] is %lld, must be 1",
                           (long long)a->slots.strides[1]);
     }
-    if (absent(&a->valid_len)) {
+    if (nvfp4_tensor_absent(&a->valid_len)) {
         return NVFP4_MLA_OK;
     }
     r = rule(ctx, "valid_len", NVFP4_MLA_DTYPE_I32, 1);
@@ -77,32 +63,8 @@ static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvf
 
 /* out [n_q, h, 512] and the optional lse [n_q, h]: shapes, and rows that do not overlap. */
 static nvfp4_mla_status_t check_outputs(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *a) {
-    const int64_t nq = a->q.shape[0], heads = a->q.shape[1];
-    nvfp4_tensor_rule_t r = rule(ctx, "out", NVFP4_MLA_DTYPE_BF16, 3);
-    nvfp4_mla_status_t st;
-    if ((st = nvfp4_check_tensor(&a->out, &r)) || (st = nvfp4_check_dim(&a->out, &r, 0, nq, "n_q")) ||
-        (st = nvfp4_check_dim(&a->out, &r, 1, heads, "h")) ||
-        (st = nvfp4_check_dim(&a->out, &r, 2, NVFP4_MLA_LATENT_DIM, "latent"))) {
-        return st;
-    }
-    if (a->out.strides[2] != 1) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: out: strides[2] is %lld, must be 1",
-                          (long long)a->out.strides[2]);
-    }
-    if ((st = check_no_overlap("out heads", heads, a->out.strides[1], 512)) ||
-        (st = check_no_overlap("out queries", nq, a->out.strides[0], (heads - 1) * a->out.strides[1] + 512)) ||
-        absent(&a->lse)) {
-        return st;
-    }
-    r = rule(ctx, "lse", NVFP4_MLA_DTYPE_F32, 2);
-    if ((st = nvfp4_check_tensor(&a->lse, &r)) || (st = nvfp4_check_dim(&a->lse, &r, 0, nq, "n_q")) ||
-        (st = nvfp4_check_dim(&a->lse, &r, 1, heads, "h"))) {
-        return st;
-    }
-    if ((st = check_no_overlap("lse heads", heads, a->lse.strides[1], 1))) {
-        return st;
-    }
-    return check_no_overlap("lse queries", nq, a->lse.strides[0], (heads - 1) * a->lse.strides[1] + 1);
+    return nvfp4_check_head_outputs("attend", ctx->device_type, ctx->device_index, &a->out, &a->lse, a->q.shape[0],
+                                    a->q.shape[1]);
 }
 
 /* The CUDA kernels read q and write out in 16-byte units. */
@@ -119,7 +81,7 @@ static nvfp4_mla_status_t check_cuda_alignment(const nvfp4_mla_context_t *ctx, c
 /* The flat kernel arguments of a checked struct (the workspace is the launch's business). */
 static nvfp4_mla_attend_kernel_args_t flatten(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *a,
                                               const nvfp4_cache_geometry_t *g) {
-    const int has_len = !absent(&a->valid_len), has_lse = !absent(&a->lse);
+    const int has_len = !nvfp4_tensor_absent(&a->valid_len), has_lse = !nvfp4_tensor_absent(&a->lse);
     return (nvfp4_mla_attend_kernel_args_t){
         .q = a->q.data, .slots = a->slots.data, .valid_len = has_len ? a->valid_len.data : NULL,
         .cache = a->cache.data, .out = a->out.data, .lse = has_lse ? a->lse.data : NULL, .stream = a->stream,
@@ -199,7 +161,7 @@ nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_att
     if (st) {
         return st;
     }
-    if (!absent(&a.workspace)) {
+    if (!nvfp4_tensor_absent(&a.workspace)) {
         nvfp4_tensor_rule_t r = rule(ctx, "workspace", NVFP4_MLA_DTYPE_U8, 1);
         if ((st = nvfp4_check_tensor(&a.workspace, &r))) {
             return st;

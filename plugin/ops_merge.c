@@ -13,10 +13,6 @@ static nvfp4_tensor_rule_t rule(const nvfp4_mla_context_t *ctx, const char *name
     return (nvfp4_tensor_rule_t){"merge", name, dtype, alt, ndim, ctx->device_type, ctx->device_index};
 }
 
-static int absent(const nvfp4_mla_tensor_t *t) {
-    return t->data == NULL && t->ndim == 0;
-}
-
 /* The bytes a checked tensor spans, [lo, hi); hi == lo when it has no element. */
 static void span(const nvfp4_mla_tensor_t *t, uintptr_t *lo, uintptr_t *hi) {
     uint64_t last = 0;
@@ -40,14 +36,6 @@ static nvfp4_mla_status_t check_apart(const nvfp4_mla_tensor_t *output, const ch
     if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1) {
         return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: %s overlaps %s (bytes [%p, %p) and [%p, %p))", name,
                           other_name, (void *)a0, (void *)a1, (void *)b0, (void *)b1);
-    }
-    return NVFP4_MLA_OK;
-}
-
-static nvfp4_mla_status_t check_no_overlap(const char *name, int64_t count, int64_t stride, int64_t extent) {
-    if (count > 1 && stride < extent) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: %s: a stride of %lld elements overlaps rows of %lld",
-                          name, (long long)stride, (long long)extent);
     }
     return NVFP4_MLA_OK;
 }
@@ -95,29 +83,10 @@ static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvf
 
 /* out [n_q, h, 512], the optional lse [n_q, h]: shapes, rows that do not overlap, nothing shared. */
 static nvfp4_mla_status_t check_outputs(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *a) {
-    const int64_t nq = a->partial_out.shape[1], heads = a->partial_out.shape[2];
-    nvfp4_tensor_rule_t r = rule(ctx, "out", NVFP4_MLA_DTYPE_BF16, 0, 3);
-    nvfp4_mla_status_t st;
-    if ((st = nvfp4_check_tensor(&a->out, &r)) || (st = nvfp4_check_dim(&a->out, &r, 0, nq, "n_q")) ||
-        (st = nvfp4_check_dim(&a->out, &r, 1, heads, "h")) ||
-        (st = nvfp4_check_dim(&a->out, &r, 2, NVFP4_MLA_LATENT_DIM, "latent"))) {
-        return st;
-    }
-    if (a->out.strides[2] != 1) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: out: strides[2] is %lld, must be 1",
-                          (long long)a->out.strides[2]);
-    }
-    if ((st = check_no_overlap("out heads", heads, a->out.strides[1], 512)) ||
-        (st = check_no_overlap("out queries", nq, a->out.strides[0], (heads - 1) * a->out.strides[1] + 512)) ||
-        (st = check_apart(&a->out, "out", &a->partial_out, "partial_out")) ||
-        (st = check_apart(&a->out, "out", &a->partial_lse, "partial_lse")) || absent(&a->lse)) {
-        return st;
-    }
-    r = rule(ctx, "lse", NVFP4_MLA_DTYPE_F32, 0, 2);
-    if ((st = nvfp4_check_tensor(&a->lse, &r)) || (st = nvfp4_check_dim(&a->lse, &r, 0, nq, "n_q")) ||
-        (st = nvfp4_check_dim(&a->lse, &r, 1, heads, "h")) ||
-        (st = check_no_overlap("lse heads", heads, a->lse.strides[1], 1)) ||
-        (st = check_no_overlap("lse queries", nq, a->lse.strides[0], (heads - 1) * a->lse.strides[1] + 1)) ||
+    nvfp4_mla_status_t st = nvfp4_check_head_outputs("merge", ctx->device_type, ctx->device_index, &a->out, &a->lse,
+                                                     a->partial_out.shape[1], a->partial_out.shape[2]);
+    if (st || (st = check_apart(&a->out, "out", &a->partial_out, "partial_out")) ||
+        (st = check_apart(&a->out, "out", &a->partial_lse, "partial_lse")) || nvfp4_tensor_absent(&a->lse) ||
         (st = check_apart(&a->lse, "lse", &a->partial_out, "partial_out")) ||
         (st = check_apart(&a->lse, "lse", &a->partial_lse, "partial_lse"))) {
         return st;
@@ -132,7 +101,7 @@ nvfp4_mla_status_t nvfp4_lower_merge(const nvfp4_mla_context_t *ctx, const nvfp4
     if (st || (st = check_inputs(ctx, &a)) || (st = check_outputs(ctx, &a))) {
         return st;
     }
-    const int has_lse = !absent(&a.lse);
+    const int has_lse = !nvfp4_tensor_absent(&a.lse);
     const int64_t *po = a.partial_out.strides, *pl = a.partial_lse.strides;
     *k = (nvfp4_mla_merge_kernel_args_t){
         .partial_out = a.partial_out.data, .partial_lse = a.partial_lse.data, .out = a.out.data,

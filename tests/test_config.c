@@ -451,12 +451,17 @@ static void attend_settings_should_parse_strictly(void **state) {
         assert_int_equal(nvfp4_attend_settings_parse(bad_caps[i], NULL, &smem, &sync), NVFP4_MLA_ERR_CONFIG);
         assert_non_null(strstr(nvfp4_last_error(), "NVFP4_MLA_ATTEND_SMEM_CAP=\""));
         assert_non_null(strstr(nvfp4_last_error(), bad_caps[i]));
-        assert_non_null(strstr(nvfp4_last_error(), "[16384,"));
+        assert_non_null(strstr(nvfp4_last_error(), "is not a decimal byte count in [16384,"));
         assert_int_equal(smem, 232448);
     }
     assert_int_equal(nvfp4_attend_settings_parse(NULL, "wgmma", &smem, &sync), NVFP4_MLA_ERR_CONFIG);
-    assert_string_equal(nvfp4_last_error(), "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" must be \"auto\" or \"sync\"");
-    assert_int_equal(nvfp4_attend_settings_parse(NULL, "Sync", &smem, &sync), NVFP4_MLA_ERR_CONFIG);
+    assert_string_equal(nvfp4_last_error(),
+                        "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" is not one of: auto, sync (any case); unset or empty is auto");
+    /* the settings rule: names in any case, the quoted value shows whitespace */
+    assert_int_equal(nvfp4_attend_settings_parse(NULL, "Sync", &smem, &sync), NVFP4_MLA_OK);
+    assert_int_equal(sync, 1);
+    assert_int_equal(nvfp4_attend_settings_parse(NULL, "sync ", &smem, &sync), NVFP4_MLA_ERR_CONFIG);
+    assert_non_null(strstr(nvfp4_last_error(), "NVFP4_MLA_ATTEND_MMA=\"sync \""));
 }
 
 int main(void) {

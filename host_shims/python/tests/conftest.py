@@ -33,3 +33,11 @@ def data_dir():
 def plugin(plugin_path):
     import nvfp4_mla
     return nvfp4_mla.load(plugin_path)
+
+
+@pytest.fixture
+def ctx(plugin):
+    """A CPU context of the plugin, closed after the test."""
+    import nvfp4_mla
+    with nvfp4_mla.Context(plugin) as c:
+        yield c

@@ -6,18 +6,8 @@ import numpy as np
 import pytest
 
 import nvfp4_mla
+from samples import tokens
 from nvfp4_mla import LAYOUT_BF16_ROPE_432, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, SCALE_STATIC
-
-
-@pytest.fixture
-def ctx(plugin):
-    with nvfp4_mla.Context(plugin) as c:
-        yield c
-
-
-def tokens(n, seed=0, scale=1.0):
-    rng = np.random.default_rng(seed)
-    return nvfp4_mla.bf16_bits(rng.standard_normal((n, 576)).astype(np.float32) * scale)
 
 
 def test_round_trip_should_stay_within_the_error_bound(ctx):

@@ -13,12 +13,6 @@ from nvfp4_mla import LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN
 from test_prepared import FakeTorch, traced_peak
 
 
-@pytest.fixture
-def ctx(plugin):
-    with nvfp4_mla.Context(plugin) as c:
-        yield c
-
-
 def synthetic(parts, nq=3, h=2, keys=30, seed=0):
     """Partials of a softmax over `keys` random scores and values, split over `parts` (part 0 empty
     for query 1, query 2 without any key), and the float64 answer over the union."""
