@@ -67,10 +67,11 @@ __global__ void __launch_bounds__(KIND == KIND_WIDE ? 384 : 256, 1)
     uint8_t *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u); /* SW128 atoms: 1024-aligned */
     if (threadIdx.x == 0) {
         const attend_bars bars = bars_of(smem, pl);
-        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], ATT_PRODUCER_THREADS / 32);
+        /* Every thread arrives on every barrier it signals (attend_pipeline.cuh, release_slot). */
+        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], ATT_PRODUCER_THREADS);
         for (int s = 0; s < pl.slots; s++) {
-            mbar_init(&bars.slot_full[s], ATT_PRODUCER_THREADS / 32);
-            mbar_init(&bars.slot_empty[s], CONSUMERS / 32);
+            mbar_init(&bars.slot_full[s], ATT_PRODUCER_THREADS);
+            mbar_init(&bars.slot_empty[s], CONSUMERS);
         }
         mbar_init_fence();
     }

@@ -165,7 +165,7 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
         wgmma_commit();
 #endif
     } else {
-        release_slot(bars, pos0, pl, lane);
+        release_slot(bars, pos0, pl);
     }
 #pragma unroll 1
     for (int i = 1; i < 9; i++) {
@@ -179,11 +179,11 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
             wgmma_commit();
             if (!pl.resident) { /* keep one block in flight; release the one before */
                 wgmma_wait<1>();
-                release_slot(bars, pos0 + i - 1, pl, lane);
+                release_slot(bars, pos0 + i - 1, pl);
             }
 #endif
         } else if (!pl.resident) {
-            release_slot(bars, pos0 + i, pl, lane);
+            release_slot(bars, pos0 + i, pl);
         }
     }
 #if NVFP4_HAVE_WGMMA
@@ -192,7 +192,7 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
 #pragma unroll
         for (int c = 0; c < C; c++) fence_regs<N / 2>(lat[c]);
         fence_regs<N / 2>(rope);
-        release_slot(bars, pl.resident ? pos0 : pos0 + 8, pl, lane);
+        release_slot(bars, pl.resident ? pos0 : pos0 + 8, pl);
     }
 #endif
 #pragma unroll
@@ -296,7 +296,7 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
 #pragma unroll
             for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
 #pragma unroll 1
-            for (int b = 0; b < 8; b++) release_slot(bars, pos + b, pl, lane);
+            for (int b = 0; b < 8; b++) release_slot(bars, pos + b, pl);
         } else { /* a streaming ring may be smaller than 8 blocks: free as we go */
 #pragma unroll
             for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
@@ -307,12 +307,12 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
                 pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
                 wgmma_commit();
                 wgmma_wait<1>();
-                if (b > 0) release_slot(bars, pos + b - 1, pl, lane);
+                if (b > 0) release_slot(bars, pos + b - 1, pl);
             }
             wgmma_wait<0>();
 #pragma unroll
             for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
-            release_slot(bars, pos + 7, pl, lane);
+            release_slot(bars, pos + 7, pl);
         }
 #endif
     } else {
@@ -320,7 +320,7 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
         for (int b = 0; b < 8; b++) {
             if (!pl.resident) wait_full(bars, pos + b, pl);
             pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
-            release_slot(bars, pos + b, pl, lane);
+            release_slot(bars, pos + b, pl);
         }
     }
 }

@@ -70,7 +70,8 @@ struct attend_plan {
 struct tile_meta {
     float s[ATT_KEYS];       /* latent score/P scale: (s_t or s) * 2^9 (NVFP4), 1 (656), 0 if unused */
     float r[ATT_KEYS];       /* RoPE score scale: r (368), 1 (432, 656) */
-    int32_t valid[ATT_KEYS]; /* 1 when the entry counts */
+    uint8_t valid[ATT_KEYS]; /* 1 when the entry counts (bytes: at 32 heads the 768 bytes that int32
+                              * flags took over 4 tiles kept the ring one slot short of 17) */
 };
 
 /* One item: query q's top-k entries [begin, end) for head group `group`. */
@@ -105,9 +106,9 @@ static __device__ __forceinline__ int64_t item_tiles(const item_span &s) {
 
 /* Barrier arrays inside the shared-memory map. */
 struct attend_bars {
-    uint64_t *raw_full;   /* [R]: the stage's copies landed (4 arrivals + transaction bytes) */
-    uint64_t *slot_full;  /* [S]: the block is written (one arrival per producer warp) */
-    uint64_t *slot_empty; /* [S]: the block is consumed (one arrival per consumer warp) */
+    uint64_t *raw_full;   /* [R]: the stage's copies landed (128 producer arrivals + transaction bytes) */
+    uint64_t *slot_full;  /* [S]: the block is written (one arrival per producer thread) */
+    uint64_t *slot_empty; /* [S]: the block is consumed (one arrival per consumer thread) */
 };
 
 static __device__ __forceinline__ attend_bars bars_of(uint8_t *smem, const attend_plan &pl) {
@@ -130,11 +131,11 @@ static __device__ __forceinline__ uint32_t pos_parity(uint32_t pos, const attend
 
 /* ---- ring hand-over helpers (consumers) ---- */
 
-/* Consumer warp releases a slot once its reads of it are complete. */
-static __device__ __forceinline__ void release_slot(const attend_bars &bars, uint32_t pos, const attend_plan &pl,
-                                                    int lane) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&bars.slot_empty[pos_slot(pos, pl)]);
+/* A consumer thread releases a slot once its reads of it are complete. Every thread arrives (the
+ * barrier counts all consumer threads) so that each thread's own accesses are ordered by its own
+ * release: compute-sanitizer racecheck does not carry a __syncwarp into another lane's arrival. */
+static __device__ __forceinline__ void release_slot(const attend_bars &bars, uint32_t pos, const attend_plan &pl) {
+    mbar_arrive(&bars.slot_empty[pos_slot(pos, pl)]);
 }
 
 static __device__ __forceinline__ uint8_t *slot_ptr(uint8_t *smem, const attend_plan &pl, uint32_t pos) {

@@ -62,8 +62,8 @@ static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_
 
 /* Every producer warp: bulk copies of its 16 entries of a tile into raw stage `stage`, one record
  * per valid entry (entries past the end, -1 or outside the cache are not read and count nothing);
- * lane 0 announces the warp's bytes (the stage barrier counts one arrival per warp). Spread over
- * the four warps because one warp issuing all 64 copies held the others at the tile barrier. */
+ * lane 0 announces the warp's bytes, every thread arrives (after its own validity flag). Spread
+ * over the four warps because one warp issuing all 64 copies held the others at the tile barrier. */
 template <int RB>
 static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                   uint8_t *smem, const attend_bars &bars, int32_t slot, int stage,
@@ -73,8 +73,8 @@ static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_
     if (lane < 16) valid[e] = slot >= 0;
     const uint32_t n = __popc(__ballot_sync(0xFFFFFFFFu, slot >= 0));
     fence_proxy_async(); /* this stage's earlier generic reads before the copies' writes */
-    __syncwarp();
     if (lane == 0) mbar_arrive_expect_tx(&bars.raw_full[stage], n * RB);
+    else mbar_arrive(&bars.raw_full[stage]);
     if (slot >= 0)
         bulk_copy_g2s(smem + pl.off_raw + (stage * ATT_KEYS + e) * RB, record_src<RB>(a, pl, slot), RB,
                       &bars.raw_full[stage]);
@@ -250,9 +250,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             dequant_rope<RB>(raw, valid, smem + pl.off_ring + pos_slot(pos, pl) * ATT_BLOCK, t);
             dequant_latent_tile<RB>(raw, valid, [&](int b) { return smem + pl.off_ring + pos_slot(pos + 1 + b, pl) * ATT_BLOCK; }, t);
             fence_proxy_async();
-            __syncwarp();
-            if (lane == 0)
-                for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[pos_slot(pos + i, pl)]);
+            for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[pos_slot(pos + i, pl)]);
             pos += 9;
         }
         for (int i = 0; i < per_tile && !pl.resident; i++, pos++) {
@@ -266,8 +264,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
                 dequant_latent<RB>(raw, valid, blk, (i - 1) & 7, t);
             }
             fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&bars.slot_full[slot]);
+            mbar_arrive(&bars.slot_full[slot]);
         }
         named_sync(BAR_PRODUCER, ATT_PRODUCER_THREADS); /* every producer thread is done with the stage */
         if (cur.valid) {

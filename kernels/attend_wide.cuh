@@ -58,9 +58,9 @@ static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *s
 #pragma unroll
     for (int i = 0; i < 16; i++) lat_out[i] = lat[0][i] + lat[1][i];
     /* Done with the RoPE block and with the other warpgroup's latent blocks. */
-    release_slot(bars, pos0, pl, lane);
+    release_slot(bars, pos0, pl);
 #pragma unroll 1
-    for (int b = 0; b < 4; b++) release_slot(bars, pos0 + 1 + 4 * (1 - cw) + b, pl, lane);
+    for (int b = 0; b < 4; b++) release_slot(bars, pos0 + 1 + 4 * (1 - cw) + b, pl);
 }
 
 /* Softmax over the tile's 64 keys (row maxima traded with the other warpgroup); leaves this
@@ -169,7 +169,7 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
 #pragma unroll
     for (int b = 0; b < 4; b++) fence_regs<32>(st.o[b]);
 #pragma unroll 1
-    for (int b = 0; b < 4; b++) release_slot(bars, pos0 + 1 + 4 * cw + b, pl, lane);
+    for (int b = 0; b < 4; b++) release_slot(bars, pos0 + 1 + 4 * cw + b, pl);
 }
 
 static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
