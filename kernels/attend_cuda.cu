@@ -40,23 +40,37 @@
 #include "codec.h"
 #include "cuda_util.cuh"
 
-/* Registers per thread of the wide kernel's roles after setmaxnreg: 128 x (2 x consumers +
- * producer) must not exceed the 64K register file. */
+/* Registers per thread of the roles after setmaxnreg: the 384 threads start at 168 (64512 of the
+ * 64K register file) and trade them. Wide: 2 consumer warpgroups x 208 + 1 producer x 88;
+ * narrow 16-head wgmma: 1 consumer x 232 + 2 producers x 136. */
 #ifndef ATT_PRODUCER_REGS
 #define ATT_PRODUCER_REGS 88
 #endif
 #ifndef ATT_CONSUMER_REGS
 #define ATT_CONSUMER_REGS 208
 #endif
+#define ATT_NARROW_PRODUCER_REGS 136
+#define ATT_NARROW_CONSUMER_REGS 232
 
 /* Kernel kinds: the consumer shape and engine. */
 enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, KIND_COUNT };
 
+/* Producer threads of a kind. The 16-head wgmma kind takes two producer warpgroups: with one, the
+ * producer (one warp per scheduler, latency-bound at 0.4 issues a cycle) set the tile time and the
+ * consumer waited on it for 20% of its samples (Nsight Compute, h = 16). Not the 32-head kind: its
+ * consumer uses 255 registers, and 384 threads cap the kernel at 168 (ptxas spilled there). */
+template <int KIND>
+struct kind_threads {
+    static constexpr int consumers = KIND == KIND_WIDE ? 256 : 128;
+    static constexpr int producers = KIND == KIND_N16_WGMMA ? 256 : 128;
+    static constexpr int total = consumers + producers;
+};
+
 template <int KIND, int RB>
-__global__ void __launch_bounds__(KIND == KIND_WIDE ? 384 : 256, 1)
+__global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
     nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a, const __grid_constant__ attend_plan pl) {
     constexpr bool WG = KIND >= KIND_N16_WGMMA;
-    constexpr int CONSUMERS = KIND == KIND_WIDE ? 256 : 128;
+    constexpr int CONSUMERS = kind_threads<KIND>::consumers, PRODUCERS = kind_threads<KIND>::producers;
 #if !NVFP4_HAVE_WGMMA
     if constexpr (WG) { /* the planner never picks wgmma kinds off sm_90a */
         __trap();
@@ -68,9 +82,9 @@ __global__ void __launch_bounds__(KIND == KIND_WIDE ? 384 : 256, 1)
     if (threadIdx.x == 0) {
         const attend_bars bars = bars_of(smem, pl);
         /* Every thread arrives on every barrier it signals (attend_pipeline.cuh, release_slot). */
-        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], ATT_PRODUCER_THREADS);
+        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], PRODUCERS);
         for (int s = 0; s < pl.slots; s++) {
-            mbar_init(&bars.slot_full[s], ATT_PRODUCER_THREADS);
+            mbar_init(&bars.slot_full[s], PRODUCERS);
             mbar_init(&bars.slot_empty[s], CONSUMERS);
         }
         mbar_init_fence();
@@ -79,9 +93,13 @@ __global__ void __launch_bounds__(KIND == KIND_WIDE ? 384 : 256, 1)
     if (threadIdx.x >= CONSUMERS) {
 #if NVFP4_HAVE_WGMMA
         if constexpr (KIND == KIND_WIDE) setmaxnreg_dec<ATT_PRODUCER_REGS>();
+        if constexpr (KIND == KIND_N16_WGMMA) setmaxnreg_dec<ATT_NARROW_PRODUCER_REGS>();
 #endif
-        attend_producer<RB>(a, pl, smem, threadIdx.x - CONSUMERS);
+        attend_producer<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
     } else {
+#if NVFP4_HAVE_WGMMA
+        if constexpr (KIND == KIND_N16_WGMMA) setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
+#endif
         if constexpr (KIND == KIND_WIDE) {
 #if NVFP4_HAVE_WGMMA
             setmaxnreg_inc<ATT_CONSUMER_REGS>();
@@ -176,7 +194,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     }
     for (int heads = a->num_heads <= 16 ? 16 : 32; !ok && heads >= 16; heads -= 16) {
         p = attend_plan();
-        p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous, p.threads = 256;
+        p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous, p.threads = wgmma && heads == 16 ? 384 : 256; /* kind_threads */
         p.off_q = 0, p.off_p = 9 * heads * 128, p.off_ring = p.off_p + heads * 128;
         ok = fit_ring(p, rb, 2 * 4 * 32 * 4, budget, 4, true);
     }

@@ -6,8 +6,8 @@
  * Pipeline of one CTA (persistent: it takes items blockIdx.x, blockIdx.x + gridDim.x, ...; an
  * item is one query's top-k split for one group of heads):
  *
- *   global records --(bulk copies, 16 per producer warp)--> raw stages [R x 64 records]
- *   raw stage --(dequantisation, the 4 producer warps)--> operand ring [S slots of 8 KB]
+ *   global records --(bulk copies, 16 or 8 per producer warp)--> raw stages [R x 64 records]
+ *   raw stage --(dequantisation, the 4 or 8 producer warps)--> operand ring [S slots of 8 KB]
  *   operand ring --(wgmma / mma.sync, the consumer warpgroups)--> S, softmax, P.V
  *
  * An operand block is 64 keys x 64 dims of bf16 in the SW128 layout of sm90_cuda.cuh; a tile of 64
@@ -40,7 +40,6 @@
 #define ATT_KEYS 64          /* top-k entries per tile */
 #define ATT_BLOCK 8192       /* bytes of one operand block: 64 rows x 128 bytes */
 #define ATT_META_RING 4      /* tiles of key metadata in flight */
-#define ATT_PRODUCER_THREADS 128
 
 /* Named barriers (0 is __syncthreads). */
 enum { BAR_CONSUMER = 1, BAR_PRODUCER = 2, BAR_WIDE_MAX = 3, BAR_WIDE_P = 4, BAR_WIDE_ITEM = 5 };

@@ -37,9 +37,8 @@ static __device__ __forceinline__ void cursor_next(const nvfp4_mla_attend_kernel
     }
 }
 
-static __device__ __forceinline__ int32_t sane_slot(const nvfp4_mla_attend_kernel_args_t &a, const int32_t *row,
-                                                    int64_t e, int64_t end) {
-    const int32_t s = e < end ? __ldg(row + e) : -1;
+/* An entry's slot as the copies take it: -1 unless inside the cache. */
+static __device__ __forceinline__ int32_t sane_slot(const nvfp4_mla_attend_kernel_args_t &a, int32_t s) {
     return (s >= 0 && s < a.capacity) ? s : -1;
 }
 
@@ -52,25 +51,38 @@ static __device__ __forceinline__ const uint8_t *record_src(const nvfp4_mla_atte
     return a.cache + (int64_t)block * a.block_stride + (int64_t)(u - block * bs) * RB;
 }
 
-/* Lane l (< 16) of producer warp w: entry 16w + l of the cursor's tile, sanitised; loaded a tile
- * ahead of the copies, since this global load on the copies' path stalled the producer. */
+/* Top-k entries each producer warp copies per tile: 64 over the PT / 32 warps. */
+template <int PT>
+struct producer_shape {
+    static constexpr int warps = PT / 32;
+    static constexpr int entries = ATT_KEYS / warps; /* per warp: 16 (128 threads) or 8 (256) */
+    static constexpr int parts = PT / ATT_KEYS;      /* threads per key in the dequantisation: 2 or 4 */
+};
+
+/* Lane l (< entries) of producer warp w: the raw slot of entry entries * w + l of the cursor's
+ * tile (-1 past its end), loaded a tile ahead of the copies and sanitised only when they are
+ * issued (sane_slot): a test right after the load made the producer wait for it (4% of samples). */
+template <int PT>
 static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_kernel_args_t &a,
                                                          const tile_cursor &c, int warp, int lane) {
-    const int32_t *row = a.slots + c.span.q * a.slot_stride;
-    return lane < 16 ? sane_slot(a, row, c.entry + 16 * warp + lane, c.span.end) : -1;
+    constexpr int E = producer_shape<PT>::entries;
+    const int64_t e = c.entry + E * warp + lane;
+    return lane < E && e < c.span.end ? __ldg(a.slots + c.span.q * a.slot_stride + e) : -1;
 }
 
-/* Every producer warp: bulk copies of its 16 entries of a tile into raw stage `stage`, one record
+/* Every producer warp: bulk copies of its entries of a tile (16 or 8) into raw stage `stage`, one record
  * per valid entry (entries past the end, -1 or outside the cache are not read and count nothing);
  * lane 0 announces the warp's bytes, every thread arrives (after its own validity flag). Spread
  * over the four warps because one warp issuing all 64 copies held the others at the tile barrier. */
-template <int RB>
+template <int RB, int PT>
 static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
-                                                  uint8_t *smem, const attend_bars &bars, int32_t slot, int stage,
+                                                  uint8_t *smem, const attend_bars &bars, int32_t raw_slot, int stage,
                                                   int warp, int lane) {
-    const int e = 16 * warp + lane;
+    constexpr int E = producer_shape<PT>::entries;
+    const int e = E * warp + lane;
+    const int32_t slot = sane_slot(a, raw_slot);
     uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
-    if (lane < 16) valid[e] = slot >= 0;
+    if (lane < E) valid[e] = slot >= 0;
     const uint32_t n = __popc(__ballot_sync(0xFFFFFFFFu, slot >= 0));
     fence_proxy_async(); /* this stage's earlier generic reads before the copies' writes */
     if (lane == 0) mbar_arrive_expect_tx(&bars.raw_full[stage], n * RB);
@@ -100,14 +112,14 @@ static __device__ __forceinline__ uint4 e2m1x8_block(uint32_t w, __nv_bfloat162 
 }
 
 /* Latent block b (dims 64b..64b+63) of the stage's 64 records. Thread t: group t % 4 of the block
- * (two 8-element chunks) of keys t / 4 and t / 4 + 32; unused entries are written as zeros. */
-template <int RB>
+ * (two 8-element chunks) of keys t / 4 (+ 32 with 128 threads); unused entries are written as zeros. */
+template <int RB, int PT>
 static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, const uint8_t *valid, uint8_t *blk, int b,
                                                       int t) {
     const int gq = t & 3;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int k = (t >> 2) + 32 * i;
+    for (int i = 0; i < 4 * ATT_KEYS / PT; i++) {
+        const int k = (t >> 2) + PT / 4 * i;
         const uint8_t *rec = stage + k * RB;
         const bool v = valid[k] != 0;
         uint4 lo, hi;
@@ -127,39 +139,47 @@ static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, cons
     }
 }
 
-/* The whole tile at once (resident rings): thread t takes key t / 2 and latent half t % 2 (blocks
- * 4h..4h+3, groups 16h..16h+15): its 128 code bytes and 16 scale codes come in 9 vector loads and
- * give 32 independent 8-element chunks, which is what keeps four warps busy (one block at a time
- * left each thread two dependent chains and the producer latency-bound). blk(b) = latent block b. */
-template <int RB, typename BlockAt>
+/* The whole tile at once (resident rings): thread t takes key t / P and latent part t % P of P =
+ * PT / 64 parts (G = 32 / P groups: 16 for 128 producer threads, 8 for 256): its 8G code bytes and
+ * G scale codes come in vector loads and give 2G independent 8-element chunks, which is what keeps
+ * the warps busy (one block at a time left each thread two dependent chains and the producer
+ * latency-bound). blk(b) = latent block b. */
+template <int RB, int PT, typename BlockAt>
 static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage, const uint8_t *valid, BlockAt blk,
                                                            int t) {
-    const int k = t >> 1, half = t & 1;
+    constexpr int P = producer_shape<PT>::parts, G = 32 / P;
+    const int k = t / P, half = t % P; /* `half`: the part (a half with 128 threads) */
     const uint8_t *rec = stage + k * RB;
     const bool v = valid[k] != 0;
     const uint4 z = make_uint4(0, 0, 0, 0);
     if (RB == 656) {
         const float4 tiles = v ? *reinterpret_cast<const float4 *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET) : make_float4(0, 0, 0, 0);
 #pragma unroll
-        for (int i = 0; i < 16; i++) { /* 16 bytes = chunks 2i, 2i+1 of this half = group i */
-            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 256 * half + 16 * i) : z;
-            const int gl = 16 * half + i, b = gl >> 2, gq = gl & 3;
+        for (int i = 0; i < G; i++) { /* 16 bytes = chunks 2i, 2i+1 of this part = group i */
+            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 16 * G * half + 16 * i) : z;
+            const int gl = G * half + i, b = gl >> 2, gq = gl & 3;
             const float scale = (b >> 1) == 0 ? tiles.x : (b >> 1) == 1 ? tiles.y : (b >> 1) == 2 ? tiles.z : tiles.w;
             *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e4m3x8_scaled(c.x, c.y, scale, true);
             *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e4m3x8_scaled(c.z, c.w, scale, true);
         }
     } else {
-        const uint4 sc = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 16 * half) : z;
-        const uint32_t scw[4] = {sc.x, sc.y, sc.z, sc.w};
+        uint32_t scw[4];
+        if (G == 16) {
+            const uint4 sc = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 16 * half) : z;
+            scw[0] = sc.x, scw[1] = sc.y, scw[2] = sc.z, scw[3] = sc.w;
+        } else {
+            const uint2 sc = v ? *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * half) : make_uint2(0, 0);
+            scw[0] = sc.x, scw[1] = sc.y, scw[2] = scw[3] = 0;
+        }
 #pragma unroll
-        for (int pass = 0; pass < 2; pass++) { /* two passes of 8 groups: enough ILP, fewer registers */
+        for (int pass = 0; pass < G / 8; pass++) { /* passes of 8 groups: enough ILP, fewer registers */
             uint4 codes[4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                codes[i] = v ? *reinterpret_cast<const uint4 *>(rec + 128 * half + 64 * pass + 16 * i) : z;
+                codes[i] = v ? *reinterpret_cast<const uint4 *>(rec + 8 * G * half + 64 * pass + 16 * i) : z;
 #pragma unroll
-            for (int j = 0; j < 8; j++) { /* group i of this half: 8 code bytes, one scale byte */
-                const int i = 8 * pass + j, gl = 16 * half + i, b = gl >> 2, gq = gl & 3;
+            for (int j = 0; j < 8; j++) { /* group i of this part: 8 code bytes, one scale byte */
+                const int i = 8 * pass + j, gl = G * half + i, b = gl >> 2, gq = gl & 3;
                 const __nv_bfloat162 d2 = group_scale_x2((scw[i >> 2] >> (8 * (i & 3))) & 0xFFu);
                 const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
                 const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
@@ -171,30 +191,31 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
     }
 }
 
-/* The RoPE block (dims 512..575) of the stage's records: thread t writes chunks 4(t%2)..+3 of
- * key t / 2. 368: the bare E4M3 values (exact in bf16); 432 / 656: the stored bf16. */
-template <int RB>
+/* The RoPE block (dims 512..575) of the stage's records: thread t writes the C = 8 / P chunks of
+ * 8 dims C(t%P)..+C-1 of key t / P (P = PT / 64 parts). 368: the bare E4M3 values (exact in
+ * bf16); 432 / 656: the stored bf16. */
+template <int RB, int PT>
 static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const uint8_t *valid, uint8_t *blk, int t) {
-    const int k = t >> 1, half = t & 1;
+    constexpr int P = producer_shape<PT>::parts, C = 8 / P;
+    const int k = t / P, part = t % P;
     const uint8_t *rec = stage + k * RB;
     const bool v = valid[k] != 0;
-    uint4 out[4];
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    uint4 out[C];
     if (RB == NVFP4_MLA_RECORD_BYTES_368) {
-        const uint4 z = make_uint4(0, 0, 0, 0);
-        const uint4 c0 = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 32 * half) : z;
-        const uint4 c1 = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 32 * half + 16) : z;
-        out[0] = e4m3x8_scaled(c0.x, c0.y, 1.0f, false);
-        out[1] = e4m3x8_scaled(c0.z, c0.w, 1.0f, false);
-        out[2] = e4m3x8_scaled(c1.x, c1.y, 1.0f, false);
-        out[3] = e4m3x8_scaled(c1.z, c1.w, 1.0f, false);
+#pragma unroll
+        for (int i = 0; i < C / 2; i++) { /* 16 E4M3 codes = two chunks */
+            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 8 * C * part + 16 * i) : z;
+            out[2 * i] = e4m3x8_scaled(c.x, c.y, 1.0f, false);
+            out[2 * i + 1] = e4m3x8_scaled(c.z, c.w, 1.0f, false);
+        }
     } else {
         const int off = RB == 656 ? NVFP4_MLA_FP8_656_ROPE_OFFSET : NVFP4_MLA_RECORD_ROPE_OFFSET;
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            out[i] = v ? *reinterpret_cast<const uint4 *>(rec + off + 64 * half + 16 * i) : make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < C; i++) out[i] = v ? *reinterpret_cast<const uint4 *>(rec + off + 16 * C * part + 16 * i) : z;
     }
 #pragma unroll
-    for (int i = 0; i < 4; i++) *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 32 * half + 8 * i)) = out[i];
+    for (int i = 0; i < C; i++) *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 8 * C * part + 8 * i)) = out[i];
 }
 
 /* Threads 0..63 of the producer: the tile's key metadata. */
@@ -219,9 +240,9 @@ static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_
     m->valid[t] = v;
 }
 
-/* The producer warpgroup (thread t = 0..127 of it): keeps R stages of copies in flight and turns
- * each landed stage into the tile's operand blocks. */
-template <int RB>
+/* The producer (thread t = 0..PT-1 of its PT / 128 warpgroups): keeps R stages of copies in
+ * flight and turns each landed stage into the tile's operand blocks. */
+template <int RB, int PT>
 static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                        int t) {
     const int warp = t >> 5, lane = t & 31;
@@ -233,22 +254,22 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     cursor_seek(a, pl, cur);
     uint32_t issued = 0;
     for (int s = 0; s < pl.stages && cur.valid; s++, issued++) {
-        issue_tile<RB>(a, pl, smem, bars, load_tile_slot(a, cur, warp, lane), s, warp, lane);
+        issue_tile<RB, PT>(a, pl, smem, bars, load_tile_slot<PT>(a, cur, warp, lane), s, warp, lane);
         cursor_next(a, pl, cur);
     }
     uint32_t pos = 0;
     for (uint32_t tile = 0; tile < issued; tile++) {
         const int stage = (int)(tile % (uint32_t)pl.stages);
         /* The next copies' slots, in flight during this tile's dequantisation. */
-        const int32_t next = cur.valid ? load_tile_slot(a, cur, warp, lane) : -1;
+        const int32_t next = cur.valid ? load_tile_slot<PT>(a, cur, warp, lane) : -1;
         mbar_wait(&bars.raw_full[stage], (tile / (uint32_t)pl.stages) & 1u);
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
         if (pl.resident) { /* the tile's 9 blocks in one batch */
             for (int i = 0; i < 9; i++) mbar_wait(&bars.slot_empty[pos_slot(pos + i, pl)], pos_parity(pos + i, pl) ^ 1u);
             write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
-            dequant_rope<RB>(raw, valid, smem + pl.off_ring + pos_slot(pos, pl) * ATT_BLOCK, t);
-            dequant_latent_tile<RB>(raw, valid, [&](int b) { return smem + pl.off_ring + pos_slot(pos + 1 + b, pl) * ATT_BLOCK; }, t);
+            dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + pos_slot(pos, pl) * ATT_BLOCK, t);
+            dequant_latent_tile<RB, PT>(raw, valid, [&](int b) { return smem + pl.off_ring + pos_slot(pos + 1 + b, pl) * ATT_BLOCK; }, t);
             fence_proxy_async();
             for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[pos_slot(pos + i, pl)]);
             pos += 9;
@@ -259,16 +280,16 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             uint8_t *blk = smem + pl.off_ring + slot * ATT_BLOCK;
             if (i == 0) {
                 write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
-                dequant_rope<RB>(raw, valid, blk, t);
+                dequant_rope<RB, PT>(raw, valid, blk, t);
             } else {
-                dequant_latent<RB>(raw, valid, blk, (i - 1) & 7, t);
+                dequant_latent<RB, PT>(raw, valid, blk, (i - 1) & 7, t);
             }
             fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
             mbar_arrive(&bars.slot_full[slot]);
         }
-        named_sync(BAR_PRODUCER, ATT_PRODUCER_THREADS); /* every producer thread is done with the stage */
+        named_sync(BAR_PRODUCER, PT); /* every producer thread is done with the stage */
         if (cur.valid) {
-            issue_tile<RB>(a, pl, smem, bars, next, stage, warp, lane);
+            issue_tile<RB, PT>(a, pl, smem, bars, next, stage, warp, lane);
             cursor_next(a, pl, cur);
             issued++;
         }
