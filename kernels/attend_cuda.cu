@@ -42,7 +42,7 @@
 
 /* Registers per thread of the roles after setmaxnreg: the 384 threads start at 168 (64512 of the
  * 64K register file) and trade them. Wide: 2 consumer warpgroups x 208 + 1 producer x 88;
- * narrow 16-head wgmma: 1 consumer x 232 + 2 producers x 136. */
+ * narrow wgmma: 1 consumer x 232 + 2 producers x 136. */
 #ifndef ATT_PRODUCER_REGS
 #define ATT_PRODUCER_REGS 88
 #endif
@@ -55,14 +55,15 @@
 /* Kernel kinds: the consumer shape and engine. */
 enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, KIND_COUNT };
 
-/* Producer threads of a kind. The 16-head wgmma kind takes two producer warpgroups: with one, the
+/* Producer threads of a kind. The narrow wgmma kinds take two producer warpgroups: with one, the
  * producer (one warp per scheduler, latency-bound at 0.4 issues a cycle) set the tile time and the
- * consumer waited on it for 20% of its samples (Nsight Compute, h = 16). Not the 32-head kind: its
- * consumer uses 255 registers, and 384 threads cap the kernel at 168 (ptxas spilled there). */
+ * consumer waited on it for 20% of its samples (Nsight Compute, h = 16). Measured: h = 16 138.7 ->
+ * 124.7 us; h = 32 172 -> 158 us although its consumer, which used 255 registers with 256 threads,
+ * now fits 168 with a 40-byte spill (ptxas -v). */
 template <int KIND>
 struct kind_threads {
     static constexpr int consumers = KIND == KIND_WIDE ? 256 : 128;
-    static constexpr int producers = KIND == KIND_N16_WGMMA ? 256 : 128;
+    static constexpr int producers = KIND == KIND_N16_WGMMA || KIND == KIND_N32_WGMMA ? 256 : 128;
     static constexpr int total = consumers + producers;
 };
 
@@ -93,12 +94,12 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
     if (threadIdx.x >= CONSUMERS) {
 #if NVFP4_HAVE_WGMMA
         if constexpr (KIND == KIND_WIDE) setmaxnreg_dec<ATT_PRODUCER_REGS>();
-        if constexpr (KIND == KIND_N16_WGMMA) setmaxnreg_dec<ATT_NARROW_PRODUCER_REGS>();
+        if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_dec<ATT_NARROW_PRODUCER_REGS>();
 #endif
         attend_producer<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
     } else {
 #if NVFP4_HAVE_WGMMA
-        if constexpr (KIND == KIND_N16_WGMMA) setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
+        if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
 #endif
         if constexpr (KIND == KIND_WIDE) {
 #if NVFP4_HAVE_WGMMA
@@ -194,7 +195,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     }
     for (int heads = a->num_heads <= 16 ? 16 : 32; !ok && heads >= 16; heads -= 16) {
         p = attend_plan();
-        p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous, p.threads = wgmma && heads == 16 ? 384 : 256; /* kind_threads */
+        p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous, p.threads = wgmma ? 384 : 256; /* kind_threads */
         p.off_q = 0, p.off_p = 9 * heads * 128, p.off_ring = p.off_p + heads * 128;
         ok = fit_ring(p, rb, 2 * 4 * 32 * 4, budget, 4, true);
     }
