@@ -2,9 +2,10 @@
  * (tests/test_gpu_attend.c).
  *
  * One warp-specialised, persistent kernel family (kernels/attend_pipeline.cuh):
- *  - a producer warpgroup keeps R stages of bulk copies of raw records in flight (one copy per
- *    record, completing on an mbarrier) and dequantises each landed stage once per CTA into 8 KB
- *    operand blocks of bf16 (64 keys x 64 dims, 128-byte swizzle) handed over through a ring;
+ *  - producer warps (two warpgroups for the narrow wgmma kinds, else one) keep R stages of bulk
+ *    copies of raw records in flight (one copy per record, completing on an mbarrier) and
+ *    dequantise each landed stage once per CTA into 8 KB operand blocks of bf16 (64 keys x 64
+ *    dims, 128-byte swizzle) handed over through a ring;
  *  - consumer warpgroups read the blocks straight from shared memory with wgmma (sm_90a) or
  *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
  *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;

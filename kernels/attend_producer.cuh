@@ -1,4 +1,4 @@
-/* The producer warpgroup of the attention pipeline (kernels/attend_pipeline.cuh): bulk copies of
+/* The producer warpgroup(s) of the attention pipeline (kernels/attend_pipeline.cuh): bulk copies of
  * raw records into the stages, and their dequantisation into operand blocks. */
 #ifndef NVFP4_MLA_ATTEND_PRODUCER_CUH
 #define NVFP4_MLA_ATTEND_PRODUCER_CUH
