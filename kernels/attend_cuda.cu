@@ -52,6 +52,9 @@
 #endif
 #define ATT_NARROW_PRODUCER_REGS 136
 #define ATT_NARROW_CONSUMER_REGS 232
+static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_PRODUCER_REGS <= 384 * 168, "wide: over the launch's registers");
+static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <= 384 * 168,
+              "narrow: over the launch's registers");
 
 /* Kernel kinds: the consumer shape and engine. */
 enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, KIND_COUNT };
@@ -60,7 +63,8 @@ enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, 
  * producer (one warp per scheduler, latency-bound at 0.4 issues a cycle) set the tile time and the
  * consumer waited on it for 20% of its samples (Nsight Compute, h = 16). Measured: h = 16 138.7 ->
  * 124.7 us; h = 32 172 -> 158 us although its consumer, which used 255 registers with 256 threads,
- * now fits 168 with a 40-byte spill (ptxas -v). */
+ * now runs at setmaxnreg's 232 and spills (ptxas -v: a 40-byte stack frame, 56 bytes of spill
+ * stores; ptxas allocates each setmaxnreg region to its own count). */
 template <int KIND>
 struct kind_threads {
     static constexpr int consumers = KIND == KIND_WIDE ? 256 : 128;

@@ -105,7 +105,7 @@ static __device__ __forceinline__ int64_t item_tiles(const item_span &s) {
 
 /* Barrier arrays inside the shared-memory map. */
 struct attend_bars {
-    uint64_t *raw_full;   /* [R]: the stage's copies landed (128 producer arrivals + transaction bytes) */
+    uint64_t *raw_full;   /* [R]: the stage's copies landed (one arrival per producer thread + transaction bytes) */
     uint64_t *slot_full;  /* [S]: the block is written (one arrival per producer thread) */
     uint64_t *slot_empty; /* [S]: the block is consumed (one arrival per consumer thread) */
 };

@@ -266,15 +266,23 @@ static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint3
 }
 
 /* compute-sanitizer racecheck's run (NVFP4_MLA_GPU_TEST_RACECHECK): it instruments every shared
- * access, so it gets one small case per consumer and record size; 640 entries are 10 tiles, which
- * wrap the operand ring, the metadata ring and the raw stages of every plan. */
+ * access, so it gets one small case per consumer and record size, on a context whose planner sees
+ * 2 SMs (white-box: the plan's arithmetic is the same for any SM count). One query of 1024 entries
+ * is then 2 splits of 8 tiles: each CTA wraps its raw stages, its operand ring (at most 2 tiles of
+ * blocks) and its metadata ring (4 tiles) several times, which is where producer and consumers
+ * reuse shared memory. (With every SM planned, such a query is 5+ splits of 2 tiles: no ring wraps.) */
 static bool race_shapes(void) {
     if (!getenv("NVFP4_MLA_GPU_TEST_RACECHECK")) return false;
+    const int32_t sms = gpu->cuda.sm_count;
+    gpu->cuda.sm_count = 2;
     const int64_t heads[] = {16, 32, 64};
     for (int hi = 0; hi < 3; hi++) {
-        run_case(1, heads[hi], 640, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
-        run_case(1, heads[hi], 640, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
+        run_case(1, heads[hi], 1024, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
+        run_case(1, heads[hi], 1024, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
     }
+    run_case(1, 16, 1024, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
+    run_case(3, 128, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC); /* items after items */
+    gpu->cuda.sm_count = sms;
     return true;
 }
 
