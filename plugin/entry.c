@@ -9,14 +9,12 @@
 #include "config.h"
 #include "context.h"
 #include "errors.h"
+#include "git_revision.h" /* generated at build time (plugin/meson.build, vcs_tag) */
 #include "nvfp4_mla.h"
 #include "ops.h"
 
 #ifndef NVFP4_MLA_VERSION
 #define NVFP4_MLA_VERSION "0.0.0"
-#endif
-#ifndef NVFP4_MLA_GIT_REVISION
-#define NVFP4_MLA_GIT_REVISION "unknown"
 #endif
 #ifndef NVFP4_MLA_CUDA_ARCHS
 #define NVFP4_MLA_CUDA_ARCHS ""
