@@ -27,7 +27,7 @@ struct wide_state {
 
 /* S over the tile's 9 blocks (positions pos0..pos0+8) for this warpgroup's 32 keys. */
 static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                               uint32_t pos0, int cw, float *lat_out, float *rope, int lane) {
+                                               uint32_t pos0, int cw, float *lat_out, float *rope) {
     float lat[2][16]; /* two accumulator chains (k-step parity): back-to-back wgmma into one wait */
     const uint32_t q0 = smem_addr(smem + pl.off_q);
     /* RoPE block, then the latent blocks: separate loops, each opening with a wgmma fence (see
@@ -143,7 +143,7 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
 
 /* O += P V over this warpgroup's 4 latent blocks, then releases them. */
 static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                               wide_state &st, uint32_t pos0, int cw, uint32_t (*pf)[4], int lane) {
+                                               wide_state &st, uint32_t pos0, int cw, uint32_t (*pf)[4]) {
     const uint32_t p0 = smem_addr(smem + pl.off_p);
 #pragma unroll
     for (int b = 0; b < 4; b++) fence_regs<32>(st.o[b]);
@@ -226,9 +226,9 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
         for (int64_t k = 0; k < tiles; k++, tile++, pos += 9) {
             float lat[16], rope[16];
             uint32_t pf[2][4];
-            wide_qk(pl, smem, bars, pos, cw, lat, rope, lane);
+            wide_qk(pl, smem, bars, pos, cw, lat, rope);
             wide_softmax(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], cw, warp, lane, pf);
-            wide_pv(pl, smem, bars, st, pos, cw, pf, lane);
+            wide_pv(pl, smem, bars, st, pos, cw, pf);
         }
         wide_epilogue(a, pl, smem, st, span, cw, warp, lane);
     }

@@ -37,20 +37,6 @@ static __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_codes) {
     return __half22float2(__half2(h));
 }
 
-/* Eight E2M1 codes (one little-endian word: nibble n = element n) times d, as four bf16 pairs in
- * the order (0,4), (1,5), (2,6), (3,7). Bit moves place sign, exponent and mantissa of nibbles n
- * and n+4 into bf16 fields (a bf16 with exponent field e2m1's is e2m1 * 2^-126, the E2M1
- * subnormal 0.5 included); one multiply by 2^126 and one by d (an E4M3 value) are exact. */
-static __device__ __forceinline__ uint4 e2m1x8_times(uint32_t w, __nv_bfloat162 d2) {
-    const __nv_bfloat162 bias = as_bf162(0x7E807E80u); /* 2^126 */
-    const uint32_t p0 = ((w << 12) & 0x80008000u) | ((w << 6) & 0x01C001C0u);
-    const uint32_t p1 = ((w << 8) & 0x80008000u) | ((w << 2) & 0x01C001C0u);
-    const uint32_t p2 = ((w << 4) & 0x80008000u) | ((w >> 2) & 0x01C001C0u);
-    const uint32_t p3 = (w & 0x80008000u) | ((w >> 6) & 0x01C001C0u);
-    return make_uint4(as_u32(__hmul2(__hmul2(as_bf162(p0), bias), d2)), as_u32(__hmul2(__hmul2(as_bf162(p1), bias), d2)),
-                      as_u32(__hmul2(__hmul2(as_bf162(p2), bias), d2)), as_u32(__hmul2(__hmul2(as_bf162(p3), bias), d2)));
-}
-
 /* Eight E4M3 codes (bytes of lo, hi) times a binary32 scale, rounded to bf16 like the CPU decoder;
  * `interleave` gives the latent order (0,4),(1,5),(2,6),(3,7), else natural pairs (RoPE). */
 static __device__ __forceinline__ uint4 e4m3x8_scaled(uint32_t lo, uint32_t hi, float scale, bool interleave) {

@@ -13,18 +13,9 @@ static __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
-static __device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-/* Waits until at most `pending` (0..2) of this thread's groups are in flight (an immediate in PTX,
- * hence the branches). */
-static __device__ __forceinline__ void cp_async_wait(int pending) {
-    if (pending >= 2)
-        asm volatile("cp.async.wait_group 2;\n" ::);
-    else if (pending == 1)
-        asm volatile("cp.async.wait_group 1;\n" ::);
-    else
-        asm volatile("cp.async.wait_group 0;\n" ::);
+/* Waits until every one of this thread's cp.async copies has landed. */
+static __device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 /* Four 8x8 bf16 matrices from shared memory; lane l gives the row address of matrix l / 8. */

@@ -71,9 +71,6 @@ static __device__ __forceinline__ void bulk_copy_g2s(void *dst, const void *src,
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar))
                  : "memory");
 }
-static __device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
 /* Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (wgmma
  * operand reads, bulk copies) and vice versa. */
 static __device__ __forceinline__ void fence_proxy_async() {
@@ -147,16 +144,6 @@ static __device__ __forceinline__ void wgmma_ss_n32(float *d, uint64_t da, uint6
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
-}
-
-/* D[64 x 32] (+)= A[64 x 16] * B[16 x 32], A from registers (the accumulator-shaped bf16
- * fragment), B from shared memory. */
-template <int TB>
-static __device__ __forceinline__ void wgmma_rs_n32(float *d, const uint32_t *a, uint64_t db, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(TB));
 }
 
 /* D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory. */

@@ -1,7 +1,6 @@
 /* init / shutdown / context_info: a context per device (design.md, ABI rule 7). */
 #include "context.h"
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,21 +16,13 @@
 nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *cap, const char *mma, int32_t *smem_per_block,
                                                int32_t *force_mma_sync) {
     char message[NVFP4_SETTING_MESSAGE_MAX];
-    if (cap && cap[0]) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long v = strtoull(cap, &end, 10);
-        if (cap[0] < '0' || cap[0] > '9' || *end || errno || v < 16384 || v > INT32_MAX) {
-            char quoted[NVFP4_SETTING_QUOTE_MAX * 4 + 8];
-            nvfp4_setting_quote(cap, quoted, sizeof quoted);
-            return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
-                              "init: NVFP4_MLA_ATTEND_SMEM_CAP=%s is not a decimal byte count in [16384, %d]; unset or "
-                              "empty is no cap",
-                              quoted, INT32_MAX);
-        }
-        if ((int32_t)v < *smem_per_block) {
-            *smem_per_block = (int32_t)v;
-        }
+    unsigned long long cap_bytes = INT32_MAX;
+    if (nvfp4_setting_count("NVFP4_MLA_ATTEND_SMEM_CAP", cap, "a decimal byte count", 16384, INT32_MAX, "no cap",
+                            &cap_bytes, message, sizeof message)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
+    }
+    if ((int32_t)cap_bytes < *smem_per_block) {
+        *smem_per_block = (int32_t)cap_bytes;
     }
     static const char *const engines[] = {"auto", "sync"};
     int engine = 0;

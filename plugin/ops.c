@@ -9,16 +9,20 @@
 #include "context.h"
 #include "errors.h"
 
+nvfp4_mla_status_t nvfp4_check_stream(const nvfp4_mla_context_t *ctx, const char *op, const void *stream) {
+    if (ctx->device_type == NVFP4_MLA_DEVICE_CPU && stream) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: stream must be NULL on a CPU context", op);
+    }
+    return NVFP4_MLA_OK;
+}
+
 nvfp4_mla_status_t nvfp4_check_call(const nvfp4_mla_context_t *ctx, const char *op, uint64_t op_cap, uint32_t layout,
                                     uint32_t scale_mode, float outer_scale, const void *stream) {
     nvfp4_mla_status_t st = nvfp4_check_mode(op, op_cap, layout, scale_mode, outer_scale);
     if (st || (st = nvfp4_context_require(ctx, op, nvfp4_mla_caps_needed(op_cap, layout, scale_mode)))) {
         return st;
     }
-    if (ctx->device_type == NVFP4_MLA_DEVICE_CPU && stream) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: stream must be NULL on a CPU context", op);
-    }
-    return NVFP4_MLA_OK;
+    return nvfp4_check_stream(ctx, op, stream);
 }
 
 nvfp4_mla_status_t nvfp4_finish(const char *op, const nvfp4_mla_kernel_result_t *res) {

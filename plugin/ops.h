@@ -28,8 +28,11 @@ nvfp4_mla_status_t nvfp4_lower_attend(const nvfp4_mla_context_t *ctx, const nvfp
 nvfp4_mla_status_t nvfp4_lower_merge(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *args,
                                      nvfp4_mla_merge_kernel_args_t *out);
 
+/* No stream on a CPU context (every operation's rule; merge, which has no record mode, calls it alone). */
+nvfp4_mla_status_t nvfp4_check_stream(const nvfp4_mla_context_t *ctx, const char *op, const void *stream);
+
 /* Shared by the operations: the ABI's mode rule, every capability the context must serve for the
- * call (nvfp4_mla_caps_needed of nvfp4_mla_record.h), and no stream on a CPU context. */
+ * call (nvfp4_mla_caps_needed of nvfp4_mla_record.h), and nvfp4_check_stream. */
 nvfp4_mla_status_t nvfp4_check_call(const nvfp4_mla_context_t *ctx, const char *op, uint64_t op_cap, uint32_t layout,
                                     uint32_t scale_mode, float outer_scale, const void *stream);
 

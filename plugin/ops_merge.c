@@ -49,10 +49,7 @@ static nvfp4_mla_status_t check_header(const nvfp4_mla_context_t *ctx, const nvf
         (st = nvfp4_context_require(ctx, "merge", NVFP4_MLA_CAP_OP_MERGE_PARTIALS))) {
         return st;
     }
-    if (ctx->device_type == NVFP4_MLA_DEVICE_CPU && a->stream) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: stream must be NULL on a CPU context");
-    }
-    return NVFP4_MLA_OK;
+    return nvfp4_check_stream(ctx, "merge", a->stream);
 }
 
 /* partial_out [P, n_q, h, 512] and partial_lse [P, n_q, h]. */

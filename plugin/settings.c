@@ -2,7 +2,9 @@
  * loader compiles this file as well. */
 #include "settings.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -48,7 +50,7 @@ int nvfp4_setting_bool(const char *name, const char *value, int *on, char *messa
         *on = 1;
         return 0;
     }
-    char quoted[NVFP4_SETTING_QUOTE_MAX * 4 + 8];
+    char quoted[NVFP4_SETTING_QUOTED_MAX];
     nvfp4_setting_quote(value, quoted, sizeof quoted);
     snprintf(message, message_size,
              "%s=%s is not a boolean: use 1 or true for on, 0 or false for off (any case); unset or empty is off",
@@ -68,7 +70,7 @@ int nvfp4_setting_path(const char *name, const char *value, char *out, size_t ou
     }
     size_t len = strlen(value);
     if (is_space(value[0]) || is_space(value[len - 1])) {
-        char quoted[NVFP4_SETTING_QUOTE_MAX * 4 + 8];
+        char quoted[NVFP4_SETTING_QUOTED_MAX];
         nvfp4_setting_quote(value, quoted, sizeof quoted);
         snprintf(message, message_size,
                  "%s=%s has leading or trailing whitespace: give the path without it; unset or empty means none",
@@ -96,7 +98,7 @@ int nvfp4_setting_choice(const char *name, const char *value, const char *const 
             return 0;
         }
     }
-    char quoted[NVFP4_SETTING_QUOTE_MAX * 4 + 8], list[256] = "";
+    char quoted[NVFP4_SETTING_QUOTED_MAX], list[256] = "";
     size_t used = 0;
     nvfp4_setting_quote(value, quoted, sizeof quoted);
     for (int i = 0; i < count; i++) {
@@ -106,4 +108,24 @@ int nvfp4_setting_choice(const char *name, const char *value, const char *const 
     snprintf(message, message_size, "%s=%s is not one of: %s (any case); unset or empty is %s", name, quoted, list,
              count ? names[0] : "the default");
     return -1;
+}
+
+int nvfp4_setting_count(const char *name, const char *value, const char *what, unsigned long long lo,
+                        unsigned long long hi, const char *none, unsigned long long *out, char *message,
+                        size_t message_size) {
+    if (!value || !value[0]) {
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    const unsigned long long v = strtoull(value, &end, 10);
+    if (value[0] < '0' || value[0] > '9' || *end || errno || v < lo || v > hi) {
+        char quoted[NVFP4_SETTING_QUOTED_MAX];
+        nvfp4_setting_quote(value, quoted, sizeof quoted);
+        snprintf(message, message_size, "%s=%s is not %s in [%llu, %llu]; unset or empty is %s", name, quoted, what,
+                 lo, hi, none);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }

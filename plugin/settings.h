@@ -1,4 +1,4 @@
-/* The one rule for settings read from the environment: booleans, paths and choices.
+/* The one rule for settings read from the environment: booleans, paths, choices and counts.
  *
  * Shared by the plugin's configuration (config.c: VLLM_NVFP4_MLA_DYNAMIC_SCALE, KV_FP8_ROPE,
  * VLLM_NVFP4_MLA_SCALES_FILE, NVFP4_MLA_WRITER_POLICY) and the C host loader (NVFP4_MLA_PLUGIN; the loader library compiles
@@ -13,6 +13,8 @@
  *            user meant, and trimming it hid mistakes).
  *   choice   unset or "" is the default (the first name); one of the names in any case; anything
  *            else fails (whitespace included), listing the names.
+ *   count    unset or "" is the caller's default; decimal digits only, within the bounds the
+ *            message gives (the plugin's NVFP4_MLA_ATTEND_SMEM_CAP; the Python shim reads no count).
  * A failure message names the variable, shows the value quoted (control, quote, backslash and
  * non-ASCII bytes escaped, so whitespace shows) and says what is accepted. No I/O, no state: the
  * functions are safe from any thread.
@@ -25,6 +27,8 @@
 /* Enough for any message below (the quoted value is cut at NVFP4_SETTING_QUOTE_MAX bytes). */
 #define NVFP4_SETTING_MESSAGE_MAX 768
 #define NVFP4_SETTING_QUOTE_MAX 100
+/* Bytes of nvfp4_setting_quote's output for any value (every byte escaped as \xHH, quotes, "..."). */
+#define NVFP4_SETTING_QUOTED_MAX (NVFP4_SETTING_QUOTE_MAX * 4 + 8)
 
 /* `value` NULL means unset. 0 and *on = 0 or 1, or -1 and `message` (NUL-terminated) says why. */
 int nvfp4_setting_bool(const char *name, const char *value, int *on, char *message, size_t message_size);
@@ -39,6 +43,13 @@ int nvfp4_setting_path(const char *name, const char *value, char *out, size_t ou
  * and `message` names the variable, shows the value quoted and lists every accepted name. */
 int nvfp4_setting_choice(const char *name, const char *value, const char *const *names, int count, int *index,
                          char *message, size_t message_size);
+
+/* A decimal count in [lo, hi] (digits only; `what` names it in the message, `none` says what unset
+ * means). `value` NULL means unset. 0 and *out (left as it was for unset or ""), or -1 and
+ * `message` names the variable, shows the value quoted and gives the bounds. */
+int nvfp4_setting_count(const char *name, const char *value, const char *what, unsigned long long lo,
+                        unsigned long long hi, const char *none, unsigned long long *out, char *message,
+                        size_t message_size);
 
 /* `value` between double quotes, escaped as above and cut after NVFP4_SETTING_QUOTE_MAX bytes ("..."
  * follows the closing quote then). Always NUL-terminated. */

@@ -133,8 +133,8 @@ static void settings_should_refuse_values_they_do_not_understand(void **state) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         expect_refusal("nvfp4_ds_mla", NULL, cases[c].env, NVFP4_MLA_ERR_CONFIG, cases[c].needle);
-        if (strstr(cases[c].needle, "boolean")) {
-            expect_refusal("nvfp4_ds_mla", NULL, cases[c].env, NVFP4_MLA_ERR_CONFIG, accepted);
+        if (strstr(cases[c].needle, "boolean") && !strstr(nvfp4_last_error(), accepted)) {
+            fail_msg("message \"%s\" lacks \"%s\"", nvfp4_last_error(), accepted);
         }
     }
     /* Settings are read before the dtype decides anything: a malformed one is refused for any dtype. */
@@ -144,7 +144,7 @@ static void settings_should_refuse_values_they_do_not_understand(void **state) {
 
 static void setting_quote_should_escape_and_cut(void **state) {
     (void)state;
-    char out[NVFP4_SETTING_QUOTE_MAX * 4 + 8], longer[300];
+    char out[NVFP4_SETTING_QUOTED_MAX], longer[300];
     nvfp4_setting_quote("a b\t\x7f", out, sizeof out);
     assert_string_equal(out, "\"a b\\t\\x7f\"");
     memset(longer, 'x', sizeof longer - 1);

@@ -103,12 +103,11 @@ static int load_capture(const char *path, capture_t *c, const char *json_key) {
 /* Loads `path` through the plugin's configuration, as a server would. `shown` names the file in
  * messages (the user's --out while `path` is still the temporary file). */
 static int plugin_check(cli_host_t *host, const char *path, const char *shown) {
-    char env_file[sizeof ((cli_out_t *)0)->temp + 32];
-    snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", path);
-    const char *env[] = {env_file, "KV_FP8_ROPE=1", NULL};
-    nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, env, NULL, {0}};
+    char env_file[CLI_SCALES_ENV_MAX]; /* `path` may be the temporary file (cli_out_t.temp, 4200 bytes) */
+    const char *env[3];
+    cli_scales_env(path, env_file, env);
     nvfp4_mla_config_t *cfg;
-    if (host->table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
+    if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
         return cli_fail("calibrate", "the plugin rejects the file, so %s was not written: %s", shown,
                         host->table->last_error());
     }

@@ -82,6 +82,14 @@ int cli_parse_real(const char *cmd, const char *flag, const char *value, double 
 int cli_parse_scale(const char *cmd, const char *flag, const char *value, float *out);
 
 /* CPU tensor descriptors for the ABI. */
+/* The environment of a server that loads the static scales file `path` (VLLM_NVFP4_MLA_SCALES_FILE
+ * plus KV_FP8_ROPE=1) into env[0..2] (NULL-terminated), env[0] formatted into `buf`. */
+#define CLI_SCALES_ENV_MAX 4500 /* the name and the longest path the tools hold (cli_profile_t.scales_path: 4400) */
+void cli_scales_env(const char *path, char buf[CLI_SCALES_ENV_MAX], const char *env[3]);
+/* The plugin's nvfp4_ds_mla configuration for the environment `env`, asked for as a server asks
+ * (no model folder, no host); the plugin's status, its last error on refusal. */
+nvfp4_mla_status_t cli_config_for_env(cli_host_t *host, const char *const *env, nvfp4_mla_config_t **cfg);
+
 nvfp4_mla_tensor_t cli_tensor_2d(void *data, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride);
 nvfp4_mla_tensor_t cli_tensor_1d(void *data, int32_t dtype, int64_t n);
 /* A cache of `tokens` records in one block per 64 slots: [ceil(tokens/64), 64, record_bytes]. */

@@ -72,6 +72,16 @@ int64_t cli_cache_bytes(int64_t tokens, int32_t record_bytes) {
     return (tokens + CLI_BLOCK - 1) / CLI_BLOCK * CLI_BLOCK * record_bytes;
 }
 
+void cli_scales_env(const char *path, char buf[CLI_SCALES_ENV_MAX], const char *env[3]) {
+    snprintf(buf, CLI_SCALES_ENV_MAX, "VLLM_NVFP4_MLA_SCALES_FILE=%s", path);
+    env[0] = buf, env[1] = "KV_FP8_ROPE=1", env[2] = NULL;
+}
+
+nvfp4_mla_status_t cli_config_for_env(cli_host_t *host, const char *const *env, nvfp4_mla_config_t **cfg) {
+    nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, env, NULL, {0}};
+    return host->table->config_create(&req, cfg);
+}
+
 nvfp4_mla_tensor_t cli_cache_tensor(uint8_t *data, int64_t tokens, int32_t record_bytes) {
     int64_t blocks = (tokens + CLI_BLOCK - 1) / CLI_BLOCK;
     nvfp4_mla_tensor_t t = {data, NVFP4_MLA_DTYPE_U8, 3, {blocks, CLI_BLOCK, record_bytes, 0},

@@ -13,9 +13,8 @@
 #define DEMO_TOKENS 256
 
 static void identity_of(cli_host_t *host, const char *const *env, const char *label) {
-    nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, env, NULL, {0}};
     nvfp4_mla_config_t *cfg;
-    if (host->table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
+    if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
         printf("  %-34s refused: %s\n", label, host->table->last_error());
         return;
     }
@@ -88,9 +87,8 @@ static int demo_layer(cli_host_t *host, const nvfp4_mla_config_t *cfg, synth_rng
  * come from the plugin's configuration (`static_env`), exactly as a server gets them. */
 static int demo_layers(cli_host_t *host, const cli_profile_t *profile, const char *const *static_env,
                        uint32_t policy) {
-    nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, static_env, NULL, {0}};
     nvfp4_mla_config_t *cfg;
-    if (host->table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
+    if (cli_config_for_env(host, static_env, &cfg) != NVFP4_MLA_OK) {
         return cli_fail("demo", "%s", host->table->last_error());
     }
     const double *max_abs = profile->max_abs;
@@ -132,9 +130,9 @@ int cli_demo_cmd(int argc, char **argv) {
     printf("plugin %s: %s %s, ABI %u.%u\n", host.loader.path, host.table->plugin_name, host.table->version,
            host.table->header.abi_major, host.table->header.abi_minor);
     printf("magnitude profile: %s (%d layers)\n", profile.label, profile.layers);
-    char env_file[4500];
-    snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", profile.scales_path);
-    const char *static_env[] = {env_file, "KV_FP8_ROPE=1", NULL};
+    char env_file[CLI_SCALES_ENV_MAX];
+    const char *static_env[3];
+    cli_scales_env(profile.scales_path, env_file, static_env);
     int rc = demo_layers(&host, &profile, static_env, policy);
     if (!rc) {
         printf("\ncache identity per configuration (persistent offload namespaces):\n");

@@ -106,6 +106,11 @@ static int policy_requested(void) {
     return v && v[0] && strcasecmp(v, "rtn") != 0;
 }
 
+/* The writer policy the configuration takes: rtn from a plugin older than writer policies. */
+static uint32_t writer_policy(const probe_t *p) {
+    return p->has_policy ? p->info.writer_policy : NVFP4_MLA_WRITER_POLICY_RTN;
+}
+
 /* The decision for the configuration in this environment. */
 static void decide(probe_t *p, const char *model_dir, int quiet) {
     const nvfp4_mla_plugin_t *t = p->loader.table;
@@ -133,7 +138,7 @@ static void decide(probe_t *p, const char *model_dir, int quiet) {
     } else if (!p->info.is_nvfp4) {
         snprintf(p->decision, sizeof p->decision, "cache dtype %s does not use the plugin", p->dtype);
     } else {
-        const uint32_t policy = p->has_policy ? p->info.writer_policy : NVFP4_MLA_WRITER_POLICY_RTN;
+        const uint32_t policy = writer_policy(p);
         nvfp4_mla_requirement_t want = {p->info.layout, p->info.scale_mode, nvfp4_mla_writer_policy_cap(policy),
                                         p->info.scale_source != NVFP4_MLA_SCALE_SOURCE_NONE ||
                                             policy != NVFP4_MLA_WRITER_POLICY_RTN};
@@ -175,7 +180,7 @@ static void print_json(const probe_t *p) {
     }
     if (p->cfg) {
         cJSON_AddStringToObject(o, "writer_policy",
-                                nvfp4_mla_writer_policy_name(p->has_policy ? p->info.writer_policy : 0));
+                                nvfp4_mla_writer_policy_name(writer_policy(p)));
         cJSON_AddStringToObject(o, "cache_identity", p->info.identity);
         cJSON_AddStringToObject(o, "scale_source", source_name(p->info.scale_source));
         cJSON_AddStringToObject(o, "scale_source_path", p->info.scale_source_path);
@@ -216,7 +221,7 @@ static void print_text(const probe_t *p) {
         printf("outer scales          %s%s%s, %u calibrated layers\n", source_name(p->info.scale_source),
                p->info.scale_source_path[0] ? " from " : "", p->info.scale_source_path, p->info.num_layers);
         printf("writer policy         %s%s (available: ",
-               nvfp4_mla_writer_policy_name(p->has_policy ? p->info.writer_policy : 0),
+               nvfp4_mla_writer_policy_name(writer_policy(p)),
                p->has_policy ? "" : " (the plugin predates writer policies)");
         print_policies(&p->loader);
         printf("; NVFP4_MLA_WRITER_POLICY; not part of the cache identity)\n");

@@ -23,12 +23,11 @@ static int active(int m) {
 
 /* Per-layer static scales, asked of the plugin exactly as a runtime would. */
 static int layer_scales(cli_host_t *host, const char *path, int layers, float *scales) {
-    char env_file[4500];
-    snprintf(env_file, sizeof env_file, "VLLM_NVFP4_MLA_SCALES_FILE=%s", path);
-    const char *env[] = {env_file, "KV_FP8_ROPE=1", NULL};
-    nvfp4_mla_config_request_t req = {sizeof req, 0, "nvfp4_ds_mla", NULL, env, NULL, {0}};
+    char env_file[CLI_SCALES_ENV_MAX];
+    const char *env[3];
+    cli_scales_env(path, env_file, env);
     nvfp4_mla_config_t *cfg;
-    if (host->table->config_create(&req, &cfg) != NVFP4_MLA_OK) {
+    if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
         return cli_fail("quality", "%s", host->table->last_error());
     }
     for (int l = 0; l < layers; l++) {

@@ -67,7 +67,7 @@ static int select_plugin(nvfp4_mla_loader_t *loader, const char *selection, char
     struct stat st;
     int exists = stat(checked, &st) == 0;
     if (!exists && keyword_like(checked)) {
-        char quoted[NVFP4_SETTING_QUOTE_MAX * 4 + 8];
+        char quoted[NVFP4_SETTING_QUOTED_MAX];
         nvfp4_setting_quote(checked, quoted, sizeof quoted);
         snprintf(text, sizeof text,
                  "%s=%s names no file and is not the keyword \"none\" (exactly, lower case), which disables the "
