@@ -75,31 +75,26 @@ static __device__ __forceinline__ item_out item_out_of(const nvfp4_mla_attend_ke
     return o;
 }
 
-/* Stores two adjacent operand columns (p, p+1: latent elements d and d+4) of head row `head`. */
-static __device__ __forceinline__ void store_pair(const item_out &o, int64_t head, int p, float v0, float v1) {
-    if (head >= o.heads) return;
-    const int d0 = latent_dim(p), d1 = latent_dim(p + 1);
-    if (o.out) {
-        uint16_t *row = o.out + head * o.out_head_stride;
-        const __nv_bfloat16 b0 = __float2bfloat16_rn(v0), b1 = __float2bfloat16_rn(v1);
-        row[d0] = *reinterpret_cast<const uint16_t *>(&b0);
-        row[d1] = *reinterpret_cast<const uint16_t *>(&b1);
-    } else {
-        float *row = o.partial + head * 512;
-        row[d0] = v0;
-        row[d1] = v1;
-    }
-}
+/* ---- the item's outputs ----
+ *
+ * bf16 outputs pass through the item's Q region (free once its last Q.K^T is done) so that the
+ * global stores are whole 16-byte runs: a 2-byte store per value (the accumulators hold dims in
+ * operand order, heads across lanes) cost the 16-head consumer ~1900 instructions a warp, 4% of
+ * the kernel's time at h = 16, exposed after the last tile. Staged rows are 1040 bytes: 512 bf16
+ * and 16 bytes of padding, which put consecutive heads 4 banks apart. Split partials (f32, twice
+ * the bytes, and only for small batches) are stored straight from the accumulators: staging them
+ * in two halves kept every accumulator live across the halves and made ptxas spill. */
+#define ATT_STAGE_ROW 1040
 
-/* Stores one value of a head row (the narrow consumer's layout has rows = dims). */
-static __device__ __forceinline__ void store_one(const item_out &o, int64_t head, int p, float v) {
-    if (head >= o.heads) return;
-    const int d = latent_dim(p);
-    if (o.out) {
-        const __nv_bfloat16 b = __float2bfloat16_rn(v);
-        o.out[head * o.out_head_stride + d] = *reinterpret_cast<const uint16_t *>(&b);
-    } else {
-        o.partial[head * 512 + d] = v;
+/* Copies the staged rows [0, rows) to out (rows past o.heads are not stored); thread t of
+ * nthreads. out is 16-byte aligned with 8-element strides (the plugin checks it). */
+static __device__ __forceinline__ void stage_flush(const item_out &o, const uint8_t *stage, int rows, int t,
+                                                   int nthreads) {
+    for (int i = t; i < rows * 64; i += nthreads) {
+        const int row = i >> 6, ch = i & 63;
+        if (row < o.heads)
+            *reinterpret_cast<uint4 *>(o.out + row * o.out_head_stride + 8 * ch) =
+                *reinterpret_cast<const uint4 *>(stage + row * ATT_STAGE_ROW + 16 * ch);
     }
 }
 

@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
         if constexpr (KIND == KIND_WIDE) setmaxnreg_dec<ATT_PRODUCER_REGS>();
         if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_dec<ATT_NARROW_PRODUCER_REGS>();
 #endif
-        attend_producer<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
+        attend_producer<RB, PRODUCERS, KIND != KIND_WIDE>(a, pl, smem, threadIdx.x - CONSUMERS);
     } else {
 #if NVFP4_HAVE_WGMMA
         if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();

@@ -135,11 +135,19 @@ static __device__ __forceinline__ void pv_resident_wgmma(narrow_state<N, true> &
 }
 #endif
 
-/* Operand dim (row) of O^T value (block b, index i) for this thread. */
+/* O^T value (block b, index i) of a thread sits at operand dim (row) narrow_row0 + narrow_row(b, i)
+ * and head (column) 2 (lane % 4) + narrow_col(i). The row's last three bits are lane / 4, so its
+ * latent dim is latent_dim(narrow_row0) + narrow_row(b, i): a per-thread base plus a constant. */
 template <bool WG>
-static __device__ __forceinline__ int narrow_dim(int b, int i, int warp, int lane) {
-    const int r = (lane >> 2) + 8 * ((i >> 1) & 1);
-    return WG ? 64 * b + 16 * warp + r : 128 * warp + 16 * b + r;
+static __device__ __forceinline__ int narrow_row0(int warp, int lane) {
+    return (WG ? 16 : 128) * warp + (lane >> 2);
+}
+template <bool WG>
+static __device__ __forceinline__ constexpr int narrow_row(int b, int i) {
+    return (WG ? 64 : 16) * b + 8 * ((i >> 1) & 1);
+}
+static __device__ __forceinline__ constexpr int narrow_col(int i) {
+    return 8 * (i >> 2) + (i & 1);
 }
 
 /* ---- one tile ---- */
@@ -155,7 +163,9 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
     const int qblock = N * 128;
     float lat[C][N / 2];
     float(*rope1)[N / 2] = reinterpret_cast<float(*)[N / 2]>(rope);
-    wait_full(bars, pos0, pl);
+    /* A resident tile is handed over whole (the producer arrives on its 9 slots after writing all
+     * of them, in ring order), so its last slot's barrier covers the 8 before it. */
+    wait_full(bars, pl.resident ? pos0 + 8 : pos0, pl);
 #if NVFP4_HAVE_WGMMA
     if (WG) wgmma_fence();
 #endif
@@ -169,7 +179,7 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
     }
 #pragma unroll 1
     for (int i = 1; i < 9; i++) {
-        wait_full(bars, pos0 + i, pl);
+        if (!pl.resident) wait_full(bars, pos0 + i, pl);
 #if NVFP4_HAVE_WGMMA
         if (WG) wgmma_fence();
 #endif
@@ -350,13 +360,28 @@ static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_ke
         inv[c] = l > 0.0f ? 1.0f / l : 0.0f;
         if (warp == 0 && (lane >> 2) == 0) store_lse(out, col, l, st.m[c]);
     }
+    const int dim0 = latent_dim(narrow_row0<WG>(warp, lane)), head0 = 2 * (lane & 3);
+    if (out.out) { /* staged in Q's region: N rows of ATT_STAGE_ROW <= the 9 Q blocks' 1152 N bytes */
+        uint8_t *stage = smem + pl.off_q;
+        __nv_bfloat16 *base = reinterpret_cast<__nv_bfloat16 *>(stage + head0 * ATT_STAGE_ROW) + dim0;
 #pragma unroll
-    for (int b = 0; b < 8; b++)
+        for (int b = 0; b < 8; b++)
 #pragma unroll
-        for (int i = 0; i < N / 2; i++) {
-            const int c = 2 * (i >> 2) + (i & 1);
-            store_one(out, frag_col(i, lane), narrow_dim<WG>(b, i, warp, lane), st.o[b][i] * inv[c]);
-        }
+            for (int i = 0; i < N / 2; i++)
+                base[narrow_col(i) * (ATT_STAGE_ROW / 2) + narrow_row<WG>(b, i)] =
+                    __float2bfloat16_rn(st.o[b][i] * inv[2 * (i >> 2) + (i & 1)]);
+        named_sync(BAR_CONSUMER, 128);
+        stage_flush(out, stage, N, 32 * warp + lane, 128);
+        named_sync(BAR_CONSUMER, 128); /* the stage (Q's region) free for the next item's Q */
+    } else {
+        float *base = out.partial + head0 * 512 + dim0;
+#pragma unroll
+        for (int b = 0; b < 8; b++)
+#pragma unroll
+            for (int i = 0; i < N / 2; i++)
+                if (head0 + narrow_col(i) < out.heads)
+                    base[narrow_col(i) * 512 + narrow_row<WG>(b, i)] = st.o[b][i] * inv[2 * (i >> 2) + (i & 1)];
+    }
 }
 
 /* The narrow consumer warpgroup (thread t = 0..127). */

@@ -59,6 +59,20 @@ struct producer_shape {
     static constexpr int parts = PT / ATT_KEYS;      /* threads per key in the dequantisation: 2 or 4 */
 };
 
+/* Key and part of producer thread t in the whole-tile dequantisation passes. The 8 lanes of each
+ * quarter warp take 8 consecutive keys of one part: their 16-byte stores then fall in 8 different
+ * swizzled chunks of one block, and their raw loads (record strides of 368, 432 and 656 bytes) in
+ * 8 different bank groups. With the lanes of one key spread over the parts, the parts' stores hit
+ * the same chunk of 4 different blocks (Nsight Compute, h = 16: 2112 store wavefronts a tile
+ * against 576 ideal, and twice the ideal on the raw loads). */
+template <int PT>
+static __device__ __forceinline__ void key_part(int t, int &key, int &part) {
+    constexpr int P = producer_shape<PT>::parts;
+    const int quarter = t >> 3; /* 0 .. PT/8 - 1 */
+    key = 8 * (quarter / P) + (t & 7);
+    part = quarter % P;
+}
+
 /* Lane l (< entries) of producer warp w: the raw slot of entry entries * w + l of the cursor's
  * tile (-1 past its end), loaded a tile ahead of the copies and sanitised only when they are
  * issued (sane_slot): a test right after the load made the producer wait for it (4% of samples). */
@@ -139,7 +153,7 @@ static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, cons
     }
 }
 
-/* The whole tile at once (resident rings): thread t takes key t / P and latent part t % P of P =
+/* The whole tile at once (resident rings): thread t takes one key and one latent part (key_part) of P =
  * PT / 64 parts (G = 32 / P groups: 16 for 128 producer threads, 8 for 256): its 8G code bytes and
  * G scale codes come in vector loads and give 2G independent 8-element chunks, which is what keeps
  * the warps busy (one block at a time left each thread two dependent chains and the producer
@@ -148,7 +162,8 @@ template <int RB, int PT, typename BlockAt>
 static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage, const uint8_t *valid, BlockAt blk,
                                                            int t) {
     constexpr int P = producer_shape<PT>::parts, G = 32 / P;
-    const int k = t / P, half = t % P; /* `half`: the part (a half with 128 threads) */
+    int k, half; /* `half`: the part (a half with 128 threads) */
+    key_part<PT>(t, k, half);
     const uint8_t *rec = stage + k * RB;
     const bool v = valid[k] != 0;
     const uint4 z = make_uint4(0, 0, 0, 0);
@@ -193,12 +208,13 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
 }
 
 /* The RoPE block (dims 512..575) of the stage's records: thread t writes the C = 8 / P chunks of
- * 8 dims C(t%P)..+C-1 of key t / P (P = PT / 64 parts). 368: the bare E4M3 values (exact in
+ * 8 dims C*part..+C-1 of its key (key_part; P = PT / 64 parts). 368: the bare E4M3 values (exact in
  * bf16); 432 / 656: the stored bf16. */
 template <int RB, int PT>
 static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const uint8_t *valid, uint8_t *blk, int t) {
     constexpr int P = producer_shape<PT>::parts, C = 8 / P;
-    const int k = t / P, part = t % P;
+    int k, part;
+    key_part<PT>(t, k, part);
     const uint8_t *rec = stage + k * RB;
     const bool v = valid[k] != 0;
     const uint4 z = make_uint4(0, 0, 0, 0);
@@ -242,8 +258,11 @@ static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_
 }
 
 /* The producer (thread t = 0..PT-1 of its PT / 128 warpgroups): keeps R stages of copies in
- * flight and turns each landed stage into the tile's operand blocks. */
-template <int RB, int PT>
+ * flight and turns each landed stage into the tile's operand blocks. IN_ORDER: the consumers
+ * release slots in ring order (the narrow ones; the wide warpgroups free each other's latent
+ * blocks early), so a resident tile waits only for the last of its 9 slots to be released: each
+ * consumer thread's arrival there comes after its arrivals on the 8 before. */
+template <int RB, int PT, bool IN_ORDER>
 static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                        int t) {
     const int warp = t >> 5, lane = t & 31;
@@ -267,7 +286,8 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
         if (pl.resident) { /* the tile's 9 blocks in one batch */
-            for (int i = 0; i < 9; i++) mbar_wait(&bars.slot_empty[pos_slot(pos + i, pl)], pos_parity(pos + i, pl) ^ 1u);
+            for (int i = IN_ORDER ? 8 : 0; i < 9; i++)
+                mbar_wait(&bars.slot_empty[pos_slot(pos + i, pl)], pos_parity(pos + i, pl) ^ 1u);
             write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
             dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + pos_slot(pos, pl) * ATT_BLOCK, t);
             dequant_latent_tile<RB, PT>(raw, valid, [&](int b) { return smem + pl.off_ring + pos_slot(pos + 1 + b, pl) * ATT_BLOCK; }, t);

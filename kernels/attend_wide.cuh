@@ -32,7 +32,7 @@ static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *s
     const uint32_t q0 = smem_addr(smem + pl.off_q);
     /* RoPE block, then the latent blocks: separate loops, each opening with a wgmma fence (see
      * narrow_qk on C7519). */
-    wait_full(bars, pos0, pl);
+    wait_full(bars, pos0 + 8, pl);
     wgmma_fence();
     { /* rows 32cw.. of the block; a k-step is +32 bytes = +2 in the address field */
         const uint64_t db = sw128_desc(smem_addr(slot_ptr(smem, pl, pos0)) + 4096 * cw, 1024, 16);
@@ -43,7 +43,6 @@ static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *s
     wgmma_commit();
 #pragma unroll 1
     for (int i = 1; i < 9; i++) {
-        wait_full(bars, pos0 + i, pl);
         wgmma_fence();
         const uint64_t db = sw128_desc(smem_addr(slot_ptr(smem, pl, pos0 + i)) + 4096 * cw, 1024, 16);
         const uint64_t da = sw128_desc(q0 + (i - 1) * ATT_BLOCK, 1024, 16);
@@ -186,21 +185,48 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
     }
     named_sync(BAR_WIDE_ITEM, 256);
     const item_out out = item_out_of(a, pl, span);
+    float inv[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = 16 * warp + g + 8 * h;
         const float l = xrow[row] + xrow[64 + row];
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
         if (cw == 0 && c == 0) store_lse(out, row, l, st.m[h]);
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int i = 4 * j + 2 * h;
-                store_pair(out, row, 64 * (4 * cw + b) + 8 * j + 2 * c, st.o[b][i] * inv, st.o[b][i + 1] * inv);
-            }
     }
-    named_sync(BAR_WIDE_ITEM, 256); /* xrow and Q free for the next item */
+    if (out.out) {
+        uint8_t *stage = smem + pl.off_q; /* 64 rows of ATT_STAGE_ROW <= the 9 Q blocks */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(stage + (16 * warp + g + 8 * h) * ATT_STAGE_ROW) + 256 * cw + c;
+#pragma unroll
+            for (int b = 0; b < 4; b++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) { /* positions 2c, 2c + 1 of chunk j: latent dims c, c + 4 */
+                    const int i = 4 * j + 2 * h;
+                    row[64 * b + 8 * j] = __float2bfloat16_rn(st.o[b][i] * inv[h]);
+                    row[64 * b + 8 * j + 4] = __float2bfloat16_rn(st.o[b][i + 1] * inv[h]);
+                }
+        }
+        named_sync(BAR_WIDE_ITEM, 256);
+        stage_flush(out, stage, 64, 128 * cw + 32 * warp + lane, 256);
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = 16 * warp + g + 8 * h;
+            if (row < out.heads) {
+                float *dst = out.partial + row * 512 + 256 * cw + c;
+#pragma unroll
+                for (int b = 0; b < 4; b++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int i = 4 * j + 2 * h;
+                        dst[64 * b + 8 * j] = st.o[b][i] * inv[h];
+                        dst[64 * b + 8 * j + 4] = st.o[b][i + 1] * inv[h];
+                    }
+            }
+        }
+    }
+    named_sync(BAR_WIDE_ITEM, 256); /* xrow, the stage and Q's region free for the next item */
 }
 
 /* The two wide consumer warpgroups (thread t = 0..255). */
