@@ -133,6 +133,36 @@ static __device__ __forceinline__ void pv_resident_wgmma(narrow_state<N, true> &
         }
     }
 }
+
+/* Issues S^T of the resident tile at pos0 (RoPE block into `rope`, latent blocks into the chains
+ * `lat`) without waiting. Unrolled: it runs while the previous tile's P.V is in flight, and
+ * accumulators in flight across a loop edge or branch join make ptxas serialise wgmma (C7519). */
+template <int N>
+static __device__ __forceinline__ void qk_issue_resident(float (*lat)[N / 2], float *rope, uint8_t *smem,
+                                                         const attend_plan &pl, uint32_t pos0) {
+    constexpr int C = qk_chains<N, true>::value;
+    const uint8_t *qs = smem + pl.off_q;
+    qk_block<N, true, 1>(reinterpret_cast<float(*)[N / 2]>(rope), slot_ptr(smem, pl, pos0), qs + 8 * N * 128, true, 0, 0);
+#pragma unroll
+    for (int i = 1; i < 9; i++)
+        qk_block<N, true, C>(lat, slot_ptr(smem, pl, pos0 + i), qs + (i - 1) * N * 128, i == 1, 0, 0);
+}
+
+/* Pins the score accumulators after a wait and sums the chains into lat_out. */
+template <int N>
+static __device__ __forceinline__ void qk_collect(float (*lat)[N / 2], float *rope, float *lat_out) {
+    constexpr int C = qk_chains<N, true>::value;
+#pragma unroll
+    for (int c = 0; c < C; c++) fence_regs<N / 2>(lat[c]);
+    fence_regs<N / 2>(rope);
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        float v = lat[0][i];
+#pragma unroll
+        for (int c = 1; c < C; c++) v += lat[c][i];
+        lat_out[i] = v;
+    }
+}
 #endif
 
 /* O^T value (block b, index i) of a thread sits at operand dim (row) narrow_row0 + narrow_row(b, i)
@@ -224,18 +254,19 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
     uint8_t *pt = smem + pl.off_p;
     const float scale_log2 = a.sm_scale * 1.4426950408889634f;
     const int g = lane >> 2;
-    float sk[2], rk[2];
+    float sk[2], lk[2], rk[2]; /* the key's latent scale; both score scales times log2(e) sm_scale */
     bool vk[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int key = 16 * warp + g + 8 * h;
-        sk[h] = meta.s[key], rk[h] = meta.r[key], vk[h] = meta.valid[key] != 0;
+        sk[h] = meta.s[key], vk[h] = meta.valid[key] != 0;
+        lk[h] = sk[h] * scale_log2, rk[h] = meta.r[key] * scale_log2;
     }
     float sc[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) {
         const int h = (i >> 1) & 1;
-        sc[i] = vk[h] ? __fmul_rn(__fadd_rn(__fmul_rn(lat[i], sk[h]), __fmul_rn(rope[i], rk[h])), scale_log2) : -INFINITY;
+        sc[i] = vk[h] ? fmaf(lat[i], lk[h], rope[i] * rk[h]) : -INFINITY;
     }
 #pragma unroll
     for (int c = 0; c < N / 4; c++) { /* column c = value pairs i = 4(c/2) + c%2 (+2) */
@@ -253,7 +284,7 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
         const int col = frag_col(4 * (c >> 1) + (c & 1), lane);
         const float tmax = fmaxf(fmaxf(red_max[col], red_max[32 + col]), fmaxf(red_max[64 + col], red_max[96 + col]));
         m_new[c] = fmaxf(st.m[c], tmax);
-        alpha[c] = m_new[c] == -INFINITY ? 1.0f : exp2f(st.m[c] - m_new[c]);
+        alpha[c] = m_new[c] == -INFINITY ? 1.0f : exp2_ftz(st.m[c] - m_new[c]);
         st.m[c] = m_new[c];
     }
     uint32_t pk[N / 4]; /* bf16 pairs of P' = p * s: [j][h] */
@@ -263,7 +294,7 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
 #pragma unroll
         for (int v = 0; v < 4; v++) {
             const int c = 2 * j + (v & 1);
-            p[v] = m_new[c] == -INFINITY ? 0.0f : exp2f(sc[4 * j + v] - m_new[c]);
+            p[v] = m_new[c] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + v] - m_new[c]);
         }
 #pragma unroll
         for (int e = 0; e < 2; e++) st.l[2 * j + e] = st.l[2 * j + e] * alpha[2 * j + e] + (p[e] + p[e + 2]);
@@ -384,6 +415,62 @@ static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_ke
     }
 }
 
+#if NVFP4_HAVE_WGMMA
+/* An item's tiles on a resident ring with wgmma, overlapped: P.V of tile T and Q.K^T of tile T+1
+ * are issued back to back, so the tensor cores go from one to the other without the consumer
+ * waiting in between (one warp per scheduler: each wait was a drained pipe). Tile T's latent
+ * slots are released when P.V completes (wgmma groups complete in order), T+1's RoPE slot when
+ * its scores do: still ring order for the producer. */
+template <int N>
+static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_attend_kernel_args_t &a,
+                                                               const attend_plan &pl, uint8_t *smem,
+                                                               const attend_bars &bars, const tile_meta *meta,
+                                                               narrow_state<N, true> &st, int64_t tiles, uint32_t &pos,
+                                                               uint32_t &tile, int warp, int lane) {
+    constexpr int C = qk_chains<N, true>::value;
+    const uint8_t *pt = smem + pl.off_p;
+    float acc[C][N / 2], rope[N / 2], lat[N / 2];
+    wait_full(bars, pos + 8, pl);
+    wgmma_fence();
+    qk_issue_resident<N>(acc, rope, smem, pl, pos);
+    wgmma_commit();
+    wgmma_wait<0>();
+    qk_collect<N>(acc, rope, lat);
+    release_slot(bars, pos, pl);
+    for (int64_t k = 0; k < tiles; k++, tile++, pos += 9) {
+        narrow_softmax<N, true>(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], warp, lane);
+        const bool next = k + 1 < tiles;
+        /* The next tile's wait comes first: a wait loop with P.V's accumulators in flight would be
+         * a loop edge (C7519). The producer wrote that tile into slots freed before this one. */
+        if (next) wait_full(bars, pos + 9 + 8, pl);
+#pragma unroll
+        for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+        wgmma_fence();
+        pv_resident_wgmma<N>(st, smem, pl, pos + 1, pt);
+        wgmma_commit();
+        if (next) {
+            wgmma_fence(); /* the score registers were read by this tile's softmax */
+            qk_issue_resident<N>(acc, rope, smem, pl, pos + 9);
+            wgmma_commit();
+            wgmma_wait<1>();
+#pragma unroll
+            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+#pragma unroll 1
+            for (int b = 0; b < 8; b++) release_slot(bars, pos + 1 + b, pl);
+            wgmma_wait<0>();
+            qk_collect<N>(acc, rope, lat);
+            release_slot(bars, pos + 9, pl);
+        } else {
+            wgmma_wait<0>();
+#pragma unroll
+            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+#pragma unroll 1
+            for (int b = 0; b < 8; b++) release_slot(bars, pos + 1 + b, pl);
+        }
+    }
+}
+#endif
+
 /* The narrow consumer warpgroup (thread t = 0..127). */
 template <int N, bool WG>
 static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
@@ -405,6 +492,15 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
             for (int i = 0; i < N / 2; i++) st.o[b][i] = 0.0f;
 #pragma unroll
         for (int c = 0; c < N / 4; c++) st.m[c] = -INFINITY, st.l[c] = 0.0f;
+#if NVFP4_HAVE_WGMMA
+        /* Two whole tiles of slots: tile T+1 is waited for before P.V of tile T is issued, so it
+         * must not need T's slots. At 32 heads the second set of score accumulators spills. */
+        if (WG && N == 16 && pl.resident && pl.slots >= 18 && tiles > 0) { /* (an empty item has no tile to wait for) */
+            if constexpr (WG && N == 16) narrow_tiles_overlapped<N>(a, pl, smem, bars, meta, st, tiles, pos, tile, warp, lane);
+            narrow_epilogue<N, WG>(a, pl, smem, st, span, warp, lane);
+            continue;
+        }
+#endif
         for (int64_t k = 0; k < tiles; k++, tile++, pos += per_tile) {
             float lat[N / 2], rope[N / 2];
             narrow_qk<N, WG>(pl, smem, bars, pos, lat, rope, warp, lane);

@@ -79,13 +79,13 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int key = 32 * cw + 8 * j + 2 * c + e;
-            const float s = meta.s[key], r = meta.r[key];
+            const float s = meta.s[key], ls = s * scale_log2, rs = meta.r[key] * scale_log2;
             const bool v = meta.valid[key] != 0;
             sk[2 * j + e] = s;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int i = 4 * j + 2 * h + e;
-                sc[i] = v ? __fmul_rn(__fadd_rn(__fmul_rn(lat[i], s), __fmul_rn(rope[i], r)), scale_log2) : -INFINITY;
+                sc[i] = v ? fmaf(lat[i], ls, rope[i] * rs) : -INFINITY;
                 mx[h] = fmaxf(mx[h], sc[i]);
             }
         }
@@ -100,7 +100,7 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         m_new[h] = fmaxf(st.m[h], fmaxf(mx[h], xrow[64 * (1 - cw) + 16 * warp + g + 8 * h]));
-        alpha[h] = m_new[h] == -INFINITY ? 1.0f : exp2f(st.m[h] - m_new[h]);
+        alpha[h] = m_new[h] == -INFINITY ? 1.0f : exp2_ftz(st.m[h] - m_new[h]);
         st.m[h] = m_new[h];
     }
     uint32_t w[8]; /* [j][h]: bf16 pair of row g + 8h, keys 8j + 2c (+1) */
@@ -109,8 +109,8 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const float p0 = m_new[h] == -INFINITY ? 0.0f : exp2f(sc[4 * j + 2 * h] - m_new[h]);
-            const float p1 = m_new[h] == -INFINITY ? 0.0f : exp2f(sc[4 * j + 2 * h + 1] - m_new[h]);
+            const float p0 = m_new[h] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + 2 * h] - m_new[h]);
+            const float p1 = m_new[h] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + 2 * h + 1] - m_new[h]);
             sum[h] += p0 + p1;
             w[2 * j + h] = bf16_pair(p0 * sk[2 * j], p1 * sk[2 * j + 1]);
         }

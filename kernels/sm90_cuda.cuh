@@ -167,6 +167,15 @@ static __device__ __forceinline__ void wgmma_rs_n64(float *d, const uint32_t *a,
 
 #endif /* NVFP4_HAVE_WGMMA */
 
+/* 2^x in one MUFU.EX2 (subnormal results flushed to zero): exp2f compiles to five instructions
+ * guarding the subnormal range, which the softmax (probabilities rounded to bf16, |error| of the
+ * approximation ~2 ulp) does not need. */
+static __device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Pins register values in program order against the volatile wgmma statements: after a wait,
  * reads of accumulators cannot move above it (the asynchronous writes are invisible to the
  * compiler); before a wgmma fence, writes to accumulators or A fragments (rescaling, packing
