@@ -87,7 +87,10 @@ static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_
 /* Every producer warp: bulk copies of its entries of a tile (16 or 8) into raw stage `stage`, one record
  * per valid entry (entries past the end, -1 or outside the cache are not read and count nothing);
  * lane 0 announces the warp's bytes, every thread arrives (after its own validity flag). Spread
- * over the producer warps because one warp issuing all 64 copies held the others at the tile barrier. */
+ * over the producer warps because one warp issuing all 64 copies held the others at the tile barrier.
+ * The compiler issues the copies one lane at a time (the address goes through uniform registers),
+ * 12% of the samples at h = 16; whole-warp cp.async copies (one instruction per record) measured
+ * slower all the same (92.9 against 82.6 us at h = 16, BENCHMARKS.md). */
 template <int RB, int PT>
 static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                   uint8_t *smem, const attend_bars &bars, int32_t raw_slot, int stage,
