@@ -85,6 +85,9 @@ static __device__ __forceinline__ item_out item_out_of(const nvfp4_mla_attend_ke
  * the bytes, and only for small batches) are stored straight from the accumulators: staging them
  * in two halves kept every accumulator live across the halves and made ptxas spill. */
 #define ATT_STAGE_ROW 1040
+static_assert(ATT_STAGE_ROW % 16 == 0 && ATT_STAGE_ROW >= 1024, "staged rows: 512 bf16, 16-byte aligned");
+static_assert(ATT_STAGE_ROW <= 9 * 128, "narrow: N staged rows fit the N-row Q blocks (9 x N x 128 bytes)");
+static_assert(64 * ATT_STAGE_ROW <= 9 * ATT_BLOCK, "wide: 64 staged rows fit the 9 Q blocks");
 
 /* Copies the staged rows [0, rows) to out (rows past o.heads are not stored); thread t of
  * nthreads. out is 16-byte aligned with 8-element strides (the plugin checks it). */

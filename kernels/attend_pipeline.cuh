@@ -132,7 +132,10 @@ static __device__ __forceinline__ uint32_t pos_parity(uint32_t pos, const attend
 
 /* A consumer thread releases a slot once its reads of it are complete. Every thread arrives (the
  * barrier counts all consumer threads) so that each thread's own accesses are ordered by its own
- * release: compute-sanitizer racecheck does not carry a __syncwarp into another lane's arrival. */
+ * release: compute-sanitizer racecheck does not carry a __syncwarp into another lane's arrival.
+ * The narrow consumers must release in ring (position) order: their producers wait only for the
+ * last of a tile's slots (attend_producer, IN_ORDER). A consumer that frees blocks early, as the
+ * wide one does, must run with IN_ORDER false. */
 static __device__ __forceinline__ void release_slot(const attend_bars &bars, uint32_t pos, const attend_plan &pl) {
     mbar_arrive(&bars.slot_empty[pos_slot(pos, pl)]);
 }

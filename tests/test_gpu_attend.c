@@ -168,10 +168,17 @@ static void case_queries(attend_case_t *c) {
     a->lse = tu_rows(c->lse_gpu, NVFP4_MLA_DTYPE_F32, nq, h, h);
 }
 
-/* The GPU call on copies of the inputs, with poisoned outputs and the workspace it asks for. */
-static void case_run_gpu(attend_case_t *c) {
+/* Elements of an out buffer of nq tokens x h heads x 512 with token stride ts and head stride hs. */
+static size_t out_span(int64_t nq, int64_t h, int64_t ts, int64_t hs) {
+    return (size_t)((nq - 1) * ts + (h - 1) * hs + 512);
+}
+
+/* The GPU call on copies of the inputs, with poisoned outputs (0xFFFF) and the workspace it asks
+ * for; out goes to a buffer of token stride ts and head stride hs (elements), copied back whole
+ * into out_host (out_span elements). */
+static void case_run_gpu_into(attend_case_t *c, int64_t ts, int64_t hs, uint16_t *out_host) {
     const int64_t nq = c->nq, h = c->h;
-    const size_t out_n = (size_t)(nq * h * 512);
+    const size_t out_n = out_span(nq, h, ts, hs);
     void *dq = to_gpu(c->q, (size_t)(nq * h * 576) * 2), *ds = to_gpu(c->slots, (size_t)(nq * c->topk * 4));
     void *dv = to_gpu(c->valid, (size_t)(nq * 4)), *dc = to_gpu(c->cache, (size_t)(c->slots_n / c->block * c->stride));
     void *dout, *dlse, *dws = NULL;
@@ -181,7 +188,8 @@ static void case_run_gpu(attend_case_t *c) {
     CK(cudaMemset(dlse, 0xFF, (size_t)(nq * h * 4)));
     nvfp4_mla_attend_args_t g = c->a;
     g.q = on(g.q, dq, 2), g.slots = on(g.slots, ds, 2), g.valid_len = on(g.valid_len, dv, 2), g.cache = on(g.cache, dc, 2);
-    g.out = on(g.out, dout, 2), g.lse = on(g.lse, dlse, 2);
+    g.out = on(tu_tensor(dout, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){nq, h, 512}, (int64_t[]){ts, hs, 1}), dout, 2);
+    g.lse = on(g.lse, dlse, 2);
     assert_int_equal(nvfp4_op_attend_workspace_bytes(gpu, &g, &c->ws), NVFP4_MLA_OK);
     if (c->ws) {
         CK(cudaMalloc(&dws, c->ws));
@@ -190,9 +198,13 @@ static void case_run_gpu(attend_case_t *c) {
     }
     if (nvfp4_op_attend(gpu, &g) != NVFP4_MLA_OK) fail_msg("gpu (%s): %s", config_name, nvfp4_last_error());
     CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(c->out_gpu, dout, out_n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(out_host, dout, out_n * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(c->lse_gpu, dlse, (size_t)(nq * h * 4), cudaMemcpyDeviceToHost));
     cudaFree(dq), cudaFree(ds), cudaFree(dv), cudaFree(dc), cudaFree(dout), cudaFree(dlse), cudaFree(dws);
+}
+
+static void case_run_gpu(attend_case_t *c) {
+    case_run_gpu_into(c, c->h * 512, 512, c->out_gpu);
 }
 
 /* The largest dequantised value a query can average: the outputs' scale for the absolute bound. */
@@ -349,12 +361,66 @@ static void cuda_attend_should_match_for_thousands_of_queries(void **state) {
     close_gpu();
 }
 
+/* out with padded strides (head stride 520, token stride h x 520 + 24 elements): the rows come out
+ * bit-identical to a contiguous out's (the plan does not depend on out's strides) and no padding
+ * element is written. Covers the staged epilogue's 16-byte stores, the merge kernel (splits), and
+ * the head guards of partial head groups, whose stray rows would land in the padding or in the
+ * next token's rows. */
+static void strided_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
+    const bool per_token = layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368; /* 432 and 656 are static only */
+    attend_case_t c = {.nq = nq, .h = h, .topk = topk, .slots_n = 4096, .block = 64, .layout = layout,
+                       .mode = per_token ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC,
+                       .rb = (int32_t)nvfp4_mla_record_bytes(layout)};
+    c.stride = c.block * c.rb;
+    c.scale = per_token ? 0.0f : (layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 1.0f : 0.01f);
+    case_cache(&c);
+    case_queries(&c);
+    case_run_gpu(&c);
+    const int64_t hs = 520, ts = h * 520 + 24;
+    const size_t span = out_span(nq, h, ts, hs);
+    uint16_t *buf = malloc(span * 2);
+    uint8_t *row = calloc(span, 1); /* 1: an element of out's rows */
+    case_run_gpu_into(&c, ts, hs, buf);
+    for (int64_t q = 0; q < nq; q++)
+        for (int64_t head = 0; head < h; head++)
+            for (int64_t d = 0; d < 512; d++) {
+                const size_t at = (size_t)(q * ts + head * hs + d);
+                row[at] = 1;
+                if (buf[at] != c.out_gpu[(q * h + head) * 512 + d])
+                    fail_msg("strided out: q %lld head %lld dim %lld: %#x, contiguous out %#x", (long long)q,
+                             (long long)head, (long long)d, buf[at], c.out_gpu[(q * h + head) * 512 + d]);
+            }
+    size_t padding = 0;
+    for (size_t i = 0; i < span; i++) {
+        if (row[i]) continue;
+        padding++;
+        if (buf[i] != 0xFFFF) fail_msg("strided out: padding element %zu (of %zu) written: %#x", i, span, buf[i]);
+    }
+    fprintf(stderr, "strided nq %4lld h %3lld topk %4lld layout %u workspace %9llu: rows identical, %zu padding elements untouched\n",
+            (long long)nq, (long long)h, (long long)topk, layout, (unsigned long long)c.ws, padding);
+    free(buf), free(row);
+    free(c.cache), free(c.tok), free(c.q), free(c.slots), free(c.valid), free(c.out_gpu), free(c.lse_gpu);
+}
+
+static void cuda_attend_should_write_only_its_rows_of_a_strided_out(void **state) {
+    (void)state;
+    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK")) return;
+    open_gpu("default", NULL, NULL);
+    strided_case(3, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* split partials, then the merge kernel */
+    strided_case(140, 16, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* one split: the overlapped 16-head path */
+    strided_case(140, 20, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* 20 of a 32-head group's rows */
+    strided_case(140, 48, 256, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656); /* 48 of the wide consumer's 64 */
+    strided_case(2, 128, 1000, NVFP4_MLA_LAYOUT_BF16_ROPE_432);  /* wide, two groups, splits */
+    close_gpu();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cuda_attend_should_match_the_cpu_reference),
         cmocka_unit_test(cuda_attend_should_match_with_the_mma_sync_consumers),
         cmocka_unit_test(cuda_attend_should_match_in_99_kb_of_shared_memory),
         cmocka_unit_test(cuda_attend_should_match_for_thousands_of_queries),
+        cmocka_unit_test(cuda_attend_should_write_only_its_rows_of_a_strided_out),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
