@@ -42,6 +42,26 @@ struct qk_chains {
     static constexpr int value = WG ? (N == 16 ? 4 : 2) : 1;
 };
 
+/* After the wait for the scores' wgmma: pins the C chains and the RoPE scores (fence_regs). */
+template <int N, int C>
+static __device__ __forceinline__ void qk_pin(float (*lat)[N / 2], float *rope) {
+#pragma unroll
+    for (int c = 0; c < C; c++) fence_regs<N / 2>(lat[c]);
+    fence_regs<N / 2>(rope);
+}
+
+/* The latent scores: the sum of the C chains. */
+template <int N, int C>
+static __device__ __forceinline__ void qk_sum(float (*lat)[N / 2], float *lat_out) {
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        float v = lat[0][i];
+#pragma unroll
+        for (int c = 1; c < C; c++) v += lat[c][i];
+        lat_out[i] = v;
+    }
+}
+
 /* S^T over one operand block: 4 k-steps of 16 dims against Q block `qblk` (N rows); k-step kk
  * accumulates into chain kk % C (the first block of a product starts each chain). */
 template <int N, bool WG, int C>
@@ -151,17 +171,8 @@ static __device__ __forceinline__ void qk_issue_resident(float (*lat)[N / 2], fl
 /* Pins the score accumulators after a wait and sums the chains into lat_out. */
 template <int N>
 static __device__ __forceinline__ void qk_collect(float (*lat)[N / 2], float *rope, float *lat_out) {
-    constexpr int C = qk_chains<N, true>::value;
-#pragma unroll
-    for (int c = 0; c < C; c++) fence_regs<N / 2>(lat[c]);
-    fence_regs<N / 2>(rope);
-#pragma unroll
-    for (int i = 0; i < N / 2; i++) {
-        float v = lat[0][i];
-#pragma unroll
-        for (int c = 1; c < C; c++) v += lat[c][i];
-        lat_out[i] = v;
-    }
+    qk_pin<N, qk_chains<N, true>::value>(lat, rope);
+    qk_sum<N, qk_chains<N, true>::value>(lat, lat_out);
 }
 #endif
 
@@ -229,19 +240,11 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
 #if NVFP4_HAVE_WGMMA
     if (WG) {
         wgmma_wait<0>();
-#pragma unroll
-        for (int c = 0; c < C; c++) fence_regs<N / 2>(lat[c]);
-        fence_regs<N / 2>(rope);
+        qk_pin<N, C>(lat, rope);
         release_slot(bars, pl.resident ? pos0 : pos0 + 8, pl);
     }
 #endif
-#pragma unroll
-    for (int i = 0; i < N / 2; i++) {
-        float v = lat[0][i];
-#pragma unroll
-        for (int c = 1; c < C; c++) v += lat[c][i];
-        lat_out[i] = v;
-    }
+    qk_sum<N, C>(lat, lat_out);
 }
 
 /* Softmax over the tile's keys: updates m, l, rescales O^T and writes P^T (times each key's
