@@ -84,7 +84,8 @@ typedef struct nvfp4_mla_attend_args {
     nvfp4_mla_tensor_t out;       /* [n_q, h, 512] bf16, inner stride 1 */
     nvfp4_mla_tensor_t lse;       /* optional [n_q, h] f32 (data NULL = not written) */
     nvfp4_mla_tensor_t workspace; /* [bytes] u8 scratch on the device, at least what
-                                     attend_workspace_bytes reports (data NULL when that is 0) */
+                                     attend_workspace_bytes reports (data NULL when that is 0),
+                                     16-byte aligned base */
     void *stream;                 /* cudaStream_t for CUDA tensors; NULL on CPU */
     uint64_t reserved[4];         /* zero */
 } nvfp4_mla_attend_args_t;

@@ -166,6 +166,11 @@ nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_att
         if ((st = nvfp4_check_tensor(&a.workspace, &r))) {
             return st;
         }
+        if ((uintptr_t)a.workspace.data % 16) { /* the CUDA kernels keep f32 split partials there */
+            return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                              "attend: workspace: base %p is not 16-byte aligned (split-K partials are f32 rows)",
+                              a.workspace.data);
+        }
         k.workspace = a.workspace.data;
         k.workspace_bytes = (uint64_t)a.workspace.shape[0];
     }

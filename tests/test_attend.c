@@ -195,8 +195,10 @@ static void attend_should_reject_bad_arguments_by_name(void **state) {
     const char *needles[] = {"sm_scale is 0, must be finite and > 0", "h = shape[1] is 129 (must be 1..128)",
                              "slots[1, 2] = 48 is neither -1 nor in [0, 48)", "valid_len[2] = 8 is outside [0, 7]",
                              "fp8_ds_mla_656 carries its own tile scales", "out: shape[2] is 500, must be 512",
-                             "out heads: a stride of 100 elements overlaps rows of 512"};
-    for (int c = 0; c < 7; c++) {
+                             "out heads: a stride of 100 elements overlaps rows of 512",
+                             "attend: workspace: base 0x"};
+    static uint8_t scratch[64] __attribute__((aligned(16)));
+    for (int c = 0; c < 8; c++) {
         make_world(&w, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f);
         nvfp4_mla_attend_args_t a = attend_args(&w, out, lse, 1);
         switch (c) {
@@ -207,6 +209,7 @@ static void attend_should_reject_bad_arguments_by_name(void **state) {
         case 4: a.layout = NVFP4_MLA_LAYOUT_FP8_DS_MLA_656; break;
         case 5: a.out.shape[2] = 500; break;
         case 6: a.out.strides[1] = 100; break;
+        case 7: a.workspace = tu_vec(scratch + 4, NVFP4_MLA_DTYPE_U8, 32); break; /* misaligned: f32 partials */
         }
         memset(out, 0x5A, sizeof out);
         assert_int_equal(nvfp4_op_attend(ctx, &a), NVFP4_MLA_ERR_INVALID_ARGUMENT);
