@@ -19,6 +19,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "gpu_loader.h"
 #include "nvfp4_mla_loader.h"
 
 #define CK(call) assert_int_equal((call), cudaSuccess)
@@ -48,17 +49,9 @@ static uint16_t bf16_gauss(void) {
 
 static int setup(void **state) {
     (void)state;
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        fprintf(stderr, "no CUDA device: skipping\n");
-        exit(77);
-    }
-    char msg[1024];
-    if (nvfp4_mla_loader_open(&loader, getenv("NVFP4_MLA_PLUGIN_PATH"), msg, sizeof msg) != NVFP4_MLA_LOAD_OK) {
-        fprintf(stderr, "%s\n", msg);
+    if (!(plugin = gpu_loader_open(&loader))) {
         return -1;
     }
-    plugin = loader.table;
     if (!NVFP4_MLA_TABLE_HAS(plugin, attend)) {
         fprintf(stderr, "the plugin's table (%u bytes) lacks attend\n", plugin->header.struct_size);
         return -1;
