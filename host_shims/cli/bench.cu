@@ -41,10 +41,8 @@ void bench_add_row(bench &b, const char *op, int64_t size, double us, double byt
     fflush(stdout);
 }
 
-/* Write arguments for T tokens of the bench's token buffer (576-value rows) into 368-byte records
- * of a compact cache [T, 1, 368] at identity slots (the checks); the timed calls swap in the big
- * cache and random slots. */
-static nvfp4_mla_write_args_t write_args_368(bench &b, uint32_t mode, float scale, int64_t T, uint32_t policy = 0) {
+/* bench.h */
+nvfp4_mla_write_args_t bench_write_args_368(const bench &b, uint32_t mode, float scale, int64_t T, uint32_t policy) {
     nvfp4_mla_write_args_t w = {};
     w.struct_size = sizeof w;
     w.layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
@@ -106,7 +104,7 @@ static void write_case(bench &b, int m, uint32_t policy, int64_t T) {
     static const char *const mode_names[2] = {"per-token", "static"};
     const uint32_t mode = m ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
     const float scale = m ? 0.003f : nvfp4_mla_default_outer_scale(mode);
-    nvfp4_mla_write_args_t w = write_args_368(b, mode, scale, T, policy);
+    nvfp4_mla_write_args_t w = bench_write_args_368(b, mode, scale, T, policy);
     int ok = b.t->write(b.gpu, &w) == NVFP4_MLA_OK;
     CK(cudaStreamSynchronize(b.s));
     std::vector<uint8_t> cpu_records(T * 368), gpu_records(T * 368);
@@ -156,7 +154,7 @@ static void gather_case(bench &b, int m) {
     g.outer_scale = scale;
     g.stream = b.s;
     g.out = bench_tensor(b.d_out, NVFP4_MLA_DTYPE_BF16, 2, {N, 576}, {576, 1});
-    nvfp4_mla_write_args_t w = write_args_368(b, mode, scale, T);
+    nvfp4_mla_write_args_t w = bench_write_args_368(b, mode, scale, T, 0);
     int ok = b.t->write(b.gpu, &w) == NVFP4_MLA_OK;
     std::vector<int32_t> check_slots(N);
     for (auto &v : check_slots) v = (bench_rand() % 10 == 0) ? -1 : (int32_t)(bench_rand() % (uint64_t)T);

@@ -95,6 +95,11 @@ nvfp4_mla_tensor_t bench_tensor(void *p, int32_t dtype, int ndim, std::initializ
 void bench_add_row(bench &b, const char *op, int64_t size, double us, double bytes, double ceiling_tbps,
                    const char *ceiling, int correct);
 
+/* Write arguments for T tokens of the bench's token buffer (576-value rows) into 368-byte records
+ * of the compact cache [T, 1, 368] at identity slots (the writer's checks, attend's records); the
+ * writer's timed calls swap in the big cache and random slots. */
+nvfp4_mla_write_args_t bench_write_args_368(const bench &b, uint32_t mode, float scale, int64_t T, uint32_t policy);
+
 /* bench_ceilings.cu: the copy, plain 368-byte gather and mma.sync ceilings (setting copy_tbps,
  * g368_tbps, mma_tflops), and the writer's scatter ceiling (after the token buffers exist). */
 void bench_ceilings(bench &b);

@@ -146,9 +146,9 @@ static int check_row(bench &b, const attend_bufs &a, const nvfp4_mla_attend_args
 }
 
 /* One row: checked, timed, printed with its TFLOP/s, ratios and (656) the speedup of 368. */
-static void attend_row(bench &b, attend_bufs &a, int is656, int64_t H, int64_t cap) {
+static void attend_row(bench &b, attend_bufs &a, int is656, int64_t H, int64_t cap, int records_ok) {
     nvfp4_mla_attend_args_t at = timed_args(b, a, is656, H, cap), ac = check_args(b, a, at, is656);
-    int ok = size_workspace(b, a, ac, at);
+    int ok = size_workspace(b, a, ac, at) && records_ok;
     ok = check_row(b, a, ac, is656, H) && ok;
     int launched = 1;
     const double us = median_us([&] { launched &= b.t->attend(b.gpu, &at) == NVFP4_MLA_OK; }, 3, 20, b.s);
@@ -167,8 +167,10 @@ static void attend_row(bench &b, attend_bufs &a, int is656, int64_t H, int64_t c
 }
 
 /* New random slots for one layout: over its big cache (timed) and its compact cache (checked, 1 in
- * 16 unused); for 368 the compact cache is re-written with per-token records of the tokens. */
-static void layout_slots(bench &b, attend_bufs &a, int is656, int64_t cap) {
+ * 16 unused); for 368 the compact cache is re-written with per-token records of the tokens.
+ * 0 when that write failed: the layout's rows then fail their check (the CPU twin would read the
+ * same stale records and agree). */
+static int layout_slots(bench &b, attend_bufs &a, int is656, int64_t cap) {
     const int64_t small_cap = is656 ? BENCH_T_MAX / 2 : BENCH_T_MAX;
     std::vector<int32_t> topk_slots(NQ * TOPK);
     for (auto &v : topk_slots) v = (int32_t)(bench_rand() % (uint64_t)cap);
@@ -176,19 +178,11 @@ static void layout_slots(bench &b, attend_bufs &a, int is656, int64_t cap) {
     a.small.assign(NQ * TOPK, 0);
     for (auto &v : a.small) v = (bench_rand() % 16 == 0) ? -1 : (int32_t)(bench_rand() % (uint64_t)small_cap);
     CK(cudaMemcpy(a.d_small_topk, a.small.data(), NQ * TOPK * 4, cudaMemcpyHostToDevice));
-    if (!is656) {
-        nvfp4_mla_write_args_t w = {};
-        w.struct_size = sizeof w;
-        w.layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
-        w.scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
-        w.outer_scale = nvfp4_mla_default_outer_scale(w.scale_mode);
-        w.kv_c = bench_tensor(b.d_tokens, NVFP4_MLA_DTYPE_BF16, 2, {BENCH_T_MAX, 512}, {576, 1});
-        w.k_pe = bench_tensor(b.d_tokens + 512, NVFP4_MLA_DTYPE_BF16, 2, {BENCH_T_MAX, 64}, {576, 1});
-        w.slot_mapping = bench_tensor(b.d_ident, NVFP4_MLA_DTYPE_I64, 1, {BENCH_T_MAX}, {1});
-        w.cache = bench_tensor(b.d_compact, NVFP4_MLA_DTYPE_U8, 3, {BENCH_T_MAX, 1, 368}, {368, 368, 1});
-        w.stream = b.s;
-        b.t->write(b.gpu, &w);
-    }
+    if (is656) return 1;
+    const nvfp4_mla_write_args_t w = bench_write_args_368(b, NVFP4_MLA_SCALE_PER_TOKEN,
+                                                          nvfp4_mla_default_outer_scale(NVFP4_MLA_SCALE_PER_TOKEN),
+                                                          BENCH_T_MAX, 0);
+    return b.t->write(b.gpu, &w) == NVFP4_MLA_OK;
 }
 
 void bench_attend(bench &b) {
@@ -197,8 +191,8 @@ void bench_attend(bench &b) {
     const int64_t heads_list[4] = {16, 32, 64, 128};
     for (int is656 = 0; is656 < 2 && (!b.only[0] || !strcmp(b.only, "attend")); is656++) {
         const int64_t cap = is656 ? (int64_t)(b.copy_bytes / 656) / BENCH_BLOCK * BENCH_BLOCK : b.capacity;
-        layout_slots(b, a, is656, cap);
-        for (int64_t H : heads_list) attend_row(b, a, is656, H, cap);
+        const int records_ok = layout_slots(b, a, is656, cap);
+        for (int64_t H : heads_list) attend_row(b, a, is656, H, cap, records_ok);
     }
     cudaFree(a.d_656);
 }
