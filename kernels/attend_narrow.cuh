@@ -154,6 +154,17 @@ static __device__ __forceinline__ void pv_resident_wgmma(narrow_state<N, true> &
     }
 }
 
+/* After the wait for P.V over a resident tile: pins O^T, then frees the tile's 8 latent slots
+ * (positions pos..pos+7), in ring order. */
+template <int N>
+static __device__ __forceinline__ void pv_resident_done(narrow_state<N, true> &st, const attend_bars &bars, uint32_t pos,
+                                                        const attend_plan &pl) {
+#pragma unroll
+    for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+#pragma unroll 1
+    for (int b = 0; b < 8; b++) release_slot(bars, pos + b, pl);
+}
+
 /* Issues S^T of the resident tile at pos0 (RoPE block into `rope`, latent blocks into the chains
  * `lat`) without waiting. Unrolled: it runs while the previous tile's P.V is in flight, and
  * accumulators in flight across a loop edge or branch join make ptxas serialise wgmma (C7519). */
@@ -337,10 +348,7 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
             pv_resident_wgmma<N>(st, smem, pl, pos, pt);
             wgmma_commit();
             wgmma_wait<0>();
-#pragma unroll
-            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
-#pragma unroll 1
-            for (int b = 0; b < 8; b++) release_slot(bars, pos + b, pl);
+            pv_resident_done<N>(st, bars, pos, pl);
         } else { /* a streaming ring may be smaller than 8 blocks: free as we go */
 #pragma unroll
             for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
@@ -455,20 +463,14 @@ static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_a
             wgmma_fence(); /* the score registers were read by this tile's softmax */
             qk_issue_resident<N>(acc, rope, smem, pl, pos + 9);
             wgmma_commit();
-            wgmma_wait<1>();
-#pragma unroll
-            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
-#pragma unroll 1
-            for (int b = 0; b < 8; b++) release_slot(bars, pos + 1 + b, pl);
+            wgmma_wait<1>(); /* P.V's group: wgmma groups complete in order */
+            pv_resident_done<N>(st, bars, pos + 1, pl);
             wgmma_wait<0>();
             qk_collect<N>(acc, rope, lat);
             release_slot(bars, pos + 9, pl);
         } else {
             wgmma_wait<0>();
-#pragma unroll
-            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
-#pragma unroll 1
-            for (int b = 0; b < 8; b++) release_slot(bars, pos + 1 + b, pl);
+            pv_resident_done<N>(st, bars, pos + 1, pl);
         }
     }
 }

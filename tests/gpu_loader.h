@@ -11,7 +11,8 @@
 #include "nvfp4_mla_loader.h"
 
 /* The plugin's table, or NULL (the loader's message printed). Exits 77 when no CUDA device is
- * there: such a machine skips the test instead of failing or passing it. */
+ * there: such a machine skips the test instead of failing or passing it. Tests call it through
+ * GPU_LOADER_OPEN, which also asks for the table member they exercise. */
 static inline const nvfp4_mla_plugin_t *gpu_loader_open(nvfp4_mla_loader_t *loader) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -25,5 +26,17 @@ static inline const nvfp4_mla_plugin_t *gpu_loader_open(nvfp4_mla_loader_t *load
     }
     return loader->table;
 }
+
+/* `has`: whether the table holds the member the test needs (NVFP4_MLA_TABLE_HAS); says so if not. */
+static inline int gpu_loader_has(const nvfp4_mla_plugin_t *table, int has, const char *member) {
+    if (!has) fprintf(stderr, "the plugin's table (%u bytes) lacks %s\n", table->header.struct_size, member);
+    return has;
+}
+
+/* gpu_loader_open, then the table must hold `member`: the table, or NULL (said why). */
+#define GPU_LOADER_OPEN(loader, member)                                                                  \
+    (gpu_loader_open(loader) && gpu_loader_has((loader)->table, NVFP4_MLA_TABLE_HAS((loader)->table, member), #member) \
+         ? (loader)->table                                                                                \
+         : NULL)
 
 #endif

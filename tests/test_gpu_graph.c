@@ -49,11 +49,7 @@ static uint16_t bf16_gauss(void) {
 
 static int setup(void **state) {
     (void)state;
-    if (!(plugin = gpu_loader_open(&loader))) {
-        return -1;
-    }
-    if (!NVFP4_MLA_TABLE_HAS(plugin, attend)) {
-        fprintf(stderr, "the plugin's table (%u bytes) lacks attend\n", plugin->header.struct_size);
+    if (!(plugin = GPU_LOADER_OPEN(&loader, attend))) {
         return -1;
     }
     nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};

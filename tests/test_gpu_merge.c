@@ -52,11 +52,7 @@ static uint16_t bf16_of(float v) { /* round to nearest even; NaN stays NaN */
 
 static int setup(void **state) {
     (void)state;
-    if (!(plugin = gpu_loader_open(&loader))) {
-        return -1;
-    }
-    if (!NVFP4_MLA_TABLE_HAS(plugin, merge)) {
-        fprintf(stderr, "the plugin's table (%u bytes) lacks merge\n", plugin->header.struct_size);
+    if (!(plugin = GPU_LOADER_OPEN(&loader, merge))) {
         return -1;
     }
     nvfp4_mla_init_args_t on_cpu = {sizeof on_cpu, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};

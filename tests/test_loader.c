@@ -32,6 +32,12 @@ static void assert_contains(const char *text, const char *needle) {
     if (!strstr(text, needle)) fail_msg("\"%s\" lacks \"%s\"", text, needle);
 }
 
+/* Opens the build's plugin (NVFP4_MLA_PLUGIN_PATH); fails the test with the loader's message. */
+static void open_real_plugin(nvfp4_mla_loader_t *l) {
+    char msg[2048];
+    if (nvfp4_mla_loader_open(l, real_plugin, msg, sizeof msg) != NVFP4_MLA_LOAD_OK) fail_msg("%s", msg);
+}
+
 static const nvfp4_mla_requirement_t per_token = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 0, 1};
 static const nvfp4_mla_requirement_t static368 = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, 0, 0};
 
@@ -220,8 +226,8 @@ static void loader_should_handle_selection_by_environment(void **state) {
 static void loader_should_give_the_plugins_cache_identity(void **state) {
     (void)state;
     nvfp4_mla_loader_t l;
-    char msg[2048], id[512];
-    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    char id[512];
+    open_real_plugin(&l);
     setenv("VLLM_NVFP4_MLA_DYNAMIC_SCALE", "1", 1);
     setenv("KV_FP8_ROPE", "1", 1);
     assert_int_equal(nvfp4_mla_loader_cache_identity(&l, "torch.nvfp4_ds_mla", NULL, id, sizeof id), 0);
@@ -238,8 +244,8 @@ static void loader_should_give_the_plugins_cache_identity(void **state) {
 static void real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts(void **state) {
     (void)state;
     nvfp4_mla_loader_t l;
+    open_real_plugin(&l);
     char msg[2048];
-    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
     const nvfp4_mla_plugin_t *t = l.table;
     assert_string_equal(t->status_string(NVFP4_MLA_ERR_UNSUPPORTED), "NVFP4_MLA_ERR_UNSUPPORTED");
     assert_string_equal(t->record_format, "nvfp4_ds_mla");
@@ -277,8 +283,7 @@ static void real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts(vo
 static void real_plugin_should_report_cuda_by_what_the_machine_can_run(void **state) {
     (void)state;
     nvfp4_mla_loader_t l;
-    char msg[2048];
-    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    open_real_plugin(&l);
     nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
     nvfp4_mla_context_t *c = (nvfp4_mla_context_t *)1;
     nvfp4_mla_status_t st = l.table->init(&init, &c);
@@ -306,8 +311,8 @@ static void real_plugin_should_report_cuda_by_what_the_machine_can_run(void **st
 static void real_plugin_should_serve_merge(void **state) {
     (void)state;
     nvfp4_mla_loader_t l;
+    open_real_plugin(&l);
     char msg[2048];
-    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
     const nvfp4_mla_plugin_t *t = l.table;
     assert_true(NVFP4_MLA_TABLE_HAS(t, merge));
     nvfp4_mla_requirement_t dcp = per_token;
@@ -331,8 +336,7 @@ static void real_plugin_should_serve_merge(void **state) {
 static void real_plugin_should_name_its_capabilities_as_the_header_does(void **state) {
     (void)state;
     nvfp4_mla_loader_t l;
-    char msg[2048];
-    assert_int_equal(nvfp4_mla_loader_open(&l, real_plugin, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    open_real_plugin(&l);
     uint64_t listed = 0;
     for (uint32_t i = 0; i < l.table->capability_count; i++) {
         const nvfp4_mla_capability_t *c = &l.table->capabilities[i];

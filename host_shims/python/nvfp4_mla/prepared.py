@@ -117,6 +117,12 @@ class _Prepared:
         if status:
             check(self._plugin, status, self._op)
 
+    def _restore(self, n):
+        """After the array form: the bound arrays' first n rows again (self._fields, set by each class)."""
+        for f in self._fields:
+            f.restore(n)
+        self._moved = False
+
     def _rows(self, n):
         if n is None:
             return self._max_rows
@@ -134,13 +140,13 @@ class PreparedWrite(_Prepared):
         self._kv, self._pe, self._sl = (_Field(args, "kv_c", kv_c), _Field(args, "k_pe", k_pe),
                                         _Field(args, "slot_mapping", slot_mapping))
         self._max_rows = self._kv.bound_rows
+        self._fields = (self._kv, self._pe, self._sl)
 
     def run(self, n=None, stream=BOUND):
         """Write the bound arrays' first n tokens (default all)."""
         n = self._rows(n)
         if self._moved:
-            self._kv.restore(n), self._pe.restore(n), self._sl.restore(n)
-            self._moved = False
+            self._restore(n)
         self._kv.rows.value = self._pe.rows.value = self._sl.rows.value = n
         self._launch(stream)
 
@@ -158,13 +164,13 @@ class PreparedGather(_Prepared):
         super().__init__(ctx, "gather", args, arrays)
         self._slots, self._out = _Field(args, "slots", arrays[1]), _Field(args, "out", arrays[2])
         self._max_rows = self._slots.bound_rows
+        self._fields = (self._slots, self._out)
 
     def run(self, n=None, stream=BOUND):
         """Gather the bound slots' first n rows into the bound out's first n rows (default all)."""
         n = self._rows(n)
         if self._moved:
-            self._slots.restore(n), self._out.restore(n)
-            self._moved = False
+            self._restore(n)
         self._slots.rows.value = self._out.rows.value = n
         self._launch(stream)
 
@@ -210,6 +216,7 @@ class PreparedAttend(_Prepared):
         self._lse = _Field(args, "lse", lse) if lse is not None else None
         self._len = _Field(args, "valid_len", valid_len) if valid_len is not None else None
         present = [f for f in (self._q, self._slots, self._out, self._lse, self._len) if f is not None]
+        self._fields = tuple(present)
         # Absent optional fields keep shape[0] 0: their row count goes to a spare C integer.
         self._lse_rows = self._lse.rows if self._lse else self._spare
         self._len_rows = self._len.rows if self._len else self._spare
@@ -245,12 +252,6 @@ class PreparedAttend(_Prepared):
             self._len.set(valid_len)
         self._launch(stream)
 
-    def _restore(self, n):
-        for f in (self._q, self._slots, self._out, self._lse, self._len):
-            if f is not None:
-                f.restore(n)
-        self._moved = False
-
 
 class PreparedMerge(_Prepared):
     """Context.merge bound to partial_out, partial_lse, out (and lse): per call the queries' count
@@ -264,6 +265,7 @@ class PreparedMerge(_Prepared):
         self._lse = _Field(args, "lse", lse) if lse is not None else None
         self._lse_rows = self._lse.rows if self._lse else self._spare
         self._max_rows = self._out.bound_rows
+        self._fields = tuple(f for f in (self._po, self._pl, self._out, self._lse) if f is not None)
 
     def run(self, n=None, stream=BOUND):
         """Merge the first n queries of the bound arrays (default all)."""
@@ -282,9 +284,3 @@ class PreparedMerge(_Prepared):
         if lse is not None:
             self._lse.set(lse)
         self._launch(stream)
-
-    def _restore(self, n):
-        for f in (self._po, self._pl, self._out, self._lse):
-            if f is not None:
-                f.restore(n)
-        self._moved = False
