@@ -42,6 +42,10 @@ extern "C" int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, c
     limits->sm_count = prop.multiProcessorCount;
     limits->smem_per_block = (int32_t)prop.sharedMemPerBlockOptin;
     limits->arch = 10 * prop.major + prop.minor;
+    int cooperative = 0;
+    limits->cooperative = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, ordinal) == cudaSuccess &&
+                          cooperative;
+    (void)cudaGetLastError();
     note[0] = '\0';
     return 0;
 }
