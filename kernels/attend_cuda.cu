@@ -111,7 +111,9 @@ struct kind_threads {
     static constexpr int total = consumers + producers;
 };
 
-template <int KIND, int RB>
+/* ONE_LAUNCH: split-K merged in this launch (a cooperative launch, plan.one_launch); its own
+ * instantiation, so that the other calls keep the register allocation without the merge tail. */
+template <int KIND, int RB, bool ONE_LAUNCH>
 __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
     nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a, const __grid_constant__ attend_plan pl) {
     constexpr bool WG = KIND >= KIND_N16_WGMMA;
@@ -154,12 +156,15 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
             attend_narrow<(KIND == KIND_N16_SYNC || KIND == KIND_N16_WGMMA) ? 16 : 32, WG>(a, pl, smem, threadIdx.x);
         }
     }
-    if (pl.one_launch) {
+    if constexpr (ONE_LAUNCH) {
         /* Split-K in one launch: once every CTA has stored its partials (the grid barrier of the
          * cooperative launch orders them), the CTAs merge the rows, a warp a row. The roles first
-         * go back to the launch's even share of registers, so the merge runs on one count. */
+         * go back to the launch's even share of registers, so the merge runs on one count; the
+         * CTA barrier before that is the warpgroup synchronisation PTX requires between two
+         * setmaxnreg of a warpgroup (a producer with no tile to copy meets none on its way). */
 #if NVFP4_HAVE_WGMMA
         if constexpr (KIND == KIND_WIDE || (WG && PRODUCERS == 256)) {
+            __syncthreads();
             if (threadIdx.x >= CONSUMERS) setmaxnreg_inc<ATT_LAUNCH_REGS>();
             else setmaxnreg_dec<ATT_LAUNCH_REGS>();
         }
@@ -262,7 +267,7 @@ extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kerne
 template <int KIND, int RB>
 static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
     if (!pl.one_launch) {
-        nvfp4_attend_kernel<KIND, RB><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
+        nvfp4_attend_kernel<KIND, RB, false><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
         return cudaGetLastError();
     }
     cudaLaunchAttribute cooperative[1];
@@ -272,7 +277,9 @@ static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const at
     config.gridDim = dim3((unsigned)pl.grid), config.blockDim = dim3((unsigned)pl.threads);
     config.dynamicSmemBytes = (size_t)pl.bytes, config.stream = (cudaStream_t)a->stream;
     config.attrs = cooperative, config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, nvfp4_attend_kernel<KIND, RB>, *a, pl);
+    const cudaError_t err = cudaLaunchKernelEx(&config, nvfp4_attend_kernel<KIND, RB, true>, *a, pl);
+    if (err != cudaSuccess) (void)cudaGetLastError(); /* not left for the plugin's next launch to report */
+    return err;
 }
 
 template <int RB>
@@ -280,6 +287,10 @@ static cudaError_t launch_rb(const nvfp4_mla_attend_kernel_args_t *a, const atte
     if (pl.wide) return launch_kind<KIND_WIDE, RB>(a, pl);
     if (pl.wgmma) return pl.heads == 16 ? launch_kind<KIND_N16_WGMMA, RB>(a, pl) : launch_kind<KIND_N32_WGMMA, RB>(a, pl);
     return pl.heads == 16 ? launch_kind<KIND_N16_SYNC, RB>(a, pl) : launch_kind<KIND_N32_SYNC, RB>(a, pl);
+}
+
+static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
+    return a->record_bytes == 656 ? launch_rb<656>(a, pl) : a->record_bytes == 432 ? launch_rb<432>(a, pl) : launch_rb<368>(a, pl);
 }
 
 extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result) {
@@ -311,10 +322,15 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     if (!nvfp4_cuda_grid_fits(pl.grid, result, "attend", pl.grid, "CTAs")) {
         return;
     }
-    cudaError_t err = args->record_bytes == 656   ? launch_rb<656>(args, pl)
-                      : args->record_bytes == 432 ? launch_rb<432>(args, pl)
-                                                  : launch_rb<368>(args, pl);
-    if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch) {
+    attend_plan launched = pl;
+    cudaError_t err = launch_plan(args, launched);
+    if (err == cudaErrorCooperativeLaunchTooLarge && launched.one_launch) {
+        /* The device would not hold the grid at once (fewer SMs than it reported, under MPS or a
+         * green context): the same work with the merge as a second kernel. */
+        launched.one_launch = 0;
+        err = launch_plan(args, launched);
+    }
+    if (err == cudaSuccess && pl.splits > 1 && !launched.one_launch) {
         const int64_t rows = args->num_queries * args->num_heads;
         nvfp4_attend_merge_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, (cudaStream_t)args->stream>>>(*args, pl.splits);
         err = cudaGetLastError();
@@ -326,7 +342,10 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
 
 template <int KIND, int RB>
 static cudaError_t allow_smem(int bytes) {
-    return cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaError_t e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e;
 }
 
 template <int RB>

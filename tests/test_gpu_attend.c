@@ -379,7 +379,7 @@ static void cuda_attend_should_match_for_thousands_of_queries(void **state) {
 
 /* out with padded strides (head stride 520, token stride h x 520 + 24 elements): the rows come out
  * bit-identical to a contiguous out's (the plan does not depend on out's strides) and no padding
- * element is written. Covers the staged epilogue's 16-byte stores, the merge kernel (splits), and
+ * element is written. Covers the staged epilogue's 16-byte stores, the merge of split partials, and
  * the head guards of partial head groups, whose stray rows would land in the padding or in the
  * next token's rows. */
 static void strided_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
@@ -422,7 +422,7 @@ static void cuda_attend_should_write_only_its_rows_of_a_strided_out(void **state
     (void)state;
     if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK")) return;
     open_gpu("default", NULL, NULL);
-    strided_case(3, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* split partials, then the merge kernel */
+    strided_case(3, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* split partials, then their merge */
     strided_case(140, 16, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* one split: the overlapped 16-head path */
     strided_case(140, 20, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* 20 of a 32-head group's rows */
     strided_case(140, 48, 256, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656); /* 48 of the wide consumer's 64 */
