@@ -42,7 +42,7 @@ static __device__ __forceinline__ int latent_dim(int p) {
     return (p & ~7) + ((p & 7) >> 1) + 4 * (p & 1);
 }
 
-/* Where an item's result goes: the output (one split) or a split partial for the merge kernel. */
+/* Where an item's result goes: the output (one split) or a split partial for the merge. */
 struct item_out {
     uint16_t *out;       /* out row of head0 (one split), else NULL */
     float *partial;      /* partial row of head0 (splits > 1), else NULL */

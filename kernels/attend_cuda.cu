@@ -10,7 +10,9 @@
  *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
  *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;
  *  - online softmax with the outer and RoPE scales folded into score columns and P; split-K over
- *    the top-k when queries x head groups cannot fill the GPU, merged by a second kernel.
+ *    the top-k when queries x head groups cannot fill the GPU, merged in the same launch after a
+ *    grid barrier (a cooperative launch: one launch a call, the host's cost in a decode loop), or
+ *    by a second kernel (NVFP4_MLA_ATTEND_MERGE=separate, or a device without cooperative launches).
  * CTAs walk work items (query, head group, top-k split) in a static round robin, so the producer
  * streams the next item's records while the consumers finish the current one.
  *
@@ -26,6 +28,7 @@
  * Entries with slot -1, past valid_len, or outside the cache count for nothing (the CPU entry
  * rejects out-of-range ids; a CUDA entry cannot read them without a sync).
  */
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -52,9 +55,45 @@
 #endif
 #define ATT_NARROW_PRODUCER_REGS 136
 #define ATT_NARROW_CONSUMER_REGS 232
-static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_PRODUCER_REGS <= 384 * 168, "wide: over the launch's registers");
-static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <= 384 * 168,
+#define ATT_LAUNCH_REGS 168 /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
+static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS, "wide: over the launch's registers");
+static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
               "narrow: over the launch's registers");
+
+/* Merges the split partials of one (query, head) row: one warp, 16 columns per lane. */
+static __device__ __forceinline__ void merge_row(const nvfp4_mla_attend_kernel_args_t &a, int splits, int64_t row,
+                                                 int lane) {
+    const int64_t qi = row / a.num_heads, head = row % a.num_heads;
+    const float *partial_o = (const float *)a.workspace;
+    const float *partial_lse = partial_o + (int64_t)splits * a.num_queries * a.num_heads * 512;
+    const int64_t stride = a.num_queries * a.num_heads;
+    float lmax = -INFINITY;
+    for (int sp = 0; sp < splits; sp++) lmax = fmaxf(lmax, partial_lse[sp * stride + row]);
+    float acc[16] = {0}, wsum = 0.0f;
+    if (lmax != -INFINITY) {
+        for (int sp = 0; sp < splits; sp++) {
+            const float w = exp2f(partial_lse[sp * stride + row] - lmax);
+            wsum += w;
+            const float *po = partial_o + (sp * stride + row) * 512 + 16 * lane;
+#pragma unroll
+            for (int i = 0; i < 16; i++) acc[i] += w * po[i];
+        }
+    }
+    const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+    uint16_t *out = a.out + qi * a.out_stride_token + head * a.out_stride_head + 16 * lane;
+#pragma unroll
+    for (int i = 0; i < 16; i += 2) *(uint32_t *)(out + i) = bf16_pair(acc[i] * inv, acc[i + 1] * inv);
+    if (a.lse && lane == 0)
+        a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] =
+            wsum > 0.0f ? (lmax + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+}
+
+/* The separate merge launch (NVFP4_MLA_ATTEND_MERGE=separate, or no cooperative launches): four
+ * rows a CTA. */
+__global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int splits) {
+    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (row < a.num_queries * a.num_heads) merge_row(a, splits, row, threadIdx.x & 31);
+}
 
 /* Kernel kinds: the consumer shape and engine. */
 enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, KIND_COUNT };
@@ -72,7 +111,9 @@ struct kind_threads {
     static constexpr int total = consumers + producers;
 };
 
-template <int KIND, int RB>
+/* ONE_LAUNCH: split-K merged in this launch (a cooperative launch, plan.one_launch); its own
+ * instantiation, so that the other calls keep the register allocation without the merge tail. */
+template <int KIND, int RB, bool ONE_LAUNCH>
 __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
     nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a, const __grid_constant__ attend_plan pl) {
     constexpr bool WG = KIND >= KIND_N16_WGMMA;
@@ -115,36 +156,25 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
             attend_narrow<(KIND == KIND_N16_SYNC || KIND == KIND_N16_WGMMA) ? 16 : 32, WG>(a, pl, smem, threadIdx.x);
         }
     }
-}
-
-/* Merges the split partials: one warp per (query, head), 16 columns per lane. */
-__global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int splits) {
-    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (row >= a.num_queries * a.num_heads) return;
-    const int64_t qi = row / a.num_heads, head = row % a.num_heads;
-    const float *partial_o = (const float *)a.workspace;
-    const float *partial_lse = partial_o + (int64_t)splits * a.num_queries * a.num_heads * 512;
-    const int64_t stride = a.num_queries * a.num_heads;
-    float lmax = -INFINITY;
-    for (int sp = 0; sp < splits; sp++) lmax = fmaxf(lmax, partial_lse[sp * stride + row]);
-    float acc[16] = {0}, wsum = 0.0f;
-    if (lmax != -INFINITY) {
-        for (int sp = 0; sp < splits; sp++) {
-            const float w = exp2f(partial_lse[sp * stride + row] - lmax);
-            wsum += w;
-            const float *po = partial_o + (sp * stride + row) * 512 + 16 * lane;
-#pragma unroll
-            for (int i = 0; i < 16; i++) acc[i] += w * po[i];
+    if constexpr (ONE_LAUNCH) {
+        /* Split-K in one launch: once every CTA has stored its partials (the grid barrier of the
+         * cooperative launch orders them), the CTAs merge the rows, a warp a row. The roles first
+         * go back to the launch's even share of registers, so the merge runs on one count; the
+         * CTA barrier before that is the warpgroup synchronisation PTX requires between two
+         * setmaxnreg of a warpgroup (a producer with no tile to copy meets none on its way). */
+#if NVFP4_HAVE_WGMMA
+        if constexpr (KIND == KIND_WIDE || (WG && PRODUCERS == 256)) {
+            __syncthreads();
+            if (threadIdx.x >= CONSUMERS) setmaxnreg_inc<ATT_LAUNCH_REGS>();
+            else setmaxnreg_dec<ATT_LAUNCH_REGS>();
         }
+#endif
+        cooperative_groups::this_grid().sync();
+        const int warps = (int)(blockDim.x >> 5);
+        for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < a.num_queries * a.num_heads;
+             row += (int64_t)gridDim.x * warps)
+            merge_row(a, pl.splits, row, threadIdx.x & 31);
     }
-    const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
-    uint16_t *out = a.out + qi * a.out_stride_token + head * a.out_stride_head + 16 * lane;
-#pragma unroll
-    for (int i = 0; i < 16; i += 2) *(uint32_t *)(out + i) = bf16_pair(acc[i] * inv, acc[i + 1] * inv);
-    if (a.lse && lane == 0)
-        a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] =
-            wsum > 0.0f ? (lmax + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
 }
 
 /* ---- the plan ---- */
@@ -220,6 +250,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.splits = (int32_t)(tiles > 0 ? (tiles + per_split - 1) / per_split : 1);
     p.items = base_items * p.splits;
     p.grid = (int32_t)(p.items < sms ? p.items : sms);
+    p.one_launch = p.splits > 1 && a->one_launch_merge; /* grid <= SMs at one CTA an SM: co-resident */
     return p;
 }
 
@@ -235,8 +266,20 @@ extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kerne
 
 template <int KIND, int RB>
 static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    nvfp4_attend_kernel<KIND, RB><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
-    return cudaGetLastError();
+    if (!pl.one_launch) {
+        nvfp4_attend_kernel<KIND, RB, false><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
+        return cudaGetLastError();
+    }
+    cudaLaunchAttribute cooperative[1];
+    cooperative[0].id = cudaLaunchAttributeCooperative;
+    cooperative[0].val.cooperative = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)pl.grid), config.blockDim = dim3((unsigned)pl.threads);
+    config.dynamicSmemBytes = (size_t)pl.bytes, config.stream = (cudaStream_t)a->stream;
+    config.attrs = cooperative, config.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&config, nvfp4_attend_kernel<KIND, RB, true>, *a, pl);
+    if (err != cudaSuccess) (void)cudaGetLastError(); /* not left for the plugin's next launch to report */
+    return err;
 }
 
 template <int RB>
@@ -244,6 +287,10 @@ static cudaError_t launch_rb(const nvfp4_mla_attend_kernel_args_t *a, const atte
     if (pl.wide) return launch_kind<KIND_WIDE, RB>(a, pl);
     if (pl.wgmma) return pl.heads == 16 ? launch_kind<KIND_N16_WGMMA, RB>(a, pl) : launch_kind<KIND_N32_WGMMA, RB>(a, pl);
     return pl.heads == 16 ? launch_kind<KIND_N16_SYNC, RB>(a, pl) : launch_kind<KIND_N32_SYNC, RB>(a, pl);
+}
+
+static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
+    return a->record_bytes == 656 ? launch_rb<656>(a, pl) : a->record_bytes == 432 ? launch_rb<432>(a, pl) : launch_rb<368>(a, pl);
 }
 
 extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result) {
@@ -275,10 +322,15 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     if (!nvfp4_cuda_grid_fits(pl.grid, result, "attend", pl.grid, "CTAs")) {
         return;
     }
-    cudaError_t err = args->record_bytes == 656   ? launch_rb<656>(args, pl)
-                      : args->record_bytes == 432 ? launch_rb<432>(args, pl)
-                                                  : launch_rb<368>(args, pl);
-    if (err == cudaSuccess && pl.splits > 1) {
+    attend_plan launched = pl;
+    cudaError_t err = launch_plan(args, launched);
+    if (err == cudaErrorCooperativeLaunchTooLarge && launched.one_launch) {
+        /* The device would not hold the grid at once (fewer SMs than it reported, under MPS or a
+         * green context): the same work with the merge as a second kernel. */
+        launched.one_launch = 0;
+        err = launch_plan(args, launched);
+    }
+    if (err == cudaSuccess && pl.splits > 1 && !launched.one_launch) {
         const int64_t rows = args->num_queries * args->num_heads;
         nvfp4_attend_merge_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, (cudaStream_t)args->stream>>>(*args, pl.splits);
         err = cudaGetLastError();
@@ -290,7 +342,10 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
 
 template <int KIND, int RB>
 static cudaError_t allow_smem(int bytes) {
-    return cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaError_t e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e;
 }
 
 template <int RB>

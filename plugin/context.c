@@ -11,25 +11,32 @@
 #include "errors.h"
 #include "settings.h"
 
-/* The attention kernel's two settings, read once per CUDA context with the project's settings
- * rules (plugin/settings.c: quoted values, one wording). See context.h. */
-nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *cap, const char *mma, int32_t *smem_per_block,
-                                               int32_t *force_mma_sync) {
+/* The attention kernel's settings, read once per CUDA context with the project's settings rules
+ * (plugin/settings.c: quoted values, one wording). See context.h. All are checked before any
+ * output is set. */
+nvfp4_mla_status_t nvfp4_attend_settings_parse(const nvfp4_attend_settings_t *s, int32_t *smem_per_block,
+                                               int32_t *force_mma_sync, int32_t *separate_merge) {
     char message[NVFP4_SETTING_MESSAGE_MAX];
     unsigned long long cap_bytes = INT32_MAX;
-    if (nvfp4_setting_count("NVFP4_MLA_ATTEND_SMEM_CAP", cap, "a decimal byte count", 16384, INT32_MAX, "no cap",
+    if (nvfp4_setting_count("NVFP4_MLA_ATTEND_SMEM_CAP", s->cap, "a decimal byte count", 16384, INT32_MAX, "no cap",
                             &cap_bytes, message, sizeof message)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
+    }
+    static const char *const engines[] = {"auto", "sync"};
+    int engine = 0;
+    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MMA", s->mma, engines, 2, &engine, message, sizeof message)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
+    }
+    static const char *const merges[] = {"auto", "separate"};
+    int merge = 0;
+    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MERGE", s->merge, merges, 2, &merge, message, sizeof message)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
     }
     if ((int32_t)cap_bytes < *smem_per_block) {
         *smem_per_block = (int32_t)cap_bytes;
     }
-    static const char *const engines[] = {"auto", "sync"};
-    int engine = 0;
-    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MMA", mma, engines, 2, &engine, message, sizeof message)) {
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
-    }
     *force_mma_sync = engine == 1;
+    *separate_merge = merge == 1;
     return NVFP4_MLA_OK;
 }
 
@@ -40,9 +47,11 @@ static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx) {
         return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "init: CUDA device %d is unusable: %s (backend.cuda absent)",
                           ctx->device_index, ctx->backend_note);
     }
-    nvfp4_mla_status_t st =
-        nvfp4_attend_settings_parse(secure_getenv("NVFP4_MLA_ATTEND_SMEM_CAP"), secure_getenv("NVFP4_MLA_ATTEND_MMA"),
-                                    &ctx->cuda.smem_per_block, &ctx->attend_force_mma_sync);
+    const nvfp4_attend_settings_t settings = {secure_getenv("NVFP4_MLA_ATTEND_SMEM_CAP"),
+                                              secure_getenv("NVFP4_MLA_ATTEND_MMA"),
+                                              secure_getenv("NVFP4_MLA_ATTEND_MERGE")};
+    nvfp4_mla_status_t st = nvfp4_attend_settings_parse(&settings, &ctx->cuda.smem_per_block,
+                                                        &ctx->attend_force_mma_sync, &ctx->attend_separate_merge);
     if (st) {
         return st;
     }

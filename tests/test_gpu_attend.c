@@ -3,9 +3,10 @@
  * layout and the 656-byte baseline layout, split-K and single-split paths, every tiling and stage
  * count. The CPU reference works in double over the records' binary32 values (the 656 layout: its
  * bf16 decode), as the kernel does up to f32 sums and P rounded to bf16 for the P.V product.
- * Every case runs in three configurations of the CUDA context: the default (wgmma on sm_90a: wide
- * for h > 32, narrow below), NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers other targets use)
- * and NVFP4_MLA_ATTEND_SMEM_CAP=101376 (the 99 KB shared-memory configuration of sm_120 parts);
+ * Every case runs in four configurations of the CUDA context: the default (wgmma on sm_90a: wide
+ * for h > 32, narrow below; split-K merged inside the launch), NVFP4_MLA_ATTEND_MMA=sync (the
+ * mma.sync consumers other targets use), NVFP4_MLA_ATTEND_SMEM_CAP=101376 (the 99 KB
+ * shared-memory configuration of sm_120 parts) and NVFP4_MLA_ATTEND_MERGE=separate;
  * extend/prefill shapes (n_q in the thousands) are checked on a subset of their queries.
  * Tolerances (the issue's FlashMLA-level ones, with "abs 1e-3 on outputs of unit scale" taken
  * relative to the outputs' scale, max|V|, since the test's values are not of unit scale): outputs
@@ -54,16 +55,22 @@ static int teardown(void **state) {
     return nvfp4_context_shutdown(cpu);
 }
 
-/* A CUDA context whose attend settings (read once at init) are `mma` and `smem_cap` (NULL: unset). */
+/* A CUDA context whose attend settings (read once at init) are `mma`, `smem_cap` and `merge`
+ * (NULL: unset). */
 static const char *config_name = "default";
-static void open_gpu(const char *name, const char *mma, const char *smem_cap) {
+static void open_gpu_merge(const char *name, const char *mma, const char *smem_cap, const char *merge) {
     if (mma) setenv("NVFP4_MLA_ATTEND_MMA", mma, 1); else unsetenv("NVFP4_MLA_ATTEND_MMA");
     if (smem_cap) setenv("NVFP4_MLA_ATTEND_SMEM_CAP", smem_cap, 1); else unsetenv("NVFP4_MLA_ATTEND_SMEM_CAP");
+    if (merge) setenv("NVFP4_MLA_ATTEND_MERGE", merge, 1); else unsetenv("NVFP4_MLA_ATTEND_MERGE");
     nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
     if (nvfp4_context_init(&init, &gpu) != NVFP4_MLA_OK) fail_msg("init (%s): %s", name, nvfp4_last_error());
     unsetenv("NVFP4_MLA_ATTEND_MMA");
     unsetenv("NVFP4_MLA_ATTEND_SMEM_CAP");
+    unsetenv("NVFP4_MLA_ATTEND_MERGE");
     config_name = name;
+}
+static void open_gpu(const char *name, const char *mma, const char *smem_cap) {
+    open_gpu_merge(name, mma, smem_cap, NULL);
 }
 static void close_gpu(void) {
     nvfp4_context_shutdown(gpu);
@@ -342,6 +349,15 @@ static void cuda_attend_should_match_in_99_kb_of_shared_memory(void **state) {
     close_gpu();
 }
 
+/* Split-K merged by a second launch (NVFP4_MLA_ATTEND_MERGE=separate; the default merges inside the
+ * attention launch where the device runs cooperative launches). */
+static void cuda_attend_should_match_with_a_separate_merge_launch(void **state) {
+    (void)state;
+    open_gpu_merge("separate", NULL, NULL, "separate");
+    all_shapes();
+    close_gpu();
+}
+
 /* Extend / prefill: thousands of query tokens with their own top-k, a subset checked. */
 static void cuda_attend_should_match_for_thousands_of_queries(void **state) {
     (void)state;
@@ -363,7 +379,7 @@ static void cuda_attend_should_match_for_thousands_of_queries(void **state) {
 
 /* out with padded strides (head stride 520, token stride h x 520 + 24 elements): the rows come out
  * bit-identical to a contiguous out's (the plan does not depend on out's strides) and no padding
- * element is written. Covers the staged epilogue's 16-byte stores, the merge kernel (splits), and
+ * element is written. Covers the staged epilogue's 16-byte stores, the merge of split partials, and
  * the head guards of partial head groups, whose stray rows would land in the padding or in the
  * next token's rows. */
 static void strided_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
@@ -406,7 +422,7 @@ static void cuda_attend_should_write_only_its_rows_of_a_strided_out(void **state
     (void)state;
     if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK")) return;
     open_gpu("default", NULL, NULL);
-    strided_case(3, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* split partials, then the merge kernel */
+    strided_case(3, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* split partials, then their merge */
     strided_case(140, 16, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* one split: the overlapped 16-head path */
     strided_case(140, 20, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* 20 of a 32-head group's rows */
     strided_case(140, 48, 256, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656); /* 48 of the wide consumer's 64 */
@@ -419,6 +435,7 @@ int main(void) {
         cmocka_unit_test(cuda_attend_should_match_the_cpu_reference),
         cmocka_unit_test(cuda_attend_should_match_with_the_mma_sync_consumers),
         cmocka_unit_test(cuda_attend_should_match_in_99_kb_of_shared_memory),
+        cmocka_unit_test(cuda_attend_should_match_with_a_separate_merge_launch),
         cmocka_unit_test(cuda_attend_should_match_for_thousands_of_queries),
         cmocka_unit_test(cuda_attend_should_write_only_its_rows_of_a_strided_out),
     };
