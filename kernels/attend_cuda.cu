@@ -10,9 +10,11 @@
  *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
  *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;
  *  - online softmax with the outer and RoPE scales folded into score columns and P; split-K over
- *    the top-k when queries x head groups cannot fill the GPU, merged in the same launch after a
- *    grid barrier (a cooperative launch: one launch a call, the host's cost in a decode loop), or
- *    by a second kernel (NVFP4_MLA_ATTEND_MERGE=separate, or a device without cooperative launches).
+ *    the top-k when queries x head groups cannot fill the GPU. The splits of a (query, head group)
+ *    count their arrivals on a tagged counter in the workspace and the last to arrive merges them
+ *    in the same launch (one launch a call: the host's cost in a decode loop), or a second kernel
+ *    merges (NVFP4_MLA_ATTEND_MERGE=separate, and groups whose partials one CTA would read too
+ *    slowly).
  * CTAs walk work items (query, head group, top-k split) in a static round robin, so the producer
  * streams the next item's records while the consumers finish the current one.
  *
@@ -28,7 +30,6 @@
  * Entries with slot -1, past valid_len, or outside the cache count for nothing (the CPU entry
  * rejects out-of-range ids; a CUDA entry cannot read them without a sync).
  */
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -55,10 +56,48 @@
 #endif
 #define ATT_NARROW_PRODUCER_REGS 136
 #define ATT_NARROW_CONSUMER_REGS 232
+#ifndef ATT_ONE_LAUNCH_MERGE_BYTES
+#define ATT_ONE_LAUNCH_MERGE_BYTES (1 << 20) /* 1 MB: one SM reads it in ~5 us; 512 KB measured +1.1-1.4 us against the separate merge */
+#endif
+#ifndef ATT_MERGE_BATCH
+#define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight (16 measured 2 us slower) */
+#endif
 #define ATT_LAUNCH_REGS 168 /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
 static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS, "wide: over the launch's registers");
 static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
               "narrow: over the launch's registers");
+
+/* ---- split-K partials and their merge ----
+ * Workspace (splits > 1): partial O [splits, n_q, h, 512] f32 (normalised rows), partial log2-sum-exp
+ * [splits, n_q, h] f32, then, 8-byte aligned, one arrival counter per (query, head group). */
+static __host__ __device__ __forceinline__ uint64_t partial_floats(const nvfp4_mla_attend_kernel_args_t &a, int splits) {
+    return (uint64_t)splits * a.num_queries * a.num_heads * (512 + 1);
+}
+static __host__ __device__ __forceinline__ uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t &a, int splits) {
+    return (partial_floats(a, splits) * sizeof(float) + 7) / 8 * 8;
+}
+
+/* An arrival counter is a 64-bit word: a 48-bit tag over a 16-bit count of the splits that have
+ * stored their partials. The workspace is the caller's scratch, so a word that does not carry the
+ * tag counts as zero; the last split to arrive sets it back to 0, leaving a word that counts as
+ * zero for the next launch (graph replays included). The tag's upper half is a signalling-NaN
+ * pattern as f32, which no kernel here writes, so the partials of an earlier call whose counters
+ * sat elsewhere cannot forge it. Returns true for the last of `splits` arrivals. */
+#define ATT_COUNTER_TAG 0x7FA5C0DE1E57ull
+static __device__ __forceinline__ bool arrive_last(unsigned long long *counter, int splits) {
+    unsigned long long cur = *(volatile unsigned long long *)counter;
+    for (;;) {
+        const bool counting = (cur >> 16) == ATT_COUNTER_TAG && (int)(cur & 0xffff) < splits;
+        const unsigned long long next = (counting ? cur : ATT_COUNTER_TAG << 16) + 1;
+        const unsigned long long seen = atomicCAS(counter, cur, next);
+        if (seen == cur) {
+            if ((int)(next & 0xffff) < splits) return false;
+            atomicExch(counter, 0ull);
+            return true;
+        }
+        cur = seen;
+    }
+}
 
 /* Merges the split partials of one (query, head) row: one warp, 16 columns per lane. */
 static __device__ __forceinline__ void merge_row(const nvfp4_mla_attend_kernel_args_t &a, int splits, int64_t row,
@@ -88,11 +127,84 @@ static __device__ __forceinline__ void merge_row(const nvfp4_mla_attend_kernel_a
             wsum > 0.0f ? (lmax + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
 }
 
-/* The separate merge launch (NVFP4_MLA_ATTEND_MERGE=separate, or no cooperative launches): four
+/* The separate merge launch (NVFP4_MLA_ATTEND_MERGE=separate, or a plan that merges apart): four
  * rows a CTA. */
 __global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int splits) {
     const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (row < a.num_queries * a.num_heads) merge_row(a, splits, row, threadIdx.x & 31);
+}
+
+/* The in-launch merge (plan.one_launch). With splits > 1 the plan has no more items than CTAs,
+ * so each CTA holds one item: once its partials are stored, the CTA arrives once for its (query,
+ * head group), and the CTA of the last split merges the group's rows, its ring's shared memory
+ * free by then. Its arrival follows every thread's device-scope fence and a CTA barrier (so all of
+ * its partial stores precede it); the last arrival fences again before the rows are read, through
+ * L2 (__ldcg: the partials were written by other SMs). Same arithmetic, in the same order, as
+ * merge_row: the outputs are bit-identical to the separate merge's. All `nthreads` threads. */
+static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
+                                     int t, int nthreads) {
+    const item_span s = item_at(a, pl, blockIdx.x);
+    volatile int *last = reinterpret_cast<volatile int *>(smem + pl.off_red);
+    __threadfence();
+    __syncthreads();
+    if (t == 0) {
+        unsigned long long *counters =
+            reinterpret_cast<unsigned long long *>((uint8_t *)a.workspace + counters_offset(a, pl.splits));
+        const int is_last = arrive_last(counters + s.q * pl.groups + s.group, pl.splits);
+        if (is_last) __threadfence();
+        *last = is_last;
+    }
+    __syncthreads();
+    if (!*last) return;
+    const int splits = pl.splits; /* <= 64 (the plan's cap) */
+    const int64_t head0 = (int64_t)s.group * pl.heads;
+    const int heads = (int)(a.num_heads - head0 < pl.heads ? a.num_heads - head0 : pl.heads);
+    const int64_t stride = a.num_queries * a.num_heads, row0 = s.q * a.num_heads + head0;
+    const float *partial_o = (const float *)a.workspace;
+    const float *partial_lse = partial_o + (int64_t)splits * stride * 512;
+    float *weight = reinterpret_cast<float *>(smem + pl.off_ring); /* [64 rows][64 splits] */
+    float *scale = weight + 64 * 64;                               /* [64 rows]: 1 / sum of weights */
+    const int warp = t >> 5, lane = t & 31;
+    for (int r = warp; r < heads; r += nthreads >> 5) { /* a row's weights: lanes over the splits */
+        const float l0 = lane < splits ? __ldcg(partial_lse + lane * stride + row0 + r) : -INFINITY;
+        const float l1 = lane + 32 < splits ? __ldcg(partial_lse + (lane + 32) * stride + row0 + r) : -INFINITY;
+        float m = fmaxf(l0, l1);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float w0 = m == -INFINITY ? 0.0f : exp2f(l0 - m), w1 = m == -INFINITY ? 0.0f : exp2f(l1 - m);
+        float sum = 0.0f; /* merge_row's order: split 0, 1, ... */
+        for (int sp = 0; sp < splits; sp++) sum += __shfl_sync(0xffffffffu, sp < 32 ? w0 : w1, sp & 31);
+        if (lane < splits) weight[r * 64 + lane] = w0;
+        if (lane + 32 < splits) weight[r * 64 + lane + 32] = w1;
+        if (lane == 0) {
+            scale[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+            if (a.lse)
+                a.lse[s.q * a.lse_stride_token + (head0 + r) * a.lse_stride_head] =
+                    sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+        }
+    }
+    __syncthreads();
+    const int64_t split_step = stride * 128; /* float4s from one split's row to the next's */
+    for (int u = t; u < heads * 128; u += nthreads) { /* (row, 4 columns) a thread, ATT_MERGE_BATCH splits in flight */
+        const int r = u >> 7, c = u & 127;
+        const float4 *src = reinterpret_cast<const float4 *>(partial_o + (row0 + r) * 512) + c;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int sp = 0; sp < splits; sp += ATT_MERGE_BATCH) {
+            float4 v[ATT_MERGE_BATCH];
+#pragma unroll
+            for (int j = 0; j < ATT_MERGE_BATCH; j++)
+                v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < ATT_MERGE_BATCH; j++) {
+                if (sp + j >= splits) break;
+                const float w = weight[r * 64 + sp + j];
+                acc.x += w * v[j].x, acc.y += w * v[j].y, acc.z += w * v[j].z, acc.w += w * v[j].w;
+            }
+        }
+        const float k = scale[r];
+        uint16_t *dst = a.out + s.q * a.out_stride_token + (head0 + r) * a.out_stride_head + 4 * c;
+        *reinterpret_cast<uint2 *>(dst) = make_uint2(bf16_pair(acc.x * k, acc.y * k), bf16_pair(acc.z * k, acc.w * k));
+    }
 }
 
 /* Kernel kinds: the consumer shape and engine. */
@@ -111,7 +223,7 @@ struct kind_threads {
     static constexpr int total = consumers + producers;
 };
 
-/* ONE_LAUNCH: split-K merged in this launch (a cooperative launch, plan.one_launch); its own
+/* ONE_LAUNCH: split-K merged in this launch (plan.one_launch, merge_if_last); its own
  * instantiation, so that the other calls keep the register allocation without the merge tail. */
 template <int KIND, int RB, bool ONE_LAUNCH>
 __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
@@ -157,11 +269,9 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
         }
     }
     if constexpr (ONE_LAUNCH) {
-        /* Split-K in one launch: once every CTA has stored its partials (the grid barrier of the
-         * cooperative launch orders them), the CTAs merge the rows, a warp a row. The roles first
-         * go back to the launch's even share of registers, so the merge runs on one count; the
-         * CTA barrier before that is the warpgroup synchronisation PTX requires between two
-         * setmaxnreg of a warpgroup (a producer with no tile to copy meets none on its way). */
+        /* Split-K in one launch (plan.one_launch): the roles first go back to the launch's even
+         * share of registers, so that the merge runs on one count; the CTA barrier before that is
+         * the warpgroup synchronisation PTX requires between two setmaxnreg of a warpgroup. */
 #if NVFP4_HAVE_WGMMA
         if constexpr (KIND == KIND_WIDE || (WG && PRODUCERS == 256)) {
             __syncthreads();
@@ -169,11 +279,7 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
             else setmaxnreg_dec<ATT_LAUNCH_REGS>();
         }
 #endif
-        cooperative_groups::this_grid().sync();
-        const int warps = (int)(blockDim.x >> 5);
-        for (int64_t row = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); row < a.num_queries * a.num_heads;
-             row += (int64_t)gridDim.x * warps)
-            merge_row(a, pl.splits, row, threadIdx.x & 31);
+        merge_if_last(a, pl, smem, threadIdx.x, blockDim.x);
     }
 }
 
@@ -222,13 +328,23 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     const int contiguous = a->block_stride == a->block_size * a->record_bytes;
     attend_plan p;
     bool ok = false;
-    if (wgmma && a->num_heads > 32) { /* wide: Q 72 KB, the shared P tile 8 KB */
+    /* Heads a CTA, from the work an SM gets (head-tiles: heads x 64-key tiles). Up to 128 an SM,
+     * 16-head groups, split over the top-k, put the most CTAs to work and merge the fewest
+     * partials; past that, a dequantised tile serves 32 heads, or 64 (the wide consumer) once
+     * 64-head groups alone fill half the SMs. Measured (H200, top-k 2048, split-K, 128 CTAs): 16
+     * heads x 4 tiles a CTA 26 us against 32 x 2 29.5 us; 16 x 16 50 us, 32 x 8 41.5 us and
+     * 64 x 4 51.6 us; 64 x 16 and 32 x 32 both 105 us. */
+    const int sms = a->sm_count > 0 ? a->sm_count : 1;
+    const int64_t tiles_in_row = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
+    const bool light = a->num_queries * a->num_heads * tiles_in_row <= 128 * (int64_t)sms;
+    const bool wide_fills = a->num_queries * ((a->num_heads + 63) / 64) * 2 > sms;
+    if (wgmma && a->num_heads > 32 && !light && wide_fills) { /* wide: Q 72 KB, the shared P tile 8 KB */
         p = attend_plan();
         p.wide = 1, p.wgmma = 1, p.heads = 64, p.contiguous = contiguous, p.threads = 384;
         p.off_q = 0, p.off_p = 9 * ATT_BLOCK, p.off_ring = p.off_p + ATT_BLOCK;
         ok = fit_ring(p, rb, 2 * 64 * 4, budget, 3, false);
     }
-    for (int heads = a->num_heads <= 16 ? 16 : 32; !ok && heads >= 16; heads -= 16) {
+    for (int heads = a->num_heads <= 16 || light ? 16 : 32; !ok && heads >= 16; heads -= 16) {
         p = attend_plan();
         p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous, p.threads = wgmma ? 384 : 256; /* kind_threads */
         p.off_q = 0, p.off_p = 9 * heads * 128, p.off_ring = p.off_p + heads * 128;
@@ -238,9 +354,8 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.bytes = place_tail(p, rb, p.wide ? 2 * 64 * 4 : 2 * 4 * 32 * 4) + 1024;
     p.slots_magic = (uint32_t)((((uint64_t)1 << 32) + (uint64_t)p.slots - 1) / (uint64_t)p.slots);
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
-    const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t base_items = a->num_queries * p.groups;
-    const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
+    const int64_t tiles = tiles_in_row;
     int64_t splits = base_items >= sms || base_items == 0 ? 1 : sms / base_items;
     const int64_t most = tiles / 2 > 1 ? tiles / 2 : 1; /* at least two tiles a split */
     splits = splits < most ? splits : most;
@@ -250,12 +365,18 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.splits = (int32_t)(tiles > 0 ? (tiles + per_split - 1) / per_split : 1);
     p.items = base_items * p.splits;
     p.grid = (int32_t)(p.items < sms ? p.items : sms);
-    p.one_launch = p.splits > 1 && a->one_launch_merge; /* grid <= SMs at one CTA an SM: co-resident */
+    /* One launch unless the last split's CTA would read more partials than the separate merge,
+     * spread over the GPU, takes to launch and run (group rows x splits x 2 KB). */
+    p.one_launch = p.splits > 1 && a->one_launch_merge &&
+                   (int64_t)p.heads * p.splits * 512 * (int64_t)sizeof(float) <= ATT_ONE_LAUNCH_MERGE_BYTES;
     return p;
 }
 
+/* Partials, then the arrival counters (every split-K plan holds them, whichever way it merges, so
+ * that the size does not depend on the setting). */
 static uint64_t workspace_of(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    return pl.bytes && pl.splits > 1 ? (uint64_t)pl.splits * a->num_queries * a->num_heads * (512 + 1) * sizeof(float) : 0;
+    if (!pl.bytes || pl.splits <= 1) return 0;
+    return counters_offset(*a, pl.splits) + (uint64_t)a->num_queries * pl.groups * sizeof(unsigned long long);
 }
 
 extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *a) {
@@ -266,20 +387,11 @@ extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kerne
 
 template <int KIND, int RB>
 static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    if (!pl.one_launch) {
+    if (pl.one_launch)
+        nvfp4_attend_kernel<KIND, RB, true><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
+    else
         nvfp4_attend_kernel<KIND, RB, false><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
-        return cudaGetLastError();
-    }
-    cudaLaunchAttribute cooperative[1];
-    cooperative[0].id = cudaLaunchAttributeCooperative;
-    cooperative[0].val.cooperative = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)pl.grid), config.blockDim = dim3((unsigned)pl.threads);
-    config.dynamicSmemBytes = (size_t)pl.bytes, config.stream = (cudaStream_t)a->stream;
-    config.attrs = cooperative, config.numAttrs = 1;
-    const cudaError_t err = cudaLaunchKernelEx(&config, nvfp4_attend_kernel<KIND, RB, true>, *a, pl);
-    if (err != cudaSuccess) (void)cudaGetLastError(); /* not left for the plugin's next launch to report */
-    return err;
+    return cudaGetLastError();
 }
 
 template <int RB>
@@ -322,15 +434,8 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     if (!nvfp4_cuda_grid_fits(pl.grid, result, "attend", pl.grid, "CTAs")) {
         return;
     }
-    attend_plan launched = pl;
-    cudaError_t err = launch_plan(args, launched);
-    if (err == cudaErrorCooperativeLaunchTooLarge && launched.one_launch) {
-        /* The device would not hold the grid at once (fewer SMs than it reported, under MPS or a
-         * green context): the same work with the merge as a second kernel. */
-        launched.one_launch = 0;
-        err = launch_plan(args, launched);
-    }
-    if (err == cudaSuccess && pl.splits > 1 && !launched.one_launch) {
+    cudaError_t err = launch_plan(args, pl);
+    if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch) {
         const int64_t rows = args->num_queries * args->num_heads;
         nvfp4_attend_merge_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, (cudaStream_t)args->stream>>>(*args, pl.splits);
         err = cudaGetLastError();

@@ -49,7 +49,6 @@ typedef struct nvfp4_mla_cuda_limits {
     int32_t sm_count;       /* multiprocessors */
     int32_t smem_per_block; /* opt-in dynamic shared memory per block, bytes */
     int32_t arch;           /* 10 * major + minor */
-    int32_t cooperative;    /* 1: the device runs cooperative launches (attend's one-launch split-K) */
 } nvfp4_mla_cuda_limits_t;
 
 /* Can this process run our kernels on `ordinal`? 0 = yes, with `name` ("NVIDIA H200 (sm_90)") and

@@ -91,8 +91,8 @@ typedef struct nvfp4_mla_attend_kernel_args {
     int32_t smem_per_block;       /* opt-in shared memory per block, after NVFP4_MLA_ATTEND_SMEM_CAP */
     int32_t arch;                 /* 10 * major + minor (90 = sm_90) */
     int32_t force_mma_sync;       /* 1: NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers on sm_90) */
-    int32_t one_launch_merge;     /* 1: split partials merged inside the attention launch (a cooperative
-                                     launch; the device supports them and NVFP4_MLA_ATTEND_MERGE is auto) */
+    int32_t one_launch_merge;     /* 1: split partials merged inside the attention launch by the last split
+                                     (NVFP4_MLA_ATTEND_MERGE is auto), 0: by a second kernel */
 } nvfp4_mla_attend_kernel_args_t;
 
 typedef struct nvfp4_mla_merge_kernel_args {

@@ -42,12 +42,6 @@ extern "C" int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, c
     limits->sm_count = prop.multiProcessorCount;
     limits->smem_per_block = (int32_t)prop.sharedMemPerBlockOptin;
     limits->arch = 10 * prop.major + prop.minor;
-    int cooperative = 0;
-    if (cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, ordinal) != cudaSuccess) {
-        cooperative = 0; /* then split-K keeps its second launch */
-        (void)cudaGetLastError();
-    }
-    limits->cooperative = cooperative != 0;
     note[0] = '\0';
     return 0;
 }

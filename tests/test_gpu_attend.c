@@ -180,6 +180,10 @@ static size_t out_span(int64_t nq, int64_t h, int64_t ts, int64_t hs) {
     return (size_t)((nq - 1) * ts + (h - 1) * hs + 512);
 }
 
+/* How case_run_gpu_into treats its workspace: bytes it holds before the first call (-1: as
+ * cudaMalloc left them, 256: random, else that byte) and calls made on it in a row. */
+static int ws_fill = -1, ws_calls = 1;
+
 /* The GPU call on copies of the inputs, with poisoned outputs (0xFFFF) and the workspace it asks
  * for; out goes to a buffer of token stride ts and head stride hs (elements), copied back whole
  * into out_host (out_span elements). */
@@ -200,10 +204,19 @@ static void case_run_gpu_into(attend_case_t *c, int64_t ts, int64_t hs, uint16_t
     assert_int_equal(nvfp4_op_attend_workspace_bytes(gpu, &g, &c->ws), NVFP4_MLA_OK);
     if (c->ws) {
         CK(cudaMalloc(&dws, c->ws));
+        if (ws_fill == 256) {
+            uint8_t *junk = malloc(c->ws);
+            for (uint64_t i = 0; i < c->ws; i++) junk[i] = (uint8_t)(uniform() * 256.0);
+            CK(cudaMemcpy(dws, junk, c->ws, cudaMemcpyHostToDevice));
+            free(junk);
+        } else if (ws_fill >= 0) {
+            CK(cudaMemset(dws, ws_fill, c->ws));
+        }
         g.workspace = tu_vec(dws, NVFP4_MLA_DTYPE_U8, (int64_t)c->ws);
         g.workspace.device_type = 2;
     }
-    if (nvfp4_op_attend(gpu, &g) != NVFP4_MLA_OK) fail_msg("gpu (%s): %s", config_name, nvfp4_last_error());
+    for (int call = 0; call < ws_calls; call++)
+        if (nvfp4_op_attend(gpu, &g) != NVFP4_MLA_OK) fail_msg("gpu (%s): %s", config_name, nvfp4_last_error());
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(out_host, dout, out_n * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(c->lse_gpu, dlse, (size_t)(nq * h * 4), cudaMemcpyDeviceToHost));
@@ -350,7 +363,7 @@ static void cuda_attend_should_match_in_99_kb_of_shared_memory(void **state) {
 }
 
 /* Split-K merged by a second launch (NVFP4_MLA_ATTEND_MERGE=separate; the default merges inside the
- * attention launch where the device runs cooperative launches). */
+ * attention launch). */
 static void cuda_attend_should_match_with_a_separate_merge_launch(void **state) {
     (void)state;
     open_gpu_merge("separate", NULL, NULL, "separate");
@@ -418,6 +431,76 @@ static void strided_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
     free(c.cache), free(c.tok), free(c.q), free(c.slots), free(c.valid), free(c.out_gpu), free(c.lse_gpu);
 }
 
+/* Split-K merged by each group's last split in the attention launch (the default) against the
+ * separate merge kernel: bit-identical out and lse, whatever the workspace held before (its
+ * arrival counters count a word without their tag as zero), and again on a workspace the same
+ * call used just before (the last arrival leaves its counter at zero). */
+static void one_launch_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
+    const bool per_token = layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368;
+    attend_case_t c = {.nq = nq, .h = h, .topk = topk, .slots_n = 4096, .block = 64, .layout = layout,
+                       .mode = per_token ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC,
+                       .rb = (int32_t)nvfp4_mla_record_bytes(layout)};
+    c.stride = c.block * c.rb;
+    c.scale = per_token ? 0.0f : (layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 1.0f : 0.01f);
+    case_cache(&c);
+    case_queries(&c);
+    open_gpu_merge("separate", NULL, NULL, "separate");
+    case_run_gpu(&c);
+    close_gpu();
+    const size_t n_out = (size_t)(nq * h * 512), n_lse = (size_t)(nq * h);
+    uint16_t *out_sep = malloc(n_out * 2);
+    float *lse_sep = malloc(n_lse * 4);
+    memcpy(out_sep, c.out_gpu, n_out * 2), memcpy(lse_sep, c.lse_gpu, n_lse * 4);
+    open_gpu("default", NULL, NULL);
+    const int fills[] = {-1, 0, 0xFF, 256}, calls[] = {1, 2, 1, 3};
+    for (int f = 0; f < 4; f++) {
+        ws_fill = fills[f], ws_calls = calls[f];
+        memset(c.out_gpu, 0, n_out * 2);
+        case_run_gpu(&c);
+        for (size_t i = 0; i < n_out; i++)
+            if (c.out_gpu[i] != out_sep[i])
+                fail_msg("one launch (workspace fill %d, %d calls): nq %lld h %lld topk %lld: out[%zu] %#x, separate "
+                         "merge %#x", fills[f], calls[f], (long long)nq, (long long)h, (long long)topk, i, c.out_gpu[i],
+                         out_sep[i]);
+        if (memcmp(c.lse_gpu, lse_sep, n_lse * 4))
+            fail_msg("one launch (workspace fill %d): nq %lld h %lld: lse differs from the separate merge's", fills[f],
+                     (long long)nq, (long long)h);
+    }
+    ws_fill = -1, ws_calls = 1;
+    close_gpu();
+    fprintf(stderr, "one launch nq %3lld h %3lld topk %4lld layout %u workspace %9llu: bit-identical to the separate "
+            "merge over 4 workspace states\n", (long long)nq, (long long)h, (long long)topk, layout,
+            (unsigned long long)c.ws);
+    free(out_sep), free(lse_sep);
+    free(c.cache), free(c.tok), free(c.q), free(c.slots), free(c.valid), free(c.out_gpu), free(c.lse_gpu);
+}
+
+/* Runs after the other tests (its random draws leave theirs as they were). */
+static void cuda_attend_should_merge_splits_in_one_launch_whatever_the_workspace_held(void **state) {
+    (void)state;
+    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK")) return;
+    one_launch_case(1, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);     /* 16 splits of one group */
+    one_launch_case(3, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* light: 16-head groups */
+    one_launch_case(6, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* 32-head groups, 5 splits */
+    one_launch_case(12, 64, 2048, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656);  /* 32-head groups, 5 splits */
+    one_launch_case(2, 20, 3000, NVFP4_MLA_LAYOUT_BF16_ROPE_432);    /* a partial group, valid lengths */
+}
+
+/* Each consumer where the plan now puts it (light calls take 16-head groups whatever h, so
+ * all_shapes reaches the others less): 32-head groups with splits for h > 32, and the wide
+ * consumer with each record size and a padded page. Runs last, like the test above. */
+static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **state) {
+    (void)state;
+    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK")) return;
+    open_gpu("default", NULL, NULL);
+    run_case_checked(6, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 0, 2);
+    run_case_checked(12, 64, 1500, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 0, 3);
+    run_case_checked(80, 64, 512, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 16, 3);
+    run_case_checked(80, 128, 300, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC, 0, 3);
+    run_case_checked(80, 96, 700, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 0, 3);
+    close_gpu();
+}
+
 static void cuda_attend_should_write_only_its_rows_of_a_strided_out(void **state) {
     (void)state;
     if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK")) return;
@@ -438,6 +521,8 @@ int main(void) {
         cmocka_unit_test(cuda_attend_should_match_with_a_separate_merge_launch),
         cmocka_unit_test(cuda_attend_should_match_for_thousands_of_queries),
         cmocka_unit_test(cuda_attend_should_write_only_its_rows_of_a_strided_out),
+        cmocka_unit_test(cuda_attend_should_merge_splits_in_one_launch_whatever_the_workspace_held),
+        cmocka_unit_test(cuda_attend_should_match_on_each_consumer_the_plan_picks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,7 +3,8 @@ per decode step replayed from a CUDA graph (BENCHMARKS.md, issue 17).
 
 Host time is what the calling thread spends in one call: `calls` back-to-back calls are timed with
 perf_counter from an idle device (synchronised before, not inside, the timed loop; the launch queue
-holds them all), and the median over `reps` is divided by `calls`. Forms:
+holds them all), and the median over `reps` is divided by `calls`, after 0.2 s of the same calls (a
+cold process reads its first rows up to 1.6x slower). Forms:
   one-shot   Context.write / Context.attend (every array described and checked per call);
   arrays     a prepared call given new arrays (pointers and row counts read per call);
   run        a prepared call on its bound buffers (what a CUDA graph or persistent buffers use).
@@ -34,9 +35,15 @@ TOPK, SM_SCALE = 2048, 576 ** -0.5
 KW = dict(layout=LAYOUT, scale_mode=MODE)
 
 
-def host_us(fn, calls, reps, sync):
-    """Median host microseconds per call of `calls` back-to-back calls."""
-    fn()
+def host_us(fn, calls, reps, sync, warm_s=0.2):
+    """Median host microseconds per call of `calls` back-to-back calls, after `warm_s` seconds of
+    the same calls (the host's clocks and caches settle: the first rows of a cold process read up
+    to 1.6x slower)."""
+    end = time.perf_counter() + warm_s
+    while time.perf_counter() < end:
+        for _ in range(calls):
+            fn()
+        sync()
     samples = []
     for _ in range(reps):
         sync()
