@@ -10,11 +10,11 @@
  *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
  *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;
  *  - online softmax with the outer and RoPE scales folded into score columns and P; split-K over
- *    the top-k when queries x head groups cannot fill the GPU. The splits of a (query, head group)
- *    count their arrivals on a tagged counter in the workspace and the last to arrive merges them
- *    in the same launch (one launch a call: the host's cost in a decode loop), or a second kernel
- *    merges (NVFP4_MLA_ATTEND_MERGE=separate, and groups whose partials one CTA would read too
- *    slowly).
+ *    the top-k when queries x head groups cannot fill the GPU, merged by a second kernel (the
+ *    default), or, with NVFP4_MLA_ATTEND_MERGE=in-launch, in the same launch by the last split of
+ *    each (query, head group) to arrive on a tagged counter in the workspace (one launch a call:
+ *    4-6 us less host time, 5-12 us more GPU time at decode shapes on the H200, since one CTA's
+ *    consumers read all of a group's partials).
  * CTAs walk work items (query, head group, top-k split) in a static round robin, so the producer
  * streams the next item's records while the consumers finish the current one.
  *
@@ -57,10 +57,10 @@
 #define ATT_NARROW_PRODUCER_REGS 136
 #define ATT_NARROW_CONSUMER_REGS 232
 #ifndef ATT_ONE_LAUNCH_MERGE_BYTES
-#define ATT_ONE_LAUNCH_MERGE_BYTES (1 << 20) /* 1 MB: one SM reads it in ~5 us; 512 KB measured +1.1-1.4 us against the separate merge */
+#define ATT_ONE_LAUNCH_MERGE_BYTES (1 << 20) /* the most partials one CTA's in-launch merge reads */
 #endif
 #ifndef ATT_MERGE_BATCH
-#define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight (16 measured 2 us slower) */
+#define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight */
 #endif
 #define ATT_LAUNCH_REGS 168 /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
 static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS, "wide: over the launch's registers");
@@ -127,26 +127,29 @@ static __device__ __forceinline__ void merge_row(const nvfp4_mla_attend_kernel_a
             wsum > 0.0f ? (lmax + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
 }
 
-/* The separate merge launch (NVFP4_MLA_ATTEND_MERGE=separate, or a plan that merges apart): four
- * rows a CTA. */
+/* The separate merge launch (the default, and plans whose merge one CTA would read too slowly):
+ * four rows a CTA. */
 __global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int splits) {
     const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (row < a.num_queries * a.num_heads) merge_row(a, splits, row, threadIdx.x & 31);
 }
 
-/* The in-launch merge (plan.one_launch). With splits > 1 the plan has no more items than CTAs,
- * so each CTA holds one item: once its partials are stored, the CTA arrives once for its (query,
- * head group), and the CTA of the last split merges the group's rows, its ring's shared memory
- * free by then. Its arrival follows every thread's device-scope fence and a CTA barrier (so all of
- * its partial stores precede it); the last arrival fences again before the rows are read, through
- * L2 (__ldcg: the partials were written by other SMs). Same arithmetic, in the same order, as
- * merge_row: the outputs are bit-identical to the separate merge's. All `nthreads` threads. */
+/* The in-launch merge (plan.one_launch), run by the consumer threads (t < nthreads) after their
+ * item: with splits > 1 the plan has no more items than CTAs, so each CTA holds one. Once its
+ * partials are stored the CTA arrives once for its (query, head group), and the consumers of the
+ * last split merge the group's rows in the ring's shared memory (the producer wrote its last
+ * block before the consumers' last wait on it). The arrival follows every consumer's device-scope
+ * fence and their barrier (so all of the partial stores precede it); the last arrival fences again
+ * before the rows are read, through L2 (__ldcg: other SMs wrote them). Same arithmetic, in the same
+ * order, as merge_row: the outputs are bit-identical to the separate merge's. The producers take
+ * no part: a CTA-wide barrier there would need the roles' registers rebalanced first (setmaxnreg),
+ * and compute-sanitizer racecheck did not see such a barrier order the flag's write and reads. */
 static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                      int t, int nthreads) {
     const item_span s = item_at(a, pl, blockIdx.x);
     volatile int *last = reinterpret_cast<volatile int *>(smem + pl.off_red);
     __threadfence();
-    __syncthreads();
+    named_sync(BAR_MERGE, nthreads);
     if (t == 0) {
         unsigned long long *counters =
             reinterpret_cast<unsigned long long *>((uint8_t *)a.workspace + counters_offset(a, pl.splits));
@@ -154,7 +157,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
         if (is_last) __threadfence();
         *last = is_last;
     }
-    __syncthreads();
+    named_sync(BAR_MERGE, nthreads);
     if (!*last) return;
     const int splits = pl.splits; /* <= 64 (the plan's cap) */
     const int64_t head0 = (int64_t)s.group * pl.heads;
@@ -183,7 +186,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
                     sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -INFINITY;
         }
     }
-    __syncthreads();
+    named_sync(BAR_MERGE, nthreads);
     const int64_t split_step = stride * 128; /* float4s from one split's row to the next's */
     for (int u = t; u < heads * 128; u += nthreads) { /* (row, 4 columns) a thread, ATT_MERGE_BATCH splits in flight */
         const int r = u >> 7, c = u & 127;
@@ -267,19 +270,7 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
         } else {
             attend_narrow<(KIND == KIND_N16_SYNC || KIND == KIND_N16_WGMMA) ? 16 : 32, WG>(a, pl, smem, threadIdx.x);
         }
-    }
-    if constexpr (ONE_LAUNCH) {
-        /* Split-K in one launch (plan.one_launch): the roles first go back to the launch's even
-         * share of registers, so that the merge runs on one count; the CTA barrier before that is
-         * the warpgroup synchronisation PTX requires between two setmaxnreg of a warpgroup. */
-#if NVFP4_HAVE_WGMMA
-        if constexpr (KIND == KIND_WIDE || (WG && PRODUCERS == 256)) {
-            __syncthreads();
-            if (threadIdx.x >= CONSUMERS) setmaxnreg_inc<ATT_LAUNCH_REGS>();
-            else setmaxnreg_dec<ATT_LAUNCH_REGS>();
-        }
-#endif
-        merge_if_last(a, pl, smem, threadIdx.x, blockDim.x);
+        if constexpr (ONE_LAUNCH) merge_if_last(a, pl, smem, threadIdx.x, CONSUMERS);
     }
 }
 
@@ -365,8 +356,8 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.splits = (int32_t)(tiles > 0 ? (tiles + per_split - 1) / per_split : 1);
     p.items = base_items * p.splits;
     p.grid = (int32_t)(p.items < sms ? p.items : sms);
-    /* One launch unless the last split's CTA would read more partials than the separate merge,
-     * spread over the GPU, takes to launch and run (group rows x splits x 2 KB). */
+    /* In the launch (when asked for) unless the last split's CTA would read more than 1 MB of
+     * partials (group rows x splits x 2 KB). */
     p.one_launch = p.splits > 1 && a->one_launch_merge &&
                    (int64_t)p.heads * p.splits * 512 * (int64_t)sizeof(float) <= ATT_ONE_LAUNCH_MERGE_BYTES;
     return p;

@@ -92,7 +92,7 @@ typedef struct nvfp4_mla_attend_kernel_args {
     int32_t arch;                 /* 10 * major + minor (90 = sm_90) */
     int32_t force_mma_sync;       /* 1: NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers on sm_90) */
     int32_t one_launch_merge;     /* 1: split partials merged inside the attention launch by the last split
-                                     (NVFP4_MLA_ATTEND_MERGE is auto), 0: by a second kernel */
+                                     (NVFP4_MLA_ATTEND_MERGE=in-launch), 0: by a second kernel (default) */
 } nvfp4_mla_attend_kernel_args_t;
 
 typedef struct nvfp4_mla_merge_kernel_args {
