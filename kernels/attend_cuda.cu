@@ -326,8 +326,8 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
      * heads x 4 tiles a CTA 26 us against 32 x 2 29.5 us; 16 x 16 50 us, 32 x 8 41.5 us and
      * 64 x 4 51.6 us; 64 x 16 and 32 x 32 both 105 us. */
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
-    const int64_t tiles_in_row = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
-    const bool light = a->num_queries * a->num_heads * tiles_in_row <= 128 * (int64_t)sms;
+    const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
+    const bool light = a->num_queries * a->num_heads * tiles <= 128 * (int64_t)sms;
     const bool wide_fills = a->num_queries * ((a->num_heads + 63) / 64) * 2 > sms;
     if (wgmma && a->num_heads > 32 && !light && wide_fills) { /* wide: Q 72 KB, the shared P tile 8 KB */
         p = attend_plan();
@@ -346,7 +346,6 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.slots_magic = (uint32_t)((((uint64_t)1 << 32) + (uint64_t)p.slots - 1) / (uint64_t)p.slots);
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
     const int64_t base_items = a->num_queries * p.groups;
-    const int64_t tiles = tiles_in_row;
     int64_t splits = base_items >= sms || base_items == 0 ? 1 : sms / base_items;
     const int64_t most = tiles / 2 > 1 ? tiles / 2 : 1; /* at least two tiles a split */
     splits = splits < most ? splits : most;

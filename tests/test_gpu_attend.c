@@ -270,16 +270,32 @@ static void case_check_query(const attend_case_t *c, int64_t qi, double vmax, do
     free(out_cpu), free(lse_cpu);
 }
 
-/* pad: bytes added to each page of 64 records (a padded block stride, the non-contiguous path).
- * check: queries compared with the CPU (every query when >= nq; else that many spread over nq). */
-static void run_case_checked(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode, int64_t pad,
-                             int64_t check) {
+/* A case's cache and queries (random, in this order: the draws of the cases after it depend on it).
+ * pad: bytes added to each page of 64 records (a padded block stride, the non-contiguous path). */
+static attend_case_t case_make(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode, int64_t pad) {
     attend_case_t c = {.nq = nq, .h = h, .topk = topk, .pad = pad, .slots_n = 4096, .block = 64, .layout = layout,
                        .mode = mode, .rb = (int32_t)nvfp4_mla_record_bytes(layout)};
     c.stride = c.block * c.rb + pad;
     c.scale = mode == NVFP4_MLA_SCALE_PER_TOKEN ? 0.0f : (layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 1.0f : 0.01f);
     case_cache(&c);
     case_queries(&c);
+    return c;
+}
+
+/* The layout's own mode: per-token for 368 records (432 and 656 are static only), unpadded pages. */
+static attend_case_t case_for_layout(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
+    const bool per_token = layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368;
+    return case_make(nq, h, topk, layout, per_token ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC, 0);
+}
+
+static void case_free(attend_case_t *c) {
+    free(c->cache), free(c->tok), free(c->q), free(c->slots), free(c->valid), free(c->out_gpu), free(c->lse_gpu);
+}
+
+/* check: queries compared with the CPU (every query when >= nq; else that many spread over nq). */
+static void run_case_checked(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode, int64_t pad,
+                             int64_t check) {
+    attend_case_t c = case_make(nq, h, topk, layout, mode, pad);
     case_run_gpu(&c);
     const double vmax = case_vmax(&c);
     double worst[3] = {0, 0, 0};
@@ -290,7 +306,7 @@ static void run_case_checked(int64_t nq, int64_t h, int64_t topk, uint32_t layou
             "%.2e, beyond rel 2/128: %.2e of max|V| (bound 1e-3), max |lse diff| %.2e\n", config_name, (long long)nq,
             (long long)h, (long long)topk, layout, mode, (long long)pad, (long long)checked, (unsigned long long)c.ws,
             worst[0], worst[1], worst[2]);
-    free(c.cache), free(c.tok), free(c.q), free(c.slots), free(c.valid), free(c.out_gpu), free(c.lse_gpu);
+    case_free(&c);
 }
 
 static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode) {
@@ -396,14 +412,7 @@ static void cuda_attend_should_match_for_thousands_of_queries(void **state) {
  * the head guards of partial head groups, whose stray rows would land in the padding or in the
  * next token's rows. */
 static void strided_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
-    const bool per_token = layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368; /* 432 and 656 are static only */
-    attend_case_t c = {.nq = nq, .h = h, .topk = topk, .slots_n = 4096, .block = 64, .layout = layout,
-                       .mode = per_token ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC,
-                       .rb = (int32_t)nvfp4_mla_record_bytes(layout)};
-    c.stride = c.block * c.rb;
-    c.scale = per_token ? 0.0f : (layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 1.0f : 0.01f);
-    case_cache(&c);
-    case_queries(&c);
+    attend_case_t c = case_for_layout(nq, h, topk, layout);
     case_run_gpu(&c);
     const int64_t hs = 520, ts = h * 520 + 24;
     const size_t span = out_span(nq, h, ts, hs);
@@ -428,22 +437,15 @@ static void strided_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
     fprintf(stderr, "strided nq %4lld h %3lld topk %4lld layout %u workspace %9llu: rows identical, %zu padding elements untouched\n",
             (long long)nq, (long long)h, (long long)topk, layout, (unsigned long long)c.ws, padding);
     free(buf), free(row);
-    free(c.cache), free(c.tok), free(c.q), free(c.slots), free(c.valid), free(c.out_gpu), free(c.lse_gpu);
+    case_free(&c);
 }
 
 /* Split-K merged by each group's last split in the attention launch (NVFP4_MLA_ATTEND_MERGE=
- * in-launch) against the separate merge kernel (the default): bit-identical out and lse, whatever the workspace held before (its
- * arrival counters count a word without their tag as zero), and again on a workspace the same
- * call used just before (the last arrival leaves its counter at zero). */
+ * in-launch) against the separate merge kernel (the default): bit-identical out and lse, whatever
+ * the workspace held before (its arrival counters count a word without their tag as zero), and
+ * again on a workspace the same call used just before (the last arrival leaves its counter at 0). */
 static void one_launch_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
-    const bool per_token = layout == NVFP4_MLA_LAYOUT_FP8_ROPE_368;
-    attend_case_t c = {.nq = nq, .h = h, .topk = topk, .slots_n = 4096, .block = 64, .layout = layout,
-                       .mode = per_token ? NVFP4_MLA_SCALE_PER_TOKEN : NVFP4_MLA_SCALE_STATIC,
-                       .rb = (int32_t)nvfp4_mla_record_bytes(layout)};
-    c.stride = c.block * c.rb;
-    c.scale = per_token ? 0.0f : (layout == NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 ? 1.0f : 0.01f);
-    case_cache(&c);
-    case_queries(&c);
+    attend_case_t c = case_for_layout(nq, h, topk, layout);
     open_gpu_merge("separate", NULL, NULL, "separate");
     case_run_gpu(&c);
     close_gpu();
@@ -472,7 +474,7 @@ static void one_launch_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout
             "merge over 4 workspace states\n", (long long)nq, (long long)h, (long long)topk, layout,
             (unsigned long long)c.ws);
     free(out_sep), free(lse_sep);
-    free(c.cache), free(c.tok), free(c.q), free(c.slots), free(c.valid), free(c.out_gpu), free(c.lse_gpu);
+    case_free(&c);
 }
 
 /* Runs after the other tests (its random draws leave theirs as they were). */
