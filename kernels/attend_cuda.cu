@@ -134,22 +134,21 @@ __global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int 
     if (row < a.num_queries * a.num_heads) merge_row(a, splits, row, threadIdx.x & 31);
 }
 
-/* The in-launch merge (plan.one_launch), run by the consumer threads (t < nthreads) after their
- * item: with splits > 1 the plan has no more items than CTAs, so each CTA holds one. Once its
- * partials are stored the CTA arrives once for its (query, head group), and the consumers of the
- * last split merge the group's rows in the ring's shared memory (the producer wrote its last
- * block before the consumers' last wait on it). The arrival follows every consumer's device-scope
- * fence and their barrier (so all of the partial stores precede it); the last arrival fences again
- * before the rows are read, through L2 (__ldcg: other SMs wrote them). Same arithmetic, in the same
- * order, as merge_row: the outputs are bit-identical to the separate merge's. The producers take
- * no part: a CTA-wide barrier there would need the roles' registers rebalanced first (setmaxnreg),
- * and compute-sanitizer racecheck did not see such a barrier order the flag's write and reads. */
+/* The in-launch merge (plan.one_launch), run by the producer threads (t < nthreads), idle once
+ * their item's tiles are written: with splits > 1 the plan has no more items than CTAs, so each
+ * CTA holds one. The consumers store the item's partials, fence them device-wide and arrive on
+ * BAR_MERGE; the producers wait there (so every partial store precedes what follows), arrive once
+ * for the CTA's (query, head group) and, for the last split, merge the group's rows in the ring's
+ * shared memory (the consumers read their last block before arriving). The last arrival fences
+ * again before the rows are read, through L2 (__ldcg: other SMs wrote them). Same arithmetic, in
+ * the same order, as merge_row: the outputs are bit-identical to the separate merge's. Producers
+ * merge at their own register count (setmaxnreg's 136 narrow, 88 wide): no rebalance, no
+ * CTA-wide barrier (the consumers have exited). `bar` is the producers' own named barrier. */
 static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
-                                     int t, int nthreads) {
+                                     int t, int nthreads, int consumers, uint32_t bar) {
     const item_span s = item_at(a, pl, blockIdx.x);
     volatile int *last = reinterpret_cast<volatile int *>(smem + pl.off_red);
-    __threadfence();
-    named_sync(BAR_MERGE, nthreads);
+    named_sync(BAR_MERGE, nthreads + consumers); /* the consumers' partials are stored and fenced */
     if (t == 0) {
         unsigned long long *counters =
             reinterpret_cast<unsigned long long *>((uint8_t *)a.workspace + counters_offset(a, pl.splits));
@@ -157,7 +156,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
         if (is_last) __threadfence();
         *last = is_last;
     }
-    named_sync(BAR_MERGE, nthreads);
+    named_sync(bar, nthreads);
     if (!*last) return;
     const int splits = pl.splits; /* <= 64 (the plan's cap) */
     const int64_t head0 = (int64_t)s.group * pl.heads;
@@ -186,7 +185,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
                     sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -INFINITY;
         }
     }
-    named_sync(BAR_MERGE, nthreads);
+    named_sync(bar, nthreads);
     const int64_t split_step = stride * 128; /* float4s from one split's row to the next's */
     for (int u = t; u < heads * 128; u += nthreads) { /* (row, 4 columns) a thread, ATT_MERGE_BATCH splits in flight */
         const int r = u >> 7, c = u & 127;
@@ -258,6 +257,7 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
         if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_dec<ATT_NARROW_PRODUCER_REGS>();
 #endif
         attend_producer<RB, PRODUCERS, KIND != KIND_WIDE>(a, pl, smem, threadIdx.x - CONSUMERS);
+        if constexpr (ONE_LAUNCH) merge_if_last(a, pl, smem, threadIdx.x - CONSUMERS, PRODUCERS, CONSUMERS, BAR_PRODUCER);
     } else {
 #if NVFP4_HAVE_WGMMA
         if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
@@ -270,7 +270,10 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
         } else {
             attend_narrow<(KIND == KIND_N16_SYNC || KIND == KIND_N16_WGMMA) ? 16 : 32, WG>(a, pl, smem, threadIdx.x);
         }
-        if constexpr (ONE_LAUNCH) merge_if_last(a, pl, smem, threadIdx.x, CONSUMERS);
+        if constexpr (ONE_LAUNCH) { /* hand the stored partials to the producers, which merge */
+            __threadfence();
+            named_arrive(BAR_MERGE, CONSUMERS + PRODUCERS);
+        }
     }
 }
 

@@ -81,6 +81,12 @@ static __device__ __forceinline__ void named_sync(uint32_t id, uint32_t count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+/* Arrives on named barrier `id` (of `count` threads) without waiting: the threads that bar.sync
+ * on it go on once all `count` have arrived, and see this thread's earlier writes. */
+static __device__ __forceinline__ void named_arrive(uint32_t id, uint32_t count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 /* ---- stmatrix: 8x8 b16 matrices from the mma accumulator fragment to shared memory ---- */
 
 /* Two matrices, transposed: lane 8i + r (i < 2) addresses stored row r of matrix i, which holds
