@@ -10,11 +10,12 @@
  *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
  *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;
  *  - online softmax with the outer and RoPE scales folded into score columns and P; split-K over
- *    the top-k when queries x head groups cannot fill the GPU, merged by a second kernel (the
- *    default), or, with NVFP4_MLA_ATTEND_MERGE=in-launch, in the same launch by the last split of
- *    each (query, head group) to arrive on a tagged counter in the workspace (one launch a call:
- *    4-6 us less host time, 5-12 us more GPU time at decode shapes on the H200, since one CTA's
- *    consumers read all of a group's partials).
+ *    the top-k when queries x head groups cannot fill the GPU, merged either in the same launch by
+ *    the producer warps of the last split of each (query, head group) to arrive on a tagged counter
+ *    in the workspace (one launch a call: about 4 us less host time, 2-4 us more GPU time at
+ *    decode shapes on the H200, since one SM reads all of a group's partials), or by a second
+ *    kernel. NVFP4_MLA_ATTEND_MERGE picks; its default, auto, merges in the launch on an eager
+ *    stream and with the second kernel on a capturing one (merge_mode_for).
  * CTAs walk work items (query, head group, top-k split) in a static round robin, so the producer
  * streams the next item's records while the consumers finish the current one.
  *
@@ -360,7 +361,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.grid = (int32_t)(p.items < sms ? p.items : sms);
     /* In the launch (when asked for) unless the last split's CTA would read more than 1 MB of
      * partials (group rows x splits x 2 KB). */
-    p.one_launch = p.splits > 1 && a->one_launch_merge &&
+    p.one_launch = p.splits > 1 && a->merge_mode == NVFP4_ATTEND_MERGE_IN_LAUNCH &&
                    (int64_t)p.heads * p.splits * 512 * (int64_t)sizeof(float) <= ATT_ONE_LAUNCH_MERGE_BYTES;
     return p;
 }
@@ -398,15 +399,34 @@ static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const at
     return a->record_bytes == 656 ? launch_rb<656>(a, pl) : a->record_bytes == 432 ? launch_rb<432>(a, pl) : launch_rb<368>(a, pl);
 }
 
-extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result) {
-    if (args->num_queries == 0) {
+/* NVFP4_ATTEND_MERGE_AUTO: one launch for eager calls, whose caller waits on the host's launch
+ * time (about 4 us a launch on the H200's host); the separate merge, 2-4 us less GPU time a split
+ * call, for calls captured into a graph, whose replay costs GPU time alone. A stream whose state
+ * cannot be read (the legacy stream during another thread's global capture) takes the separate
+ * merge; the launch then reports the capture error itself. The query reads the stream's capture
+ * state on the host: no device query, and safe while capturing. */
+static int merge_mode_for(int mode, void *stream) {
+    if (mode != NVFP4_ATTEND_MERGE_AUTO) return mode;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &capture) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NVFP4_ATTEND_MERGE_SEPARATE;
+    }
+    return capture == cudaStreamCaptureStatusNone ? NVFP4_ATTEND_MERGE_IN_LAUNCH : NVFP4_ATTEND_MERGE_SEPARATE;
+}
+
+extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *call, nvfp4_mla_kernel_result_t *result) {
+    if (call->num_queries == 0) {
         nvfp4_cuda_result(result, cudaSuccess, "attend");
         return;
     }
-    nvfp4_device_guard guard(args->device_index);
+    nvfp4_device_guard guard(call->device_index);
     if (!nvfp4_cuda_guard_ok(guard, result, "attend")) {
         return;
     }
+    nvfp4_mla_attend_kernel_args_t resolved = *call;
+    resolved.merge_mode = merge_mode_for(call->merge_mode, call->stream);
+    const nvfp4_mla_attend_kernel_args_t *args = &resolved;
     const attend_plan pl = attend_plan_for(args);
     if (!pl.bytes) {
         result->status = NVFP4_MLA_ERR_UNSUPPORTED;

@@ -91,9 +91,15 @@ typedef struct nvfp4_mla_attend_kernel_args {
     int32_t smem_per_block;       /* opt-in shared memory per block, after NVFP4_MLA_ATTEND_SMEM_CAP */
     int32_t arch;                 /* 10 * major + minor (90 = sm_90) */
     int32_t force_mma_sync;       /* 1: NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers on sm_90) */
-    int32_t one_launch_merge;     /* 1: split partials merged inside the attention launch by the last split
-                                     (NVFP4_MLA_ATTEND_MERGE=in-launch), 0: by a second kernel (default) */
+    int32_t merge_mode;           /* NVFP4_ATTEND_MERGE_*: how split partials are merged (NVFP4_MLA_ATTEND_MERGE) */
 } nvfp4_mla_attend_kernel_args_t;
+
+/* How attend merges split-K partials (nvfp4_mla_attend_kernel_args_t.merge_mode). */
+enum {
+    NVFP4_ATTEND_MERGE_SEPARATE = 0,  /* by a second kernel: the least GPU time */
+    NVFP4_ATTEND_MERGE_IN_LAUNCH = 1, /* by each group's last split inside the attention launch: one launch */
+    NVFP4_ATTEND_MERGE_AUTO = 2,      /* in-launch on an eager stream, separate on a capturing one (default) */
+};
 
 typedef struct nvfp4_mla_merge_kernel_args {
     const void *partial_out;      /* [P, n_q, h, 512] bf16|f32, unit inner stride */

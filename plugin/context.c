@@ -15,7 +15,7 @@
  * (plugin/settings.c: quoted values, one wording). See context.h. All are checked before any
  * output is set. */
 nvfp4_mla_status_t nvfp4_attend_settings_parse(const nvfp4_attend_settings_t *s, int32_t *smem_per_block,
-                                               int32_t *force_mma_sync, int32_t *in_launch_merge) {
+                                               int32_t *force_mma_sync, int32_t *merge_mode) {
     char message[NVFP4_SETTING_MESSAGE_MAX];
     unsigned long long cap_bytes = INT32_MAX;
     if (nvfp4_setting_count("NVFP4_MLA_ATTEND_SMEM_CAP", s->cap, "a decimal byte count", 16384, INT32_MAX, "no cap",
@@ -27,16 +27,18 @@ nvfp4_mla_status_t nvfp4_attend_settings_parse(const nvfp4_attend_settings_t *s,
     if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MMA", s->mma, engines, 2, &engine, message, sizeof message)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
     }
-    static const char *const merges[] = {"separate", "in-launch"};
+    static const char *const merges[] = {"auto", "separate", "in-launch"}; /* the first is the default */
+    static const int32_t merge_modes[] = {NVFP4_ATTEND_MERGE_AUTO, NVFP4_ATTEND_MERGE_SEPARATE,
+                                          NVFP4_ATTEND_MERGE_IN_LAUNCH};
     int merge = 0;
-    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MERGE", s->merge, merges, 2, &merge, message, sizeof message)) {
+    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MERGE", s->merge, merges, 3, &merge, message, sizeof message)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
     }
     if ((int32_t)cap_bytes < *smem_per_block) {
         *smem_per_block = (int32_t)cap_bytes;
     }
     *force_mma_sync = engine == 1;
-    *in_launch_merge = merge == 1;
+    *merge_mode = merge_modes[merge];
     return NVFP4_MLA_OK;
 }
 
@@ -51,7 +53,7 @@ static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx) {
                                               secure_getenv("NVFP4_MLA_ATTEND_MMA"),
                                               secure_getenv("NVFP4_MLA_ATTEND_MERGE")};
     nvfp4_mla_status_t st = nvfp4_attend_settings_parse(&settings, &ctx->cuda.smem_per_block,
-                                                        &ctx->attend_force_mma_sync, &ctx->attend_in_launch_merge);
+                                                        &ctx->attend_force_mma_sync, &ctx->attend_merge_mode);
     if (st) {
         return st;
     }

@@ -17,7 +17,7 @@ struct nvfp4_mla_context {
     char backend_note[192];
     nvfp4_mla_cuda_limits_t cuda;   /* CUDA contexts: the device as read at init, smem after the cap */
     int32_t attend_force_mma_sync;  /* NVFP4_MLA_ATTEND_MMA=sync */
-    int32_t attend_in_launch_merge; /* NVFP4_MLA_ATTEND_MERGE=in-launch */
+    int32_t attend_merge_mode;      /* NVFP4_ATTEND_MERGE_*, from NVFP4_MLA_ATTEND_MERGE */
 };
 
 nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *args, nvfp4_mla_context_t **out);
@@ -27,13 +27,14 @@ nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_
 /* The attention kernel's settings, each NULL or empty = unset:
  *   NVFP4_MLA_ATTEND_SMEM_CAP (`s->cap`: decimal bytes in [16384, INT32_MAX], lowers *smem_per_block),
  *   NVFP4_MLA_ATTEND_MMA (`s->mma`: "auto" or "sync", sets *force_mma_sync),
- *   NVFP4_MLA_ATTEND_MERGE (`s->merge`: "separate" or "in-launch", sets *in_launch_merge).
+ *   NVFP4_MLA_ATTEND_MERGE (`s->merge`: "auto", "separate" or "in-launch", sets *merge_mode to
+ *   NVFP4_ATTEND_MERGE_AUTO, _SEPARATE or _IN_LAUNCH).
  * ERR_CONFIG naming the variable and its quoted value otherwise. */
 typedef struct nvfp4_attend_settings {
     const char *cap, *mma, *merge; /* the variables' values as read (NULL: unset) */
 } nvfp4_attend_settings_t;
 nvfp4_mla_status_t nvfp4_attend_settings_parse(const nvfp4_attend_settings_t *s, int32_t *smem_per_block,
-                                               int32_t *force_mma_sync, int32_t *in_launch_merge);
+                                               int32_t *force_mma_sync, int32_t *merge_mode);
 
 /* Fails with UNSUPPORTED naming `capability` unless the context's device serves every bit of `need`. */
 nvfp4_mla_status_t nvfp4_context_require(const nvfp4_mla_context_t *ctx, const char *op, uint64_t need);

@@ -435,55 +435,58 @@ static void source_should_be_reported_through_the_log_callback(void **state) {
 
 /* nvfp4_attend_settings_parse over (cap, mma, merge), the outputs primed with the given values. */
 static nvfp4_mla_status_t parse3(const char *cap, const char *mma, const char *merge, int32_t *smem, int32_t *sync,
-                                 int32_t *in_launch) {
+                                 int32_t *merge_mode) {
     const nvfp4_attend_settings_t s = {cap, mma, merge};
-    return nvfp4_attend_settings_parse(&s, smem, sync, in_launch);
+    return nvfp4_attend_settings_parse(&s, smem, sync, merge_mode);
 }
 
 static void attend_settings_should_parse_strictly(void **state) {
     (void)state;
-    int32_t smem = 232448, sync = 7, in_launch = 7;
-    assert_int_equal(parse3(NULL, NULL, NULL, &smem, &sync, &in_launch), NVFP4_MLA_OK);
+    int32_t smem = 232448, sync = 7, merge = 7;
+    assert_int_equal(parse3(NULL, NULL, NULL, &smem, &sync, &merge), NVFP4_MLA_OK);
     assert_int_equal(smem, 232448);
     assert_int_equal(sync, 0);
-    assert_int_equal(in_launch, 0);
-    assert_int_equal(parse3("101376", "sync", "in-launch", &smem, &sync, &in_launch), NVFP4_MLA_OK);
+    assert_int_equal(merge, NVFP4_ATTEND_MERGE_AUTO);
+    assert_int_equal(parse3("101376", "sync", "in-launch", &smem, &sync, &merge), NVFP4_MLA_OK);
     assert_int_equal(smem, 101376);
     assert_int_equal(sync, 1);
-    assert_int_equal(in_launch, 1);
-    assert_int_equal(parse3("999999999", "auto", "separate", &smem, &sync, &in_launch), NVFP4_MLA_OK);
+    assert_int_equal(merge, NVFP4_ATTEND_MERGE_IN_LAUNCH);
+    assert_int_equal(parse3("999999999", "auto", "separate", &smem, &sync, &merge), NVFP4_MLA_OK);
     assert_int_equal(smem, 101376); /* a cap above what the device offers changes nothing */
     assert_int_equal(sync, 0);
-    assert_int_equal(in_launch, 0);
+    assert_int_equal(merge, NVFP4_ATTEND_MERGE_SEPARATE);
     const char *bad_caps[] = {"99KB", " 101376", "101376 ", "-1", "16383", "1e5", "4294967296"};
     for (size_t i = 0; i < sizeof bad_caps / sizeof *bad_caps; i++) {
         smem = 232448;
-        assert_int_equal(parse3(bad_caps[i], NULL, NULL, &smem, &sync, &in_launch), NVFP4_MLA_ERR_CONFIG);
+        assert_int_equal(parse3(bad_caps[i], NULL, NULL, &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
         assert_non_null(strstr(nvfp4_last_error(), "NVFP4_MLA_ATTEND_SMEM_CAP=\""));
         assert_non_null(strstr(nvfp4_last_error(), bad_caps[i]));
         assert_non_null(strstr(nvfp4_last_error(), "is not a decimal byte count in [16384,"));
         assert_int_equal(smem, 232448);
     }
-    assert_int_equal(parse3(NULL, "wgmma", NULL, &smem, &sync, &in_launch), NVFP4_MLA_ERR_CONFIG);
+    assert_int_equal(parse3(NULL, "wgmma", NULL, &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
     assert_string_equal(nvfp4_last_error(),
                         "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" is not one of: auto, sync (any case); unset or empty is auto");
     /* the settings rule: names in any case, the quoted value shows whitespace */
-    assert_int_equal(parse3(NULL, "Sync", NULL, &smem, &sync, &in_launch), NVFP4_MLA_OK);
+    assert_int_equal(parse3(NULL, "Sync", NULL, &smem, &sync, &merge), NVFP4_MLA_OK);
     assert_int_equal(sync, 1);
-    assert_int_equal(parse3(NULL, "sync ", NULL, &smem, &sync, &in_launch), NVFP4_MLA_ERR_CONFIG);
+    assert_int_equal(parse3(NULL, "sync ", NULL, &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
     assert_non_null(strstr(nvfp4_last_error(), "NVFP4_MLA_ATTEND_MMA=\"sync \""));
     /* the merge setting; a refused setting leaves every output as it was, the cap included */
-    smem = 232448, sync = 0, in_launch = 0;
-    assert_int_equal(parse3("101376", "sync", "kernel", &smem, &sync, &in_launch), NVFP4_MLA_ERR_CONFIG);
-    assert_string_equal(nvfp4_last_error(), "init: NVFP4_MLA_ATTEND_MERGE=\"kernel\" is not one of: separate, in-launch "
-                                            "(any case); unset or empty is separate");
+    smem = 232448, sync = 0, merge = NVFP4_ATTEND_MERGE_SEPARATE;
+    assert_int_equal(parse3("101376", "sync", "kernel", &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
+    assert_string_equal(nvfp4_last_error(), "init: NVFP4_MLA_ATTEND_MERGE=\"kernel\" is not one of: auto, separate, "
+                                            "in-launch (any case); unset or empty is auto");
     assert_int_equal(smem, 232448);
     assert_int_equal(sync, 0);
-    assert_int_equal(in_launch, 0);
-    assert_int_equal(parse3(NULL, NULL, "IN-LAUNCH", &smem, &sync, &in_launch), NVFP4_MLA_OK);
-    assert_int_equal(in_launch, 1);
-    assert_int_equal(parse3(NULL, NULL, "", &smem, &sync, &in_launch), NVFP4_MLA_OK);
-    assert_int_equal(in_launch, 0);
+    assert_int_equal(merge, NVFP4_ATTEND_MERGE_SEPARATE);
+    assert_int_equal(parse3(NULL, NULL, "IN-LAUNCH", &smem, &sync, &merge), NVFP4_MLA_OK);
+    assert_int_equal(merge, NVFP4_ATTEND_MERGE_IN_LAUNCH);
+    assert_int_equal(parse3(NULL, NULL, "Auto", &smem, &sync, &merge), NVFP4_MLA_OK);
+    assert_int_equal(merge, NVFP4_ATTEND_MERGE_AUTO);
+    assert_int_equal(parse3(NULL, NULL, "separate", &smem, &sync, &merge), NVFP4_MLA_OK);
+    assert_int_equal(parse3(NULL, NULL, "", &smem, &sync, &merge), NVFP4_MLA_OK);
+    assert_int_equal(merge, NVFP4_ATTEND_MERGE_AUTO);
 }
 
 int main(void) {

@@ -4,9 +4,10 @@
  * count. The CPU reference works in double over the records' binary32 values (the 656 layout: its
  * bf16 decode), as the kernel does up to f32 sums and P rounded to bf16 for the P.V product.
  * Every case runs in four configurations of the CUDA context: the default (wgmma on sm_90a, the
- * consumer the plan picks; split-K merged by a second kernel), NVFP4_MLA_ATTEND_MMA=sync (the
- * mma.sync consumers other targets use), NVFP4_MLA_ATTEND_SMEM_CAP=101376 (the 99 KB
- * shared-memory configuration of sm_120 parts) and NVFP4_MLA_ATTEND_MERGE=in-launch;
+ * consumer the plan picks; split-K merged in the attention launch, as auto does on an eager
+ * stream), NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers other targets use),
+ * NVFP4_MLA_ATTEND_SMEM_CAP=101376 (the 99 KB shared-memory configuration of sm_120 parts) and
+ * NVFP4_MLA_ATTEND_MERGE=separate (the merge kernel, which auto takes under graph capture);
  * extend/prefill shapes (n_q in the thousands) are checked on a subset of their queries.
  * Tolerances (the issue's FlashMLA-level ones, with "abs 1e-3 on outputs of unit scale" taken
  * relative to the outputs' scale, max|V|, since the test's values are not of unit scale): outputs
@@ -378,11 +379,11 @@ static void cuda_attend_should_match_in_99_kb_of_shared_memory(void **state) {
     close_gpu();
 }
 
-/* Split-K merged inside the attention launch by each group's last split
- * (NVFP4_MLA_ATTEND_MERGE=in-launch; the default merges with a second kernel). */
-static void cuda_attend_should_match_with_the_merge_in_the_launch(void **state) {
+/* Split-K merged by a second kernel (NVFP4_MLA_ATTEND_MERGE=separate; auto takes it under graph
+ * capture, and merges eager calls' splits in the attention launch). */
+static void cuda_attend_should_match_with_the_separate_merge(void **state) {
     (void)state;
-    open_gpu_merge("in-launch", NULL, NULL, "in-launch");
+    open_gpu_merge("separate", NULL, NULL, "separate");
     all_shapes();
     close_gpu();
 }
@@ -441,7 +442,7 @@ static void strided_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
 }
 
 /* Split-K merged by each group's last split in the attention launch (NVFP4_MLA_ATTEND_MERGE=
- * in-launch) against the separate merge kernel (the default): bit-identical out and lse, whatever
+ * in-launch, as auto's eager calls) against the separate merge kernel: bit-identical out and lse, whatever
  * the workspace held before (its arrival counters count a word without their tag as zero), and
  * again on a workspace the same call used just before (the last arrival leaves its counter at 0). */
 static void one_launch_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
@@ -520,7 +521,7 @@ int main(void) {
         cmocka_unit_test(cuda_attend_should_match_the_cpu_reference),
         cmocka_unit_test(cuda_attend_should_match_with_the_mma_sync_consumers),
         cmocka_unit_test(cuda_attend_should_match_in_99_kb_of_shared_memory),
-        cmocka_unit_test(cuda_attend_should_match_with_the_merge_in_the_launch),
+        cmocka_unit_test(cuda_attend_should_match_with_the_separate_merge),
         cmocka_unit_test(cuda_attend_should_match_for_thousands_of_queries),
         cmocka_unit_test(cuda_attend_should_write_only_its_rows_of_a_strided_out),
         cmocka_unit_test(cuda_attend_should_merge_splits_in_one_launch_whatever_the_workspace_held),

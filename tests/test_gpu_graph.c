@@ -7,11 +7,15 @@
  * workspace (split-K scratch) is allocated before capture and freed only after the graph is
  * destroyed: a captured attend reads it on every replay. Also: a refused call (a short workspace)
  * returns its status before enqueuing anything, so the capture stays valid, and
- * attend_workspace_bytes answers during capture (it reads shapes only). Exits 77 without a device. */
+ * attend_workspace_bytes answers during capture (it reads shapes only). Split-K merges: under the
+ * default NVFP4_MLA_ATTEND_MERGE=auto a captured attend merges with a second kernel (a graph node of
+ * its own) and an eager one inside its launch, so every replay is also checked bit for bit against
+ * the other merge; with in-launch the graph holds one attend node. Exits 77 without a device. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -211,8 +215,10 @@ static void copy_out(const step_t *s, uint16_t *host) {
     CK(cudaMemcpy(host, s->out[1], (size_t)s->batch * s->heads * 512 * 2, cudaMemcpyDeviceToHost));
 }
 
-/* Capture once, then STEPS times: new data, replay, the same calls eagerly on the twin buffers. */
-static void replay_should_match_eager_calls(int64_t heads, int64_t batch) {
+/* Capture once, then STEPS times: new data, replay, the same calls eagerly on the twin buffers.
+ * `merge_node`: whether a captured split attend adds the merge kernel's node (the context's
+ * NVFP4_MLA_ATTEND_MERGE: auto or separate). */
+static void replay_should_match_eager_calls(int64_t heads, int64_t batch, bool merge_node) {
     step_t s;
     step_init(&s, batch, heads);
     cudaStream_t stream;
@@ -227,7 +233,7 @@ static void replay_should_match_eager_calls(int64_t heads, int64_t batch) {
     CK(cudaStreamEndCapture(stream, &graph));
     size_t nodes = 0;
     CK(cudaGraphGetNodes(graph, NULL, &nodes));
-    assert_true(nodes >= 3); /* write, gather, attend (and its merge when the plan splits) */
+    assert_int_equal(nodes, s.ws_bytes && merge_node ? 4 : 3); /* write, gather, attend (and its merge) */
     CK(cudaGraphInstantiate(&exec, graph, 0));
     assert_same(s.cache[0], s.cache[1], CACHE_BYTES, "cache after capture (capturing runs nothing)", -1);
     const size_t out_bytes = (size_t)batch * heads * 512 * 2;
@@ -256,22 +262,38 @@ static void replay_should_match_eager_calls(int64_t heads, int64_t batch) {
 
 static void graph_should_replay_h16_batch1_like_eager_calls(void **state) {
     (void)state;
-    replay_should_match_eager_calls(16, 1);
+    replay_should_match_eager_calls(16, 1, true);
 }
 
 static void graph_should_replay_h16_batch8_like_eager_calls(void **state) {
     (void)state;
-    replay_should_match_eager_calls(16, 8);
+    replay_should_match_eager_calls(16, 8, true);
 }
 
 static void graph_should_replay_h128_batch1_like_eager_calls(void **state) {
     (void)state;
-    replay_should_match_eager_calls(128, 1);
+    replay_should_match_eager_calls(128, 1, true);
 }
 
 static void graph_should_replay_h128_batch32_like_eager_calls(void **state) {
     (void)state;
-    replay_should_match_eager_calls(128, 32);
+    replay_should_match_eager_calls(128, 32, true);
+}
+
+/* NVFP4_MLA_ATTEND_MERGE=in-launch: a captured split attend is one node, whose replays reset the
+ * workspace's arrival counters for the next (the eager calls share nothing with the graph's). */
+static void graph_should_replay_the_merge_in_the_launch_like_eager_calls(void **state) {
+    (void)state;
+    nvfp4_mla_context_t *default_ctx = ctx;
+    setenv("NVFP4_MLA_ATTEND_MERGE", "in-launch", 1);
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    const nvfp4_mla_status_t st = plugin->init(&init, &ctx);
+    unsetenv("NVFP4_MLA_ATTEND_MERGE");
+    if (st != NVFP4_MLA_OK) fail_msg("init (in-launch): %s", plugin->last_error());
+    replay_should_match_eager_calls(16, 1, false);
+    replay_should_match_eager_calls(128, 8, false);
+    plugin->shutdown(ctx);
+    ctx = default_ctx;
 }
 
 /* A refused call returns before enqueuing anything: the capture goes on, and the graph holds only
@@ -314,6 +336,7 @@ int main(void) {
         cmocka_unit_test(graph_should_replay_h16_batch8_like_eager_calls),
         cmocka_unit_test(graph_should_replay_h128_batch1_like_eager_calls),
         cmocka_unit_test(graph_should_replay_h128_batch32_like_eager_calls),
+        cmocka_unit_test(graph_should_replay_the_merge_in_the_launch_like_eager_calls),
         cmocka_unit_test(refused_call_should_leave_the_capture_valid),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
