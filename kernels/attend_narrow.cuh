@@ -229,7 +229,11 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
     } else {
         release_slot(bars, pos0, pl);
     }
-#pragma unroll 1
+    /* wgmma: unrolled. The loop's branch and uniform-register bookkeeping per block were ~4% of
+     * the h = 32 kernel's samples (ncu); unrolled, ptxas keeps the descriptors in uniform
+     * registers without spills: h = 32, batch 128, 104 -> 92 us (BENCHMARKS.md). Unrolled by 2
+     * or 4 it gained less (99, 97 us). mma.sync keeps the loop (more spills unrolled). */
+#pragma unroll (WG ? 8 : 1)
     for (int i = 1; i < 9; i++) {
         if (!pl.resident) wait_full(bars, pos0 + i, pl);
 #if NVFP4_HAVE_WGMMA
