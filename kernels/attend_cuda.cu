@@ -21,8 +21,9 @@
  *
  * The plan (attend_plan_for) is pure arithmetic on the shapes and the device limits the context
  * read once at init (SM count, the opt-in shared memory per block, possibly capped by
- * NVFP4_MLA_ATTEND_SMEM_CAP, the architecture, NVFP4_MLA_ATTEND_MMA): the launch path makes no
- * device query and sets no attribute. Shared memory picks the configuration: wide needs about
+ * NVFP4_MLA_ATTEND_SMEM_CAP, the architecture, NVFP4_MLA_ATTEND_MMA) and the merge setting: the
+ * launch path makes no device query and sets no attribute (under NVFP4_MLA_ATTEND_MERGE=auto it
+ * reads the stream's capture state, merge_mode_for). The workspace does not depend on the merge. Shared memory picks the configuration: wide needs about
  * 200 KB, narrow 32 heads with whole tiles resident about 120 KB+, narrow 16 heads streams its
  * tiles through 3 slots in under 99 KB (sm_120 parts), dequantising the latent twice.
  *
@@ -128,23 +129,25 @@ static __device__ __forceinline__ void merge_row(const nvfp4_mla_attend_kernel_a
             wsum > 0.0f ? (lmax + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
 }
 
-/* The separate merge launch (the default, and plans whose merge one CTA would read too slowly):
- * four rows a CTA. */
+/* The separate merge launch (NVFP4_MLA_ATTEND_MERGE=separate, auto under graph capture, and
+ * plans whose merge one CTA would read too slowly): four rows a CTA. */
 __global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int splits) {
     const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (row < a.num_queries * a.num_heads) merge_row(a, splits, row, threadIdx.x & 31);
 }
 
-/* The in-launch merge (plan.one_launch), run by the producer threads (t < nthreads), idle once
- * their item's tiles are written: with splits > 1 the plan has no more items than CTAs, so each
- * CTA holds one. The consumers store the item's partials, fence them device-wide and arrive on
- * BAR_MERGE; the producers wait there (so every partial store precedes what follows), arrive once
- * for the CTA's (query, head group) and, for the last split, merge the group's rows in the ring's
- * shared memory (the consumers read their last block before arriving). The last arrival fences
- * again before the rows are read, through L2 (__ldcg: other SMs wrote them). Same arithmetic, in
- * the same order, as merge_row: the outputs are bit-identical to the separate merge's. Producers
- * merge at their own register count (setmaxnreg's 136 narrow, 88 wide): no rebalance, no
- * CTA-wide barrier (the consumers have exited). `bar` is the producers' own named barrier. */
+/* The in-launch merge (plan.one_launch), run by the producer threads (t < nthreads of them), idle
+ * once their item's tiles are written: with splits > 1 the plan has no more items than CTAs, so
+ * each CTA holds one. The `consumers` consumer threads store the item's partials, fence them
+ * device-wide and bar.arrive on BAR_MERGE (then exit); the producers bar.sync there (so every
+ * partial store precedes what follows), arrive once for the CTA's (query, head group) and, for the
+ * last split, merge the group's rows in the ring's shared memory (the consumers read their last
+ * block before arriving). The last arrival fences again before the rows are read, through L2
+ * (__ldcg: other SMs wrote them). Same arithmetic, in the same order, as merge_row: the outputs
+ * are bit-identical to the separate merge's. Producers merge at their own register count (136 in
+ * the narrow wgmma kinds; the mma.sync kinds do not rebalance; wide plans never split, so the wide
+ * instantiation is not reached): no setmaxnreg rebalance, and only the consumers' arrival crosses
+ * roles. `bar` is the producers' own named barrier. */
 static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                      int t, int nthreads, int consumers, uint32_t bar) {
     const item_span s = item_at(a, pl, blockIdx.x);
@@ -213,12 +216,13 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
 /* Kernel kinds: the consumer shape and engine. */
 enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, KIND_COUNT };
 
-/* Producer threads of a kind. The narrow wgmma kinds take two producer warpgroups: with one, the
- * producer (one warp per scheduler, latency-bound at 0.4 issues a cycle) set the tile time and the
- * consumer waited on it for 20% of its samples (Nsight Compute, h = 16). Measured: h = 16 138.7 ->
- * 124.7 us; h = 32 172 -> 158 us although its consumer, which used 255 registers with 256 threads,
- * now runs at setmaxnreg's 232 and spills (ptxas -v: a 40-byte stack frame, 56 bytes of spill
- * stores; ptxas allocates each setmaxnreg region to its own count). */
+/* Producer threads of a kind (also the in-launch merge's width). The narrow wgmma kinds take two
+ * producer warpgroups: with one, the producer (one warp per scheduler, latency-bound at 0.4 issues
+ * a cycle) set the tile time and the consumer waited on it for 20% of its samples (Nsight
+ * Compute, h = 16). Measured: h = 16 138.7 -> 124.7 us; h = 32 172 -> 158 us although its
+ * consumer, which used 255 registers with 256 threads, now runs at setmaxnreg's 232 and spills
+ * (ptxas -v: a 40-byte stack frame, 56 bytes of spill stores; ptxas allocates each setmaxnreg
+ * region to its own count). */
 template <int KIND>
 struct kind_threads {
     static constexpr int consumers = KIND == KIND_WIDE ? 256 : 128;
@@ -258,7 +262,8 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
         if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_dec<ATT_NARROW_PRODUCER_REGS>();
 #endif
         attend_producer<RB, PRODUCERS, KIND != KIND_WIDE>(a, pl, smem, threadIdx.x - CONSUMERS);
-        if constexpr (ONE_LAUNCH) merge_if_last(a, pl, smem, threadIdx.x - CONSUMERS, PRODUCERS, CONSUMERS, BAR_PRODUCER);
+        if constexpr (ONE_LAUNCH)
+            merge_if_last(a, pl, smem, threadIdx.x - CONSUMERS, PRODUCERS, CONSUMERS, BAR_PRODUCER);
     } else {
 #if NVFP4_HAVE_WGMMA
         if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
@@ -402,9 +407,11 @@ static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const at
 /* NVFP4_ATTEND_MERGE_AUTO: one launch for eager calls, whose caller waits on the host's launch
  * time (about 4 us a launch on the H200's host); the separate merge, 2-4 us less GPU time a split
  * call, for calls captured into a graph, whose replay costs GPU time alone. A stream whose state
- * cannot be read (the legacy stream during another thread's global capture) takes the separate
- * merge; the launch then reports the capture error itself. The query reads the stream's capture
- * state on the host: no device query, and safe while capturing. */
+ * cannot be read (the legacy stream while a blocking stream of the device captures, or an earlier
+ * asynchronous error) takes the separate merge; the launch then reports the error itself. The
+ * query reads the stream's capture state on the host (0.08 us on the H200's host): no device
+ * query, and safe while capturing. It runs on every call, split or not: resolving it after the
+ * plan would save that on unsplit calls. */
 static int merge_mode_for(int mode, void *stream) {
     if (mode != NVFP4_ATTEND_MERGE_AUTO) return mode;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -483,6 +490,11 @@ extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block) {
     cudaError_t e = allow_smem_rb<368>(smem_per_block);
     if (e == cudaSuccess) e = allow_smem_rb<432>(smem_per_block);
     if (e == cudaSuccess) e = allow_smem_rb<656>(smem_per_block);
+    /* Loads the merge kernel now as the attribute calls load the others (lazy module loading):
+     * under NVFP4_MLA_ATTEND_MERGE=auto eager calls never launch it, so its first launch could
+     * otherwise fall inside a graph capture, which drivers before CUDA 12.3 refuse. */
+    cudaFuncAttributes merge_attributes;
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, nvfp4_attend_merge_kernel);
     if (e != cudaSuccess) (void)cudaGetLastError();
     return e == cudaSuccess ? 0 : (int)e;
 }

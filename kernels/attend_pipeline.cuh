@@ -58,7 +58,7 @@ struct attend_plan {
     int32_t resident;        /* 1: 9 blocks a tile (latent kept for P.V), 0: 17 (streaming) */
     int32_t contiguous;      /* block_stride == block_size * record_bytes */
     int32_t grid;            /* persistent CTAs */
-    int32_t threads;         /* 256 (narrow) or 384 (wide) */
+    int32_t threads;         /* 256 (narrow mma.sync) or 384 (narrow wgmma, wide): kind_threads */
     int32_t one_launch;      /* 1: splits > 1 merged in this launch by each group's last split */
     uint32_t slots_magic;    /* ceil(2^32 / slots): ring positions divide by a multiply */
     int64_t items;           /* n_q * groups * splits */

@@ -485,6 +485,7 @@ static void attend_settings_should_parse_strictly(void **state) {
     assert_int_equal(parse3(NULL, NULL, "Auto", &smem, &sync, &merge), NVFP4_MLA_OK);
     assert_int_equal(merge, NVFP4_ATTEND_MERGE_AUTO);
     assert_int_equal(parse3(NULL, NULL, "separate", &smem, &sync, &merge), NVFP4_MLA_OK);
+    assert_int_equal(merge, NVFP4_ATTEND_MERGE_SEPARATE);
     assert_int_equal(parse3(NULL, NULL, "", &smem, &sync, &merge), NVFP4_MLA_OK);
     assert_int_equal(merge, NVFP4_ATTEND_MERGE_AUTO);
 }

@@ -184,6 +184,7 @@ static size_t out_span(int64_t nq, int64_t h, int64_t ts, int64_t hs) {
 /* How case_run_gpu_into treats its workspace: bytes it holds before the first call (-1: as
  * cudaMalloc left them, 256: random, else that byte) and calls made on it in a row. */
 static int ws_fill = -1, ws_calls = 1;
+static uint64_t ws_last_word; /* the workspace's last 8 bytes after the last call (0 without one) */
 
 /* The GPU call on copies of the inputs, with poisoned outputs (0xFFFF) and the workspace it asks
  * for; out goes to a buffer of token stride ts and head stride hs (elements), copied back whole
@@ -221,6 +222,8 @@ static void case_run_gpu_into(attend_case_t *c, int64_t ts, int64_t hs, uint16_t
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(out_host, dout, out_n * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(c->lse_gpu, dlse, (size_t)(nq * h * 4), cudaMemcpyDeviceToHost));
+    ws_last_word = 0;
+    if (c->ws >= 8) CK(cudaMemcpy(&ws_last_word, (uint8_t *)dws + c->ws - 8, 8, cudaMemcpyDeviceToHost));
     cudaFree(dq), cudaFree(ds), cudaFree(dv), cudaFree(dc), cudaFree(dout), cudaFree(dlse), cudaFree(dws);
 }
 
@@ -504,6 +507,35 @@ static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **stat
     close_gpu();
 }
 
+/* The default merge, auto, merges an eager call's splits inside the attention launch: its last
+ * split resets the (query, group) arrival counter, the workspace's last 8 bytes, to 0, which the
+ * separate merge never writes. A workspace of 0xFF bytes before the call shows which merge ran,
+ * and that the reset happened (without it the word would hold the tag and the split count).
+ * Runs last (after the two tests above), so that the others' random draws stay as they were. */
+static void cuda_attend_should_merge_eager_splits_in_the_launch_by_default(void **state) {
+    (void)state;
+    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK")) return;
+    const char *merges[] = {NULL, "in-launch", "separate"}; /* NULL: unset, the default */
+    const uint64_t expected[] = {0, 0, UINT64_MAX};
+    for (int i = 0; i < 3; i++) {
+        attend_case_t c = case_for_layout(1, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);
+        open_gpu_merge(merges[i] ? merges[i] : "default", NULL, NULL, merges[i]);
+        ws_fill = 0xFF;
+        case_run_gpu(&c);
+        ws_fill = -1;
+        close_gpu();
+        if (c.ws < 8) {
+            case_free(&c);
+            skip(); /* this device's plan for one query does not split */
+        }
+        if (ws_last_word != expected[i])
+            fail_msg("merge %s: the workspace's last counter word is %#llx after an eager split call, expected %#llx",
+                     merges[i] ? merges[i] : "unset (auto)", (unsigned long long)ws_last_word,
+                     (unsigned long long)expected[i]);
+        case_free(&c);
+    }
+}
+
 static void cuda_attend_should_write_only_its_rows_of_a_strided_out(void **state) {
     (void)state;
     if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK")) return;
@@ -512,7 +544,7 @@ static void cuda_attend_should_write_only_its_rows_of_a_strided_out(void **state
     strided_case(140, 16, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* one split: the overlapped 16-head path */
     strided_case(140, 20, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* 20 of a 32-head group's rows */
     strided_case(140, 48, 256, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656); /* 48 of the wide consumer's 64 */
-    strided_case(2, 128, 1000, NVFP4_MLA_LAYOUT_BF16_ROPE_432);  /* wide, two groups, splits */
+    strided_case(2, 128, 1000, NVFP4_MLA_LAYOUT_BF16_ROPE_432);  /* light: eight 16-head groups, splits */
     close_gpu();
 }
 
@@ -526,6 +558,7 @@ int main(void) {
         cmocka_unit_test(cuda_attend_should_write_only_its_rows_of_a_strided_out),
         cmocka_unit_test(cuda_attend_should_merge_splits_in_one_launch_whatever_the_workspace_held),
         cmocka_unit_test(cuda_attend_should_match_on_each_consumer_the_plan_picks),
+        cmocka_unit_test(cuda_attend_should_merge_eager_splits_in_the_launch_by_default),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
