@@ -15,15 +15,15 @@
  *    in the workspace (one launch a call: about 4 us less host time, 2-4 us more GPU time at
  *    decode shapes on the H200, since one SM reads all of a group's partials), or by a second
  *    kernel. NVFP4_MLA_ATTEND_MERGE picks; its default, auto, merges in the launch on an eager
- *    stream and with the second kernel on a capturing one (merge_mode_for).
+ *    stream and with the second kernel on a capturing one (stream_capturing).
  * CTAs walk work items (query, head group, top-k split) in a static round robin, so the producer
  * streams the next item's records while the consumers finish the current one.
  *
  * The plan (attend_plan_for) is pure arithmetic on the shapes and the device limits the context
  * read once at init (SM count, the opt-in shared memory per block, possibly capped by
  * NVFP4_MLA_ATTEND_SMEM_CAP, the architecture, NVFP4_MLA_ATTEND_MMA) and the merge setting: the
- * launch path makes no device query and sets no attribute (under NVFP4_MLA_ATTEND_MERGE=auto it
- * reads the stream's capture state, merge_mode_for). The workspace does not depend on the merge. Shared memory picks the configuration: wide needs about
+ * launch path makes no device query and sets no attribute (under NVFP4_MLA_ATTEND_MERGE=auto a
+ * split call reads the stream's capture state, stream_capturing). The workspace does not depend on the merge. Shared memory picks the configuration: wide needs about
  * 200 KB, narrow 32 heads with whole tiles resident about 120 KB+, narrow 16 heads streams its
  * tiles through 3 slots in under 99 KB (sm_120 parts), dequantising the latent twice.
  *
@@ -101,6 +101,12 @@ static __device__ __forceinline__ bool arrive_last(unsigned long long *counter, 
     }
 }
 
+/* A merged row's lse (natural log) from its largest partial log2-sum-exp m and the sum of its
+ * weights 2^(lse_s - m); -inf for a row no split saw. merge_row and merge_if_last share it. */
+static __device__ __forceinline__ float merged_lse(float m, float sum) {
+    return sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+}
+
 /* Merges the split partials of one (query, head) row: one warp, 16 columns per lane. */
 static __device__ __forceinline__ void merge_row(const nvfp4_mla_attend_kernel_args_t &a, int splits, int64_t row,
                                                  int lane) {
@@ -124,9 +130,7 @@ static __device__ __forceinline__ void merge_row(const nvfp4_mla_attend_kernel_a
     uint16_t *out = a.out + qi * a.out_stride_token + head * a.out_stride_head + 16 * lane;
 #pragma unroll
     for (int i = 0; i < 16; i += 2) *(uint32_t *)(out + i) = bf16_pair(acc[i] * inv, acc[i + 1] * inv);
-    if (a.lse && lane == 0)
-        a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] =
-            wsum > 0.0f ? (lmax + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+    if (a.lse && lane == 0) a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] = merged_lse(lmax, wsum);
 }
 
 /* The separate merge launch (NVFP4_MLA_ATTEND_MERGE=separate, auto under graph capture, and
@@ -145,9 +149,8 @@ __global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int 
  * block before arriving). The last arrival fences again before the rows are read, through L2
  * (__ldcg: other SMs wrote them). Same arithmetic, in the same order, as merge_row: the outputs
  * are bit-identical to the separate merge's. Producers merge at their own register count (136 in
- * the narrow wgmma kinds; the mma.sync kinds do not rebalance; wide plans never split, so the wide
- * instantiation is not reached): no setmaxnreg rebalance, and only the consumers' arrival crosses
- * roles. `bar` is the producers' own named barrier. */
+ * the narrow wgmma kinds; the mma.sync kinds do not rebalance; the wide kind has no in-launch
+ * instantiation): no setmaxnreg rebalance, and only the consumers' arrival crosses roles. `bar` is the producers' own named barrier. */
 static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                      int t, int nthreads, int consumers, uint32_t bar) {
     const item_span s = item_at(a, pl, blockIdx.x);
@@ -184,9 +187,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
         if (lane + 32 < splits) weight[r * 64 + lane + 32] = w1;
         if (lane == 0) {
             scale[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
-            if (a.lse)
-                a.lse[s.q * a.lse_stride_token + (head0 + r) * a.lse_stride_head] =
-                    sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+            if (a.lse) a.lse[s.q * a.lse_stride_token + (head0 + r) * a.lse_stride_head] = merged_lse(m, sum);
         }
     }
     named_sync(bar, nthreads);
@@ -364,9 +365,11 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.splits = (int32_t)(tiles > 0 ? (tiles + per_split - 1) / per_split : 1);
     p.items = base_items * p.splits;
     p.grid = (int32_t)(p.items < sms ? p.items : sms);
-    /* In the launch (when asked for) unless the last split's CTA would read more than 1 MB of
-     * partials (group rows x splits x 2 KB). */
-    p.one_launch = p.splits > 1 && a->merge_mode == NVFP4_ATTEND_MERGE_IN_LAUNCH &&
+    /* In the launch (in-launch, or auto until the call finds its stream capturing) unless the last
+     * split's CTA would read more than 1 MB of partials (group rows x splits x 2 KB). Wide plans
+     * never split (they are chosen once 64-head groups fill half the SMs); the condition keeps the
+     * wide kind from needing an in-launch instantiation. */
+    p.one_launch = !p.wide && p.splits > 1 && a->merge_mode != NVFP4_ATTEND_MERGE_SEPARATE &&
                    (int64_t)p.heads * p.splits * 512 * (int64_t)sizeof(float) <= ATT_ONE_LAUNCH_MERGE_BYTES;
     return p;
 }
@@ -384,10 +387,17 @@ extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kerne
 
 /* ---- launch ---- */
 
+/* Whether a kind has an in-launch merge instantiation (the plan never gives wide one_launch). */
+template <int KIND>
+struct kind_merges_in_launch {
+    static constexpr bool value = KIND != KIND_WIDE;
+};
+
 template <int KIND, int RB>
 static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    if (pl.one_launch)
-        nvfp4_attend_kernel<KIND, RB, true><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
+    if (kind_merges_in_launch<KIND>::value && pl.one_launch)
+        nvfp4_attend_kernel<KIND, RB, kind_merges_in_launch<KIND>::value><<<pl.grid, pl.threads, pl.bytes,
+                                                                          (cudaStream_t)a->stream>>>(*a, pl);
     else
         nvfp4_attend_kernel<KIND, RB, false><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
     return cudaGetLastError();
@@ -404,37 +414,32 @@ static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const at
     return a->record_bytes == 656 ? launch_rb<656>(a, pl) : a->record_bytes == 432 ? launch_rb<432>(a, pl) : launch_rb<368>(a, pl);
 }
 
-/* NVFP4_ATTEND_MERGE_AUTO: one launch for eager calls, whose caller waits on the host's launch
- * time (about 4 us a launch on the H200's host); the separate merge, 2-4 us less GPU time a split
- * call, for calls captured into a graph, whose replay costs GPU time alone. A stream whose state
- * cannot be read (the legacy stream while a blocking stream of the device captures, or an earlier
- * asynchronous error) takes the separate merge; the launch then reports the error itself. The
- * query reads the stream's capture state on the host (0.08 us on the H200's host): no device
- * query, and safe while capturing. It runs on every call, split or not: resolving it after the
- * plan would save that on unsplit calls. */
-static int merge_mode_for(int mode, void *stream) {
-    if (mode != NVFP4_ATTEND_MERGE_AUTO) return mode;
+/* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the
+ * host's launch time, about 4 us a launch on the H200's host) unless the stream is capturing: a
+ * graph replay costs GPU time alone, and the separate merge takes 2-4 us less of it. A stream
+ * whose state cannot be read (the legacy stream while a blocking stream of the device captures, or
+ * an earlier asynchronous error) counts as capturing; the launch then reports the error itself.
+ * The query reads the stream's capture state on the host (0.08 us on the H200's host): no device
+ * query, safe while capturing, and made only for calls the plan would merge in the launch. */
+static bool stream_capturing(void *stream) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing((cudaStream_t)stream, &capture) != cudaSuccess) {
         (void)cudaGetLastError();
-        return NVFP4_ATTEND_MERGE_SEPARATE;
+        return true;
     }
-    return capture == cudaStreamCaptureStatusNone ? NVFP4_ATTEND_MERGE_IN_LAUNCH : NVFP4_ATTEND_MERGE_SEPARATE;
+    return capture != cudaStreamCaptureStatusNone;
 }
 
-extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *call, nvfp4_mla_kernel_result_t *result) {
-    if (call->num_queries == 0) {
+extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result) {
+    if (args->num_queries == 0) {
         nvfp4_cuda_result(result, cudaSuccess, "attend");
         return;
     }
-    nvfp4_device_guard guard(call->device_index);
+    nvfp4_device_guard guard(args->device_index);
     if (!nvfp4_cuda_guard_ok(guard, result, "attend")) {
         return;
     }
-    nvfp4_mla_attend_kernel_args_t resolved = *call;
-    resolved.merge_mode = merge_mode_for(call->merge_mode, call->stream);
-    const nvfp4_mla_attend_kernel_args_t *args = &resolved;
-    const attend_plan pl = attend_plan_for(args);
+    attend_plan pl = attend_plan_for(args);
     if (!pl.bytes) {
         result->status = NVFP4_MLA_ERR_UNSUPPORTED;
         snprintf(result->message, sizeof result->message,
@@ -454,6 +459,9 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *call
     if (!nvfp4_cuda_grid_fits(pl.grid, result, "attend", pl.grid, "CTAs")) {
         return;
     }
+    if (pl.one_launch && args->merge_mode == NVFP4_ATTEND_MERGE_AUTO && stream_capturing(args->stream)) {
+        pl.one_launch = 0;
+    }
     cudaError_t err = launch_plan(args, pl);
     if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch) {
         const int64_t rows = args->num_queries * args->num_heads;
@@ -468,8 +476,9 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *call
 template <int KIND, int RB>
 static cudaError_t allow_smem(int bytes) {
     cudaError_t e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess && kind_merges_in_launch<KIND>::value)
+        e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, kind_merges_in_launch<KIND>::value>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     return e;
 }
 
