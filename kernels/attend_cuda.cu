@@ -395,11 +395,13 @@ struct kind_merges_in_launch {
 
 template <int KIND, int RB>
 static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    if (kind_merges_in_launch<KIND>::value && pl.one_launch)
-        nvfp4_attend_kernel<KIND, RB, kind_merges_in_launch<KIND>::value><<<pl.grid, pl.threads, pl.bytes,
-                                                                          (cudaStream_t)a->stream>>>(*a, pl);
-    else
-        nvfp4_attend_kernel<KIND, RB, false><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
+    if constexpr (kind_merges_in_launch<KIND>::value) {
+        if (pl.one_launch) {
+            nvfp4_attend_kernel<KIND, RB, true><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
+            return cudaGetLastError();
+        }
+    }
+    nvfp4_attend_kernel<KIND, RB, false><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
     return cudaGetLastError();
 }
 
@@ -476,9 +478,9 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
 template <int KIND, int RB>
 static cudaError_t allow_smem(int bytes) {
     cudaError_t e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess && kind_merges_in_launch<KIND>::value)
-        e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, kind_merges_in_launch<KIND>::value>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if constexpr (kind_merges_in_launch<KIND>::value)
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     return e;
 }
 
