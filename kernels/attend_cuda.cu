@@ -23,9 +23,10 @@
  * read once at init (SM count, the opt-in shared memory per block, possibly capped by
  * NVFP4_MLA_ATTEND_SMEM_CAP, the architecture, NVFP4_MLA_ATTEND_MMA) and the merge setting: the
  * launch path makes no device query and sets no attribute (under NVFP4_MLA_ATTEND_MERGE=auto a
- * split call reads the stream's capture state, stream_capturing). The workspace does not depend on the merge. Shared memory picks the configuration: wide needs about
- * 200 KB, narrow 32 heads with whole tiles resident about 120 KB+, narrow 16 heads streams its
- * tiles through 3 slots in under 99 KB (sm_120 parts), dequantising the latent twice.
+ * split call reads the stream's capture state, stream_capturing). The workspace does not depend
+ * on the merge. Shared memory picks the configuration: wide needs about 200 KB, narrow 32 heads
+ * with whole tiles resident about 120 KB+, narrow 16 heads streams its tiles through 3 slots in
+ * under 99 KB (sm_120 parts), dequantising the latent twice.
  *
  * Differences from the CPU reference (attention in double over the same binary32 values): scales
  * applied to f32 sums instead of elements, P rounded to bf16 for the tensor cores, f32 sums.
@@ -150,7 +151,8 @@ __global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int 
  * (__ldcg: other SMs wrote them). Same arithmetic, in the same order, as merge_row: the outputs
  * are bit-identical to the separate merge's. Producers merge at their own register count (136 in
  * the narrow wgmma kinds; the mma.sync kinds do not rebalance; the wide kind has no in-launch
- * instantiation): no setmaxnreg rebalance, and only the consumers' arrival crosses roles. `bar` is the producers' own named barrier. */
+ * instantiation): no setmaxnreg rebalance, and only the consumers' arrival crosses roles. `bar`
+ * is the producers' own named barrier. */
 static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                      int t, int nthreads, int consumers, uint32_t bar) {
     const item_span s = item_at(a, pl, blockIdx.x);
@@ -477,10 +479,10 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
 
 template <int KIND, int RB>
 static cudaError_t allow_smem(int bytes) {
-    cudaError_t e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    const cudaFuncAttribute attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    cudaError_t e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false>, attr, bytes);
     if constexpr (kind_merges_in_launch<KIND>::value)
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, true>, attr, bytes);
     return e;
 }
 

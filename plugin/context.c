@@ -30,10 +30,10 @@ nvfp4_mla_status_t nvfp4_attend_settings_parse(const nvfp4_attend_settings_t *s,
     static const char *const merges[] = {"auto", "separate", "in-launch"}; /* the first is the default */
     static const int32_t merge_modes[] = {NVFP4_ATTEND_MERGE_AUTO, NVFP4_ATTEND_MERGE_SEPARATE,
                                           NVFP4_ATTEND_MERGE_IN_LAUNCH};
-    _Static_assert(sizeof merges / sizeof *merges == sizeof merge_modes / sizeof *merge_modes,
-                   "a mode for every merge setting");
+    enum { MERGES = (int)(sizeof merges / sizeof *merges) };
+    _Static_assert(MERGES == sizeof merge_modes / sizeof *merge_modes, "a mode for every merge setting");
     int merge = 0;
-    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MERGE", s->merge, merges, (int)(sizeof merges / sizeof *merges), &merge, message, sizeof message)) {
+    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MERGE", s->merge, merges, MERGES, &merge, message, sizeof message)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
     }
     if ((int32_t)cap_bytes < *smem_per_block) {
