@@ -48,15 +48,17 @@
 #include "codec.h"
 #include "cuda_util.cuh"
 
-/* Registers per thread of the roles after setmaxnreg: the 384 threads start at 168 (64512 of the
- * 64K register file) and trade them. Wide: 2 consumer warpgroups x 208 + 1 producer x 88;
- * narrow wgmma: 1 consumer x 232 + 2 producers x 136. */
-#ifndef ATT_PRODUCER_REGS
-#define ATT_PRODUCER_REGS 88
-#endif
+/* Registers per thread of the roles after setmaxnreg: the threads start at 65536 / threads and
+ * trade them. Wide: 2 consumer warpgroups x 208 with 2 paired producer warpgroups x 48 (512
+ * threads, all 64K) or, for 656-byte records, 1 producer warpgroup x 88 (384 threads); narrow
+ * wgmma: 1 consumer x 232 + 2 producers x 136. */
 #ifndef ATT_CONSUMER_REGS
 #define ATT_CONSUMER_REGS 208
 #endif
+#ifndef ATT_PAIRED_PRODUCER_REGS
+#define ATT_PAIRED_PRODUCER_REGS 48
+#endif
+#define ATT_WIDE_PRODUCER_REGS 88
 #define ATT_NARROW_PRODUCER_REGS 136
 #define ATT_NARROW_CONSUMER_REGS 232
 #ifndef ATT_ONE_LAUNCH_MERGE_BYTES
@@ -66,7 +68,8 @@
 #define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight */
 #endif
 #define ATT_LAUNCH_REGS 168 /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
-static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS, "wide: over the launch's registers");
+static_assert(256 * ATT_CONSUMER_REGS + 256 * ATT_PAIRED_PRODUCER_REGS <= 65536, "wide paired: over the register file");
+static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_WIDE_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS, "wide: over the launch's registers");
 static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
               "narrow: over the launch's registers");
 
@@ -226,20 +229,22 @@ enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, 
  * consumer, which used 255 registers with 256 threads, now runs at setmaxnreg's 232 and spills
  * (ptxas -v: a 40-byte stack frame, 56 bytes of spill stores; ptxas allocates each setmaxnreg
  * region to its own count). */
-template <int KIND>
+template <int KIND, int RB>
 struct kind_threads {
+    static constexpr bool paired = KIND == KIND_WIDE && wide_paired<RB>::value;
     static constexpr int consumers = KIND == KIND_WIDE ? 256 : 128;
-    static constexpr int producers = KIND == KIND_N16_WGMMA || KIND == KIND_N32_WGMMA ? 256 : 128;
+    static constexpr int producers = KIND == KIND_N16_WGMMA || KIND == KIND_N32_WGMMA || paired ? 256 : 128;
     static constexpr int total = consumers + producers;
 };
 
 /* ONE_LAUNCH: split-K merged in this launch (plan.one_launch, merge_if_last); its own
  * instantiation, so that the other calls keep the register allocation without the merge tail. */
 template <int KIND, int RB, bool ONE_LAUNCH>
-__global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
+__global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
     nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a, const __grid_constant__ attend_plan pl) {
     constexpr bool WG = KIND >= KIND_N16_WGMMA;
-    constexpr int CONSUMERS = kind_threads<KIND>::consumers, PRODUCERS = kind_threads<KIND>::producers;
+    constexpr int CONSUMERS = kind_threads<KIND, RB>::consumers, PRODUCERS = kind_threads<KIND, RB>::producers;
+    constexpr bool PAIRED = kind_threads<KIND, RB>::paired;
 #if !NVFP4_HAVE_WGMMA
     if constexpr (WG) { /* the planner never picks wgmma kinds off sm_90a */
         __trap();
@@ -261,10 +266,14 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
     __syncthreads();
     if (threadIdx.x >= CONSUMERS) {
 #if NVFP4_HAVE_WGMMA
-        if constexpr (KIND == KIND_WIDE) setmaxnreg_dec<ATT_PRODUCER_REGS>();
+        if constexpr (PAIRED) setmaxnreg_dec<ATT_PAIRED_PRODUCER_REGS>();
+        if constexpr (KIND == KIND_WIDE && !PAIRED) setmaxnreg_dec<ATT_WIDE_PRODUCER_REGS>();
         if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_dec<ATT_NARROW_PRODUCER_REGS>();
 #endif
-        attend_producer<RB, PRODUCERS, KIND != KIND_WIDE>(a, pl, smem, threadIdx.x - CONSUMERS);
+        if constexpr (PAIRED)
+            attend_producer_paired<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
+        else
+            attend_producer<RB, PRODUCERS, KIND != KIND_WIDE>(a, pl, smem, threadIdx.x - CONSUMERS);
         if constexpr (ONE_LAUNCH)
             merge_if_last(a, pl, smem, threadIdx.x - CONSUMERS, PRODUCERS, CONSUMERS, BAR_PRODUCER);
     } else {
@@ -274,7 +283,7 @@ __global__ void __launch_bounds__(kind_threads<KIND>::total, 1)
         if constexpr (KIND == KIND_WIDE) {
 #if NVFP4_HAVE_WGMMA
             setmaxnreg_inc<ATT_CONSUMER_REGS>();
-            attend_wide<RB>(a, pl, smem, threadIdx.x);
+            attend_wide<RB, PAIRED>(a, pl, smem, threadIdx.x);
 #endif
         } else {
             attend_narrow<(KIND == KIND_N16_SYNC || KIND == KIND_N16_WGMMA) ? 16 : 32, WG>(a, pl, smem, threadIdx.x);
@@ -292,11 +301,13 @@ static int align_up(int v, int a) {
     return (v + a - 1) / a * a;
 }
 
-/* Places the small arrays and barriers after the raw stages; returns the bytes used. */
+/* Places the small arrays and barriers after the raw stages (none of their own when paired);
+ * returns the bytes used. */
 static int place_tail(attend_plan &p, int record_bytes, int red_bytes) {
+    const int staged = p.paired ? 0 : p.stages;
     p.off_raw = p.off_ring + p.slots * ATT_BLOCK;
-    p.off_valid = p.off_raw + p.stages * ATT_KEYS * record_bytes;
-    p.off_meta = align_up(p.off_valid + p.stages * ATT_KEYS, 16);
+    p.off_valid = p.off_raw + staged * ATT_KEYS * record_bytes;
+    p.off_meta = align_up(p.off_valid + staged * ATT_KEYS, 16);
     p.off_red = p.off_meta + ATT_META_RING * (int)sizeof(tile_meta);
     p.off_bar = align_up(p.off_red + red_bytes, 8);
     return p.off_bar + (p.stages + 2 * p.slots) * 8;
@@ -341,11 +352,17 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
     const bool light = a->num_queries * a->num_heads * tiles <= 128 * (int64_t)sms;
     const bool wide_fills = a->num_queries * ((a->num_heads + 63) / 64) * 2 > sms;
-    if (wgmma && a->num_heads > 32 && !light && wide_fills) { /* wide: Q 72 KB, the shared P tile 8 KB */
+    if (wgmma && a->num_heads > 32 && !light && wide_fills) { /* wide: Q 72 KB */
         p = attend_plan();
-        p.wide = 1, p.wgmma = 1, p.heads = 64, p.contiguous = contiguous, p.threads = 384;
-        p.off_q = 0, p.off_p = 9 * ATT_BLOCK, p.off_ring = p.off_p + ATT_BLOCK;
-        ok = fit_ring(p, rb, 2 * 64 * 4, budget, 3, false);
+        p.wide = 1, p.wgmma = 1, p.heads = 64, p.contiguous = contiguous, p.off_q = 0;
+        if (rb != 656) { /* two tile buffers of 72 KB, P in each tile's RoPE block (wide_paired; 220 KB in all) */
+            p.off_p = -1, p.off_ring = 9 * ATT_BLOCK;
+            p.paired = 1, p.resident = 1, p.stages = 2, p.slots = 18, p.threads = 512;
+            ok = place_tail(p, rb, 2 * 64 * 4) <= budget;
+        } else { /* the shared P tile 8 KB and a 12-slot ring */
+            p.off_p = 9 * ATT_BLOCK, p.off_ring = p.off_p + ATT_BLOCK, p.threads = 384;
+            ok = fit_ring(p, rb, 2 * 64 * 4, budget, 3, false);
+        }
     }
     for (int heads = a->num_heads <= 16 || light ? 16 : 32; !ok && heads >= 16; heads -= 16) {
         p = attend_plan();

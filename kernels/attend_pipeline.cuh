@@ -53,12 +53,14 @@ struct attend_plan {
     int32_t groups;          /* head groups per query: ceil(h / heads) */
     int32_t splits;          /* top-k splits per (query, group) */
     int32_t tiles_per_split; /* 64-entry tiles per split */
-    int32_t stages;          /* raw record stages R */
+    int32_t stages;          /* raw record stages R (paired: 2, staged in the tile buffers) */
     int32_t slots;           /* operand ring slots S */
     int32_t resident;        /* 1: 9 blocks a tile (latent kept for P.V), 0: 17 (streaming) */
+    int32_t paired;          /* 1: 18 slots = two tile buffers, each tile's raw records copied
+                              * into its own buffer's tail (the wide kind: attend_producer_paired) */
     int32_t contiguous;      /* block_stride == block_size * record_bytes */
     int32_t grid;            /* persistent CTAs */
-    int32_t threads;         /* 256 (narrow mma.sync) or 384 (narrow wgmma, wide): kind_threads */
+    int32_t threads;         /* 256 (narrow mma.sync), 384 (narrow wgmma, wide 656), 512 (paired): kind_threads */
     int32_t one_launch;      /* 1: splits > 1 merged in this launch by each group's last split */
     uint32_t slots_magic;    /* ceil(2^32 / slots): ring positions divide by a multiply */
     int64_t items;           /* n_q * groups * splits */

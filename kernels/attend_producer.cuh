@@ -92,21 +92,27 @@ static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_
  * 12% of the samples at h = 16; whole-warp cp.async copies (one instruction per record) measured
  * slower all the same (92.9 against 82.6 us at h = 16, BENCHMARKS.md). */
 template <int RB, int PT>
-static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
-                                                  uint8_t *smem, const attend_bars &bars, int32_t raw_slot, int stage,
-                                                  int warp, int lane) {
+static __device__ __forceinline__ void issue_records(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                     uint8_t *raw, uint8_t *valid, uint64_t *landed, int32_t raw_slot,
+                                                     int warp, int lane) {
     constexpr int E = producer_shape<PT>::entries;
     const int e = E * warp + lane;
     const int32_t slot = sane_slot(a, raw_slot);
-    uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
     if (lane < E) valid[e] = slot >= 0;
     const uint32_t n = __popc(__ballot_sync(0xFFFFFFFFu, slot >= 0));
-    fence_proxy_async(); /* this stage's earlier generic reads before the copies' writes */
-    if (lane == 0) mbar_arrive_expect_tx(&bars.raw_full[stage], n * RB);
-    else mbar_arrive(&bars.raw_full[stage]);
-    if (slot >= 0)
-        bulk_copy_g2s(smem + pl.off_raw + (stage * ATT_KEYS + e) * RB, record_src<RB>(a, pl, slot), RB,
-                      &bars.raw_full[stage]);
+    fence_proxy_async(); /* the destination's earlier generic accesses before the copies' writes */
+    if (lane == 0) mbar_arrive_expect_tx(landed, n * RB);
+    else mbar_arrive(landed);
+    if (slot >= 0) bulk_copy_g2s(raw + e * RB, record_src<RB>(a, pl, slot), RB, landed);
+}
+
+/* The copies of a tile into raw stage `stage` (the resident and streaming rings). */
+template <int RB, int PT>
+static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                  uint8_t *smem, const attend_bars &bars, int32_t raw_slot, int stage,
+                                                  int warp, int lane) {
+    issue_records<RB, PT>(a, pl, smem + pl.off_raw + stage * ATT_KEYS * RB, smem + pl.off_valid + stage * ATT_KEYS,
+                          &bars.raw_full[stage], raw_slot, warp, lane);
 }
 
 /* ---- producer: dequantisation of one 8 KB operand block ---- */
@@ -210,6 +216,18 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
     }
 }
 
+/* Four E4M3 codes (one word) as two bf16 pairs, exactly: each code's bits moved into a bf16 whose
+ * exponent is 120 short, then times 2^120 (subnormal codes become bf16 subnormals, which the
+ * multiply takes exactly, as e2m1x8_block's do). 12 instructions where the conversion through f32
+ * took about 20. The NaN codes 0x7F / 0xFF, which no writer stores, read as -+480. */
+static __device__ __forceinline__ uint2 e4m3x4_bf16(uint32_t w) {
+    const __nv_bfloat162 two120 = as_bf162(0x7B807B80u);
+    const uint32_t t0 = __byte_perm(w, 0, 0x4140), t1 = __byte_perm(w, 0, 0x4342); /* codes 0, 1 | 2, 3 in the halves */
+    const uint32_t b0 = ((t0 << 8) & 0x80008000u) | ((t0 << 4) & 0x07F007F0u);
+    const uint32_t b1 = ((t1 << 8) & 0x80008000u) | ((t1 << 4) & 0x07F007F0u);
+    return make_uint2(as_u32(__hmul2(as_bf162(b0), two120)), as_u32(__hmul2(as_bf162(b1), two120)));
+}
+
 /* The RoPE block (dims 512..575) of the stage's records: thread t writes the C = 8 / P chunks of
  * 8 dims C*part..+C-1 of its key (key_part; P = PT / 64 parts). 368: the bare E4M3 values (exact in
  * bf16); 432 / 656: the stored bf16. */
@@ -226,8 +244,9 @@ static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const 
 #pragma unroll
         for (int i = 0; i < C / 2; i++) { /* 16 E4M3 codes = two chunks */
             const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 8 * C * part + 16 * i) : z;
-            out[2 * i] = e4m3x8_scaled(c.x, c.y, 1.0f, false);
-            out[2 * i + 1] = e4m3x8_scaled(c.z, c.w, 1.0f, false);
+            const uint2 a0 = e4m3x4_bf16(c.x), a1 = e4m3x4_bf16(c.y), a2 = e4m3x4_bf16(c.z), a3 = e4m3x4_bf16(c.w);
+            out[2 * i] = make_uint4(a0.x, a0.y, a1.x, a1.y);
+            out[2 * i + 1] = make_uint4(a2.x, a2.y, a3.x, a3.y);
         }
     } else {
         const int off = RB == 656 ? NVFP4_MLA_FP8_656_ROPE_OFFSET : NVFP4_MLA_RECORD_ROPE_OFFSET;
@@ -317,6 +336,150 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             cursor_next(a, pl, cur);
             issued++;
         }
+    }
+}
+
+/* ---- producer of the paired tile buffers (the wide kind) ----
+ *
+ * The ring is two tiles: 18 slots, tile X's nine blocks the contiguous buffer X & 1 (RoPE block,
+ * then latent blocks 0..7). Beside 72 KB of Q there is no room for raw stages as well as two
+ * buffers, so tile X's records are copied into the tail of its own buffer, once tile X - 2's
+ * consumers have freed that tail, and dequantised while the consumers work on tile X - 1: one
+ * tile's copy latency and dequantisation hide behind the other tile's MMA (with 12 slots and two
+ * stages the next tile could only be written once P.V had freed the current one's, and the two
+ * alternated: Nsight Compute, h = 64, BENCHMARKS.md). The blocks below the records are written
+ * straight from them; the blocks the records overlap are written only after every producer thread
+ * has loaded what it needs into registers and the producers have met on their barrier. */
+/* Whether the wide kind pairs its tile buffers for RB-byte records. Not for 656: a tile's records
+ * (42 KB) overlap six of the nine blocks, and the overlapped blocks' codes (24 registers a thread)
+ * did not fit the paired producer's 48 registers (it spilled, and measured slower than the 12-slot
+ * ring: 223 against 168 us at h = 64). */
+template <int RB>
+struct wide_paired {
+    static constexpr bool value = RB != 656;
+};
+
+template <int RB>
+struct paired_shape {
+    static constexpr int raw_off = 9 * ATT_BLOCK - ATT_KEYS * RB; /* the records: 50176 / 46080 / 31744 */
+    static constexpr int first_overlapped = raw_off / ATT_BLOCK;  /* first block the records overlap: 6 / 5 / 3 */
+    static constexpr int groups_before = 4 * (first_overlapped - 1); /* latent groups of the blocks below: 20 / 16 / 8 */
+    /* The copies' validity flags sit just below the records, in the part of the first overlapped
+     * block that no record covers (the metadata entry they belong in may still be read by the
+     * consumers of an earlier tile when the copies are issued). */
+    static constexpr int flags_off = raw_off - ATT_KEYS;
+    static_assert(raw_off % 16 == 0 && first_overlapped >= 1, "records 16-byte aligned, above the RoPE block");
+    static_assert(flags_off >= first_overlapped * ATT_BLOCK, "flags inside the first overlapped block");
+};
+
+/* One latent group of a key (16 values; 4 groups a 64-dim block) as the records hold it. */
+template <int RB>
+struct latent_group {
+    uint4 codes;  /* NVFP4: x, y = 16 E2M1 codes; 656: 16 E4M3 codes */
+    uint32_t scale; /* NVFP4: E4M3 group-scale code; 656: the tile scale's f32 bits */
+};
+
+template <int RB>
+static __device__ __forceinline__ latent_group<RB> load_group(const uint8_t *rec, bool v, int g) {
+    latent_group<RB> in;
+    if (RB == 656) {
+        in.codes = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 16 * g) : make_uint4(0, 0, 0, 0);
+        in.scale = v ? *reinterpret_cast<const uint32_t *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * (g >> 3)) : 0u;
+    } else {
+        const uint2 c = v ? *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * g) : make_uint2(0, 0);
+        in.codes = make_uint4(c.x, c.y, 0, 0);
+        in.scale = v ? rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g] : 0u;
+    }
+    return in;
+}
+
+/* Writes group g of key k into latent block g / 4 of the tile buffer `buf` (block 0 is RoPE). */
+template <int RB>
+static __device__ __forceinline__ void store_group(const latent_group<RB> &in, uint8_t *buf, int k, int g) {
+    uint8_t *blk = buf + (1 + (g >> 2)) * ATT_BLOCK;
+    const int gq = g & 3;
+    uint4 lo, hi;
+    if (RB == 656) {
+        const float scale = __uint_as_float(in.scale);
+        lo = e4m3x8_scaled(in.codes.x, in.codes.y, scale, true);
+        hi = e4m3x8_scaled(in.codes.z, in.codes.w, scale, true);
+    } else {
+        const __nv_bfloat162 d2 = group_scale_x2(in.scale);
+        lo = e2m1x8_block(in.codes.x, d2);
+        hi = e2m1x8_block(in.codes.y, d2);
+    }
+    *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq)) = lo;
+    *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq + 8)) = hi;
+}
+
+/* The latent of a tile in buffer `buf` from its records at buf + raw_off. Thread t (key_part: key
+ * k, part p of 4) writes groups p * A .. of the blocks below the records, then loads its groups
+ * of the overlapped blocks, meets the other producers (`bar`: every read of the records done),
+ * and writes those. */
+template <int RB, int PT>
+static __device__ __forceinline__ void dequant_latent_paired(uint8_t *buf, const uint8_t *valid, int t) {
+    using S = paired_shape<RB>;
+    constexpr int P = producer_shape<PT>::parts;
+    constexpr int A = S::groups_before / P, B = (32 - S::groups_before) / P;
+    static_assert(S::groups_before % P == 0 && (32 - S::groups_before) % P == 0, "groups split evenly over the parts");
+    int k, part;
+    key_part<PT>(t, k, part);
+    const uint8_t *rec = buf + S::raw_off + k * RB;
+    const bool v = valid[k] != 0;
+#pragma unroll 1 /* unrolled, the loads hoisted and the producer spilled 132 bytes at 48 registers */
+    for (int j = 0; j < A; j++) store_group<RB>(load_group<RB>(rec, v, part * A + j), buf, k, part * A + j);
+    latent_group<RB> in[B];
+#pragma unroll
+    for (int j = 0; j < B; j++) in[j] = load_group<RB>(rec, v, S::groups_before + part * B + j);
+    named_sync(BAR_PRODUCER, PT); /* the records are read; the overlapped blocks may be written */
+#pragma unroll
+    for (int j = 0; j < B; j++) store_group<RB>(in[j], buf, k, S::groups_before + part * B + j);
+}
+
+/* The paired producer (thread t = 0..PT-1). Tile X: positions 9X.. of the 18-slot ring, buffer
+ * X & 1, metadata X % 4 (last read by tile X - 4's consumers, all of whose blocks were released
+ * before tile X - 2 could be written). */
+template <int RB, int PT>
+static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                              uint8_t *smem, int t) {
+    using S = paired_shape<RB>;
+    const int warp = t >> 5, lane = t & 31;
+    const attend_bars bars = bars_of(smem, pl);
+    tile_meta *meta = reinterpret_cast<tile_meta *>(smem + pl.off_meta);
+    tile_cursor cur;
+    cur.item = blockIdx.x;
+    cursor_seek(a, pl, cur);
+    int32_t next = cur.valid ? load_tile_slot<PT>(a, cur, warp, lane) : -1; /* a tile ahead of the copies */
+    uint32_t issued = 0;
+    /* Tile `issued`'s copies (and their flags, just below them), once tile issued - 2 no longer
+     * needs the blocks they land on. */
+    auto issue_next = [&]() {
+        const uint32_t b = issued & 1u, empty_parity = ((issued >> 1) & 1u) ^ 1u;
+        for (int i = S::first_overlapped; i < 9; i++) mbar_wait(&bars.slot_empty[9 * b + i], empty_parity);
+        uint8_t *buf = smem + pl.off_ring + b * 9 * ATT_BLOCK;
+        issue_records<RB, PT>(a, pl, buf + S::raw_off, buf + S::flags_off, &bars.raw_full[b], next, warp, lane);
+        cursor_next(a, pl, cur);
+        next = cur.valid ? load_tile_slot<PT>(a, cur, warp, lane) : -1;
+        issued++;
+    };
+    if (cur.valid) issue_next(); /* tiles 0 and 1: both buffers start free */
+    if (cur.valid) issue_next();
+    for (uint32_t tile = 0;; tile++) {
+        /* Tile `tile` (issued == tile from 2 on): waits for tile - 2's P.V, while the consumers work
+         * on tile - 1; its copies then land while nothing else is left to do. */
+        if (tile >= 2 && cur.valid) issue_next();
+        if (tile >= issued) break;
+        const uint32_t b = tile & 1u, round = (tile >> 1) & 1u;
+        uint8_t *buf = smem + pl.off_ring + b * 9 * ATT_BLOCK;
+        const uint8_t *raw = buf + S::raw_off;
+        mbar_wait(&bars.raw_full[b], round);
+        for (int i = 0; i < S::first_overlapped; i++) mbar_wait(&bars.slot_empty[9 * b + i], round ^ 1u);
+        const uint8_t *valid = buf + S::flags_off;
+        write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
+        dequant_rope<RB, PT>(raw, valid, buf, t);
+        dequant_latent_paired<RB, PT>(buf, valid, t);
+        fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
+        for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[9 * b + i]);
     }
 }
 

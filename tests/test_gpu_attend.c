@@ -334,6 +334,7 @@ static bool race_shapes(void) {
     }
     run_case(1, 16, 1024, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
     run_case(3, 128, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC); /* items after items */
+    run_case(2, 64, 512, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);  /* wide, 432: paired too */
     gpu->cuda.sm_count = sms;
     return true;
 }
