@@ -301,9 +301,8 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
     for (int c = 0; c < N / 4; c++) {
         const int col = frag_col(4 * (c >> 1) + (c & 1), lane);
         const float tmax = fmaxf(fmaxf(red_max[col], red_max[32 + col]), fmaxf(red_max[64 + col], red_max[96 + col]));
-        m_new[c] = fmaxf(st.m[c], tmax);
-        alpha[c] = m_new[c] == -INFINITY ? 1.0f : exp2_ftz(st.m[c] - m_new[c]);
-        st.m[c] = m_new[c];
+        alpha[c] = advance_max(st.m[c], tmax);
+        m_new[c] = st.m[c];
     }
     uint32_t pk[N / 4]; /* bf16 pairs of P' = p * s: [j][h] */
 #pragma unroll

@@ -17,10 +17,6 @@
 
 #include "attend_consumer.cuh"
 
-#ifndef ATT_MAX_SLACK
-#define ATT_MAX_SLACK 8.0f /* log2 units: how far a row's scores may pass its running maximum */
-#endif
-
 #if NVFP4_HAVE_WGMMA
 
 struct wide_state {
@@ -54,6 +50,15 @@ struct wide_tile {
     }
 };
 
+/* The warpgroup index for the wgmma descriptors. Broadcast from lane 0 it is warp-uniform to the
+ * compiler, so the descriptors live in uniform registers and a k-step is one UIADD3.64; built from
+ * t >> 7 each wgmma's descriptors were 64-bit sums per thread moved in by R2UR (48 R2UR among the
+ * 139 instructions around P.V's 16 wgmma, Nsight Compute, h = 64). Only the descriptors take it:
+ * cw itself broadcast took the consumer from 4 to 80 bytes of spills at 208 registers. */
+static __device__ __forceinline__ uint32_t uniform_cw(int cw) {
+    return __shfl_sync(0xFFFFFFFFu, cw, 0);
+}
+
 /* S over the tile's 9 blocks for this warpgroup's 32 keys. A descriptor's address field is the
  * shared address / 16 (below 2^14 for 227 KB), so the next 8 KB block is +512 with no carry: Q's
  * blocks and a paired tile's step by adding to one descriptor, where building each from a slot
@@ -63,7 +68,7 @@ static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *s
                                                const wide_tile<PAIRED> &tl, int cw, float *lat_out, float *rope) {
     float lat[2][16]; /* two accumulator chains (k-step parity): back-to-back wgmma into one wait */
     const uint64_t dq = sw128_desc(smem_addr(smem + pl.off_q), 1024, 16); /* Q block j: + 512 j */
-    const uint64_t d0 = sw128_desc(tl.block(smem, pl, 0) + 4096 * cw, 1024, 16); /* rows 32cw.. */
+    const uint64_t d0 = sw128_desc(tl.block(smem, pl, 0) + 4096 * uniform_cw(cw), 1024, 16); /* rows 32cw.. */
     /* RoPE block, then the latent blocks: separate loops, each opening with a wgmma fence (see
      * narrow_qk on C7519). */
     tl.wait(bars, pl, 8);
@@ -129,16 +134,9 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
     named_sync(BAR_WIDE_MAX, 256);
     float alpha[2], m_new[2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        m_new[h] = fmaxf(st.m[h], fmaxf(mx[h], xrow[64 * (1 - cw) + 16 * warp + g + 8 * h]));
-        /* The running maximum moves only when the tile's passes it by more than ATT_MAX_SLACK (and
-         * from -inf): P then stays below 2^ATT_MAX_SLACK, which bf16 and the f32 sums carry, and O
-         * is rescaled only on those jumps. Moved on every rise, it rescaled O (128 multiplies a
-         * thread) in 98% of the tiles of random data (Nsight Compute, h = 64). Both warpgroups
-         * compute the same m_new for a row. */
-        if (m_new[h] - st.m[h] <= ATT_MAX_SLACK) m_new[h] = st.m[h]; /* false for -inf - -inf (NaN) */
-        alpha[h] = m_new[h] == -INFINITY ? 1.0f : exp2_ftz(st.m[h] - m_new[h]);
-        st.m[h] = m_new[h];
+    for (int h = 0; h < 2; h++) { /* both warpgroups compute the same maximum for a row */
+        alpha[h] = advance_max(st.m[h], fmaxf(mx[h], xrow[64 * (1 - cw) + 16 * warp + g + 8 * h]));
+        m_new[h] = st.m[h];
     }
     uint32_t w[8]; /* [j][h]: bf16 pair of row g + 8h, keys 8j + 2c (+1) */
     float sum[2] = {0.0f, 0.0f};
@@ -189,10 +187,11 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
     fence_regs<4>(pf[0]);
     fence_regs<4>(pf[1]);
     wgmma_fence();
-    const int own = 2 * cw, other = 2 - own; /* first k-step (16 keys) of each half; no branch on cw */
+    const uint32_t cwu = uniform_cw(cw);
+    const uint32_t own = 2 * cwu, other = 2 - own; /* first k-step (16 keys) of each half; no branch on cw */
     uint64_t vd[4]; /* V block descriptors; a k-step (16 keys) is +2048 bytes = +128 */
 #pragma unroll
-    for (int b = 0; b < 4; b++) vd[b] = sw128_desc(tl.block(smem, pl, 1 + 4 * cw + b), 1024, ATT_BLOCK);
+    for (int b = 0; b < 4; b++) vd[b] = sw128_desc(tl.block(smem, pl, 1 + 4 * cwu + b), 1024, ATT_BLOCK);
     const uint64_t pd = sw128_desc(p0, 1024, 16);
     /* k-step major: consecutive wgmma go to different accumulators */
 #pragma unroll
@@ -274,8 +273,6 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
 template <int RB, bool PAIRED>
 static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                    int t) {
-    /* (cw broadcast from lane 0 by a shuffle, which makes it warp-uniform to the compiler, took ptxas
-     * from 4 to 80 bytes of spills at 208 registers.) */
     const int cw = t >> 7, warp = (t >> 5) & 3, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
     const tile_meta *meta = reinterpret_cast<const tile_meta *>(smem + pl.off_meta);
