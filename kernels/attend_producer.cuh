@@ -106,6 +106,19 @@ static __device__ __forceinline__ void issue_records(const nvfp4_mla_attend_kern
     if (slot >= 0) bulk_copy_g2s(raw + e * RB, record_src<RB>(a, pl, slot), RB, landed);
 }
 
+/* The record of one entry (raw_slot as load_tile_slot gives it) into L2, line by line, so that its
+ * bulk copy a tile later reads L2 instead of HBM. */
+template <int RB>
+static __device__ __forceinline__ void prefetch_record(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                       int32_t raw_slot) {
+    const int32_t slot = sane_slot(a, raw_slot);
+    if (slot < 0) return;
+    const uint8_t *src = record_src<RB>(a, pl, slot);
+#pragma unroll
+    for (int off = 0; off < RB; off += 128) prefetch_l2(src + off);
+    prefetch_l2(src + RB - 1); /* the last line, when the record straddles one more */
+}
+
 /* The copies of a tile into raw stage `stage` (the resident and streaming rings). */
 template <int RB, int PT>
 static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
@@ -473,6 +486,11 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
         uint8_t *buf = smem + pl.off_ring + b * 9 * ATT_BLOCK;
         const uint8_t *raw = buf + S::raw_off;
         mbar_wait(&bars.raw_full[b], round);
+        /* Tile + 1's records (its slots landed long ago) into L2: its copies are issued only once
+         * tile - 1's P.V frees their blocks, and then waited for at once; from HBM that wait was 14%
+         * of the producer's samples and left the consumers waiting for tiles (Nsight Compute,
+         * h = 64). Tile 1 would prefetch tile 2 again. */
+        if (tile != 1) prefetch_record<RB>(a, pl, next);
         for (int i = 0; i < S::first_overlapped; i++) mbar_wait(&bars.slot_empty[9 * b + i], round ^ 1u);
         const uint8_t *valid = buf + S::flags_off;
         write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
