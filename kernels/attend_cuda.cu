@@ -2,10 +2,12 @@
  * (tests/test_gpu_attend.c).
  *
  * One warp-specialised, persistent kernel family (kernels/attend_pipeline.cuh):
- *  - producer warps (two warpgroups for the narrow wgmma kinds, else one) keep R stages of bulk
- *    copies of raw records in flight (one copy per record, completing on an mbarrier) and
- *    dequantise each landed stage once per CTA into 8 KB operand blocks of bf16 (64 keys x 64
- *    dims, 128-byte swizzle) handed over through a ring;
+ *  - producer warps (two warpgroups for the narrow wgmma kinds and the paired wide kind, else
+ *    one) keep bulk copies of raw records in flight (one copy per record, completing on an
+ *    mbarrier) and dequantise each landed tile once per CTA into 8 KB operand blocks of bf16 (64
+ *    keys x 64 dims, 128-byte swizzle) handed over through a ring: R raw stages beside the ring,
+ *    or, in the paired wide kind (368 and 432 bytes), a ring of two whole-tile buffers, each tile's
+ *    records copied into its own buffer's tail (attend_producer_paired);
  *  - consumer warpgroups read the blocks straight from shared memory with wgmma (sm_90a) or
  *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
  *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;
@@ -24,12 +26,13 @@
  * NVFP4_MLA_ATTEND_SMEM_CAP, the architecture, NVFP4_MLA_ATTEND_MMA) and the merge setting: the
  * launch path makes no device query and sets no attribute (under NVFP4_MLA_ATTEND_MERGE=auto a
  * split call reads the stream's capture state, stream_capturing). The workspace does not depend
- * on the merge. Shared memory picks the configuration: wide needs about 200 KB, narrow 32 heads
+ * on the merge. Shared memory picks the configuration: wide needs about 220 KB, narrow 32 heads
  * with whole tiles resident about 120 KB+, narrow 16 heads streams its tiles through 3 slots in
  * under 99 KB (sm_120 parts), dequantising the latent twice.
  *
  * Differences from the CPU reference (attention in double over the same binary32 values): scales
- * applied to f32 sums instead of elements, P rounded to bf16 for the tensor cores, f32 sums.
+ * applied to f32 sums instead of elements, P rounded to bf16 for the tensor cores (against a
+ * running maximum that may trail the scores by up to 2^8: advance_max), f32 sums.
  * Entries with slot -1, past valid_len, or outside the cache count for nothing (the CPU entry
  * rejects out-of-range ids; a CUDA entry cannot read them without a sync).
  */
@@ -355,7 +358,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     if (wgmma && a->num_heads > 32 && !light && wide_fills) { /* wide: Q 72 KB */
         p = attend_plan();
         p.wide = 1, p.wgmma = 1, p.heads = 64, p.contiguous = contiguous, p.off_q = 0;
-        if (rb != 656) { /* two tile buffers of 72 KB, P in each tile's RoPE block (wide_paired; 220 KB in all) */
+        if (wide_pairs(rb)) { /* two tile buffers of 72 KB, P in each tile's RoPE block (220 KB in all) */
             p.off_p = -1, p.off_ring = 9 * ATT_BLOCK;
             p.paired = 1, p.resident = 1, p.stages = 2, p.slots = 18, p.threads = 512;
             ok = place_tail(p, rb, 2 * 64 * 4) <= budget;

@@ -367,9 +367,12 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
  * (42 KB) overlap six of the nine blocks, and the overlapped blocks' codes (24 registers a thread)
  * did not fit the paired producer's 48 registers (it spilled, and measured slower than the 12-slot
  * ring: 223 against 168 us at h = 64). */
+static __host__ __device__ constexpr bool wide_pairs(int record_bytes) {
+    return record_bytes != 656;
+}
 template <int RB>
 struct wide_paired {
-    static constexpr bool value = RB != 656;
+    static constexpr bool value = wide_pairs(RB);
 };
 
 template <int RB>
