@@ -61,7 +61,9 @@
 #ifndef ATT_PAIRED_PRODUCER_REGS
 #define ATT_PAIRED_PRODUCER_REGS 48
 #endif
+#ifndef ATT_WIDE_PRODUCER_REGS
 #define ATT_WIDE_PRODUCER_REGS 88
+#endif
 #define ATT_NARROW_PRODUCER_REGS 136
 #define ATT_NARROW_CONSUMER_REGS 232
 #ifndef ATT_ONE_LAUNCH_MERGE_BYTES
@@ -71,8 +73,10 @@
 #define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight */
 #endif
 #define ATT_LAUNCH_REGS 168 /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
-static_assert(256 * ATT_CONSUMER_REGS + 256 * ATT_PAIRED_PRODUCER_REGS <= 65536, "wide paired: over the register file");
-static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_WIDE_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS, "wide: over the launch's registers");
+static_assert(256 * ATT_CONSUMER_REGS + 256 * ATT_PAIRED_PRODUCER_REGS <= 65536,
+              "wide paired: over the register file");
+static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_WIDE_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
+              "wide: over the launch's registers");
 static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
               "narrow: over the launch's registers");
 
@@ -231,10 +235,11 @@ enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, 
  * Compute, h = 16). Measured: h = 16 138.7 -> 124.7 us; h = 32 172 -> 158 us although its
  * consumer, which used 255 registers with 256 threads, now runs at setmaxnreg's 232 and spills
  * (ptxas -v: a 40-byte stack frame, 56 bytes of spill stores; ptxas allocates each setmaxnreg
- * region to its own count). */
+ * region to its own count). The paired wide kind takes two as well, at 48 registers: one at 88
+ * measured 149 against 145 us at h = 64 (BENCHMARKS.md, seventh session). */
 template <int KIND, int RB>
 struct kind_threads {
-    static constexpr bool paired = KIND == KIND_WIDE && wide_paired<RB>::value;
+    static constexpr bool paired = KIND == KIND_WIDE && wide_pairs(RB);
     static constexpr int consumers = KIND == KIND_WIDE ? 256 : 128;
     static constexpr int producers = KIND == KIND_N16_WGMMA || KIND == KIND_N32_WGMMA || paired ? 256 : 128;
     static constexpr int total = consumers + producers;
@@ -360,8 +365,10 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
         p.wide = 1, p.wgmma = 1, p.heads = 64, p.contiguous = contiguous, p.off_q = 0;
         if (wide_pairs(rb)) { /* two tile buffers of 72 KB, P in each tile's RoPE block (220 KB in all) */
             p.off_p = -1, p.off_ring = 9 * ATT_BLOCK;
-            p.paired = 1, p.resident = 1, p.stages = 2, p.slots = 18, p.threads = 512;
+            p.paired = 1, p.resident = 1, p.stages = ATT_PAIRED_BUFFERS, p.slots = 9 * ATT_PAIRED_BUFFERS;
+            p.threads = kind_threads<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368>::total;
             ok = place_tail(p, rb, 2 * 64 * 4) <= budget;
+            p.off_raw = p.off_valid = -1; /* the records and their flags are in the tile buffers */
         } else { /* the shared P tile 8 KB and a 12-slot ring */
             p.off_p = 9 * ATT_BLOCK, p.off_ring = p.off_p + ATT_BLOCK, p.threads = 384;
             ok = fit_ring(p, rb, 2 * 64 * 4, budget, 3, false);

@@ -10,6 +10,9 @@
  *   raw stage --(dequantisation, the 4 or 8 producer warps)--> operand ring [S slots of 8 KB]
  *   operand ring --(wgmma / mma.sync, the consumer warpgroups)--> S, softmax, P.V
  *
+ * The paired wide kind (368 and 432 records) has no raw stages: its ring is two whole-tile buffers
+ * and each tile's records land in the tail of their own buffer (attend_producer_paired).
+ *
  * An operand block is 64 keys x 64 dims of bf16 in the SW128 layout of sm90_cuda.cuh; a tile of 64
  * top-k entries is produced as the RoPE block, then latent blocks 0..7 ("resident": the consumer
  * keeps the latent blocks for P.V, 9 blocks a tile) or those followed by latent blocks 0..7 again
@@ -53,7 +56,7 @@ struct attend_plan {
     int32_t groups;          /* head groups per query: ceil(h / heads) */
     int32_t splits;          /* top-k splits per (query, group) */
     int32_t tiles_per_split; /* 64-entry tiles per split */
-    int32_t stages;          /* raw record stages R (paired: 2, staged in the tile buffers) */
+    int32_t stages;          /* raw record stages R (paired: 2, in the tile buffers; raw_full[b]) */
     int32_t slots;           /* operand ring slots S */
     int32_t resident;        /* 1: 9 blocks a tile (latent kept for P.V), 0: 17 (streaming) */
     int32_t paired;          /* 1: 18 slots = two tile buffers, each tile's raw records copied
@@ -149,6 +152,16 @@ static __device__ __forceinline__ uint8_t *slot_ptr(uint8_t *smem, const attend_
 
 static __device__ __forceinline__ void wait_full(const attend_bars &bars, uint32_t pos, const attend_plan &pl) {
     mbar_wait(&bars.slot_full[pos_slot(pos, pl)], pos_parity(pos, pl));
+}
+
+/* A paired ring (plan.paired; attend_producer_paired, wide_tile) is two buffers of 9 blocks: tile
+ * X is buffer X & 1, slots 9 (X & 1) .. +8, in phase (X >> 1) & 1 of their barriers. */
+#define ATT_PAIRED_BUFFERS 2
+static __device__ __forceinline__ uint8_t *paired_buffer(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
+    return smem + pl.off_ring + (tile & 1u) * 9u * ATT_BLOCK;
+}
+static __device__ __forceinline__ uint32_t paired_phase(uint32_t tile) {
+    return (tile >> 1) & 1u;
 }
 
 #endif

@@ -84,9 +84,10 @@ static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_
     return lane < E && e < c.span.end ? __ldg(a.slots + c.span.q * a.slot_stride + e) : -1;
 }
 
-/* Every producer warp: bulk copies of its entries of a tile (16 or 8) into raw stage `stage`, one record
- * per valid entry (entries past the end, -1 or outside the cache are not read and count nothing);
- * lane 0 announces the warp's bytes, every thread arrives (after its own validity flag). Spread
+/* Every producer warp: bulk copies of its entries of a tile (16 or 8) to `raw` (64 records), one
+ * record per valid entry (entries past the end, -1 or outside the cache are not read and count
+ * nothing), their validity flags to `valid`; lane 0 announces the warp's bytes on `landed`, every
+ * thread arrives (after its own validity flag). Spread
  * over the producer warps because one warp issuing all 64 copies held the others at the tile barrier.
  * The compiler issues the copies one lane at a time (the address goes through uniform registers),
  * 12% of the samples at h = 16; whole-warp cp.async copies (one instruction per record) measured
@@ -355,106 +356,94 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
 /* ---- producer of the paired tile buffers (the wide kind) ----
  *
  * The ring is two tiles: 18 slots, tile X's nine blocks the contiguous buffer X & 1 (RoPE block,
- * then latent blocks 0..7). Beside 72 KB of Q there is no room for raw stages as well as two
- * buffers, so tile X's records are copied into the tail of its own buffer, once tile X - 2's
- * consumers have freed that tail, and dequantised while the consumers work on tile X - 1: one
- * tile's copy latency and dequantisation hide behind the other tile's MMA (with 12 slots and two
- * stages the next tile could only be written once P.V had freed the current one's, and the two
- * alternated: Nsight Compute, h = 64, BENCHMARKS.md). The blocks below the records are written
+ * then latent blocks 0..7; paired_buffer). Beside 72 KB of Q there is no room for raw stages as
+ * well as two buffers, so tile X's records are copied into the tail of its own buffer, once tile
+ * X - 2's consumers have freed that tail, and dequantised while the consumers work on tile X - 1:
+ * one tile's copy latency and dequantisation hide behind the other tile's MMA (with 12 slots and
+ * two stages the next tile could only be written once P.V had freed the current one's, and the
+ * two alternated: Nsight Compute, h = 64, BENCHMARKS.md). The blocks below the records are written
  * straight from them; the blocks the records overlap are written only after every producer thread
- * has loaded what it needs into registers and the producers have met on their barrier. */
-/* Whether the wide kind pairs its tile buffers for RB-byte records. Not for 656: a tile's records
- * (42 KB) overlap six of the nine blocks, and the overlapped blocks' codes (24 registers a thread)
- * did not fit the paired producer's 48 registers (it spilled, and measured slower than the 12-slot
- * ring: 223 against 168 us at h = 64). */
+ * has loaded what it needs into registers and the producers have met on BAR_PRODUCER. At 48
+ * registers the producer spills (ptxas -v: 56 bytes of spill stores for 368 records, 52 for 432).
+ *
+ * Whether the wide kind pairs its buffers for records of record_bytes. Not for 656: a tile's
+ * records (42 KB) overlap six of the nine blocks, and the overlapped blocks' codes (24 registers a
+ * thread) did not fit the paired producer's 48 registers (it spilled, and measured slower than the
+ * 12-slot ring: 223 against 168 us at h = 64). */
 static __host__ __device__ constexpr bool wide_pairs(int record_bytes) {
     return record_bytes != 656;
 }
-template <int RB>
-struct wide_paired {
-    static constexpr bool value = wide_pairs(RB);
-};
 
 template <int RB>
 struct paired_shape {
-    static constexpr int raw_off = 9 * ATT_BLOCK - ATT_KEYS * RB; /* the records: 50176 / 46080 / 31744 */
-    static constexpr int first_overlapped = raw_off / ATT_BLOCK;  /* first block the records overlap: 6 / 5 / 3 */
-    static constexpr int groups_before = 4 * (first_overlapped - 1); /* latent groups of the blocks below: 20 / 16 / 8 */
+    static_assert(wide_pairs(RB), "the paired buffers take 368 and 432 byte records");
+    static constexpr int raw_off = 9 * ATT_BLOCK - ATT_KEYS * RB; /* the records: 50176 / 46080 */
+    static constexpr int first_overlapped = raw_off / ATT_BLOCK;  /* first block they overlap: 6 / 5 */
+    static constexpr int groups_below = 4 * (first_overlapped - 1); /* latent groups below them: 20 / 16 */
     /* The copies' validity flags sit just below the records, in the part of the first overlapped
-     * block that no record covers (the metadata entry they belong in may still be read by the
-     * consumers of an earlier tile when the copies are issued). */
+     * block that no record covers: written with the copies, read (write_meta, the dequantisation)
+     * before BAR_PRODUCER lets that block be written. */
     static constexpr int flags_off = raw_off - ATT_KEYS;
     static_assert(raw_off % 16 == 0 && first_overlapped >= 1, "records 16-byte aligned, above the RoPE block");
     static_assert(flags_off >= first_overlapped * ATT_BLOCK, "flags inside the first overlapped block");
 };
 
-/* One latent group of a key (16 values; 4 groups a 64-dim block) as the records hold it. */
-template <int RB>
+/* One latent group of a key (16 values; 4 groups a 64-dim block) as a record holds it. */
 struct latent_group {
-    uint4 codes;  /* NVFP4: x, y = 16 E2M1 codes; 656: 16 E4M3 codes */
-    uint32_t scale; /* NVFP4: E4M3 group-scale code; 656: the tile scale's f32 bits */
+    uint2 codes;    /* 16 E2M1 codes */
+    uint32_t scale; /* the E4M3 group-scale code; 0 for an entry that counts nothing */
 };
 
-template <int RB>
-static __device__ __forceinline__ latent_group<RB> load_group(const uint8_t *rec, bool v, int g) {
-    latent_group<RB> in;
-    if (RB == 656) {
-        in.codes = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 16 * g) : make_uint4(0, 0, 0, 0);
-        in.scale = v ? *reinterpret_cast<const uint32_t *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * (g >> 3)) : 0u;
-    } else {
-        const uint2 c = v ? *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * g) : make_uint2(0, 0);
-        in.codes = make_uint4(c.x, c.y, 0, 0);
-        in.scale = v ? rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g] : 0u;
-    }
+/* Group g of the record at rec. The codes are read whatever the entry: an invalid entry's bytes are
+ * stale but finite once bit-moved (e2m1x8_block), and its zero scale makes them zeros, one
+ * selection where the codes' load took a zeroing and a predicate of its own. */
+static __device__ __forceinline__ latent_group load_group(const uint8_t *rec, bool v, int g) {
+    latent_group in;
+    in.codes = *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * g);
+    in.scale = v ? rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g] : 0u;
     return in;
 }
 
-/* Writes group g of key k into latent block g / 4 of the tile buffer `buf` (block 0 is RoPE). */
-template <int RB>
-static __device__ __forceinline__ void store_group(const latent_group<RB> &in, uint8_t *buf, int k, int g) {
-    uint8_t *blk = buf + (1 + (g >> 2)) * ATT_BLOCK;
-    const int gq = g & 3;
-    uint4 lo, hi;
-    if (RB == 656) {
-        const float scale = __uint_as_float(in.scale);
-        lo = e4m3x8_scaled(in.codes.x, in.codes.y, scale, true);
-        hi = e4m3x8_scaled(in.codes.z, in.codes.w, scale, true);
-    } else {
-        const __nv_bfloat162 d2 = group_scale_x2(in.scale);
-        lo = e2m1x8_block(in.codes.x, d2);
-        hi = e2m1x8_block(in.codes.y, d2);
-    }
-    *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq)) = lo;
-    *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq + 8)) = hi;
+/* Writes group g into latent block g / 4 of a tile buffer. `row`: the buffer's latent block 0 plus
+ * the key's row offset without the swizzle (swizzle_off(k, 0) - ((k & 7) << 4)), r16 = (k & 7) << 4:
+ * the group's two chunks are 2(g & 3) and the next, so their offsets differ in bit 4 alone (2 + 5
+ * instructions for both, where two swizzle_off took about 10). */
+static __device__ __forceinline__ void store_group(const latent_group &in, uint8_t *row, uint32_t r16, int g) {
+    const uint32_t off = ((uint32_t)g >> 2) * ATT_BLOCK + ((((uint32_t)g & 3u) << 5) ^ r16);
+    const __nv_bfloat162 d2 = group_scale_x2(in.scale);
+    *reinterpret_cast<uint4 *>(row + off) = e2m1x8_block(in.codes.x, d2);
+    *reinterpret_cast<uint4 *>(row + (off ^ 16u)) = e2m1x8_block(in.codes.y, d2);
 }
 
 /* The latent of a tile in buffer `buf` from its records at buf + raw_off. Thread t (key_part: key
- * k, part p of 4) writes groups p * A .. of the blocks below the records, then loads its groups
- * of the overlapped blocks, meets the other producers (`bar`: every read of the records done),
+ * k, part p of P) writes its groups of the blocks below the records, then loads its groups of the
+ * overlapped blocks, meets the other producers on BAR_PRODUCER (every read of the records done),
  * and writes those. */
 template <int RB, int PT>
 static __device__ __forceinline__ void dequant_latent_paired(uint8_t *buf, const uint8_t *valid, int t) {
     using S = paired_shape<RB>;
     constexpr int P = producer_shape<PT>::parts;
-    constexpr int A = S::groups_before / P, B = (32 - S::groups_before) / P;
-    static_assert(S::groups_before % P == 0 && (32 - S::groups_before) % P == 0, "groups split evenly over the parts");
+    constexpr int below = S::groups_below / P, over = (32 - S::groups_below) / P; /* a thread's groups */
+    static_assert(S::groups_below % P == 0 && (32 - S::groups_below) % P == 0, "groups split evenly over the parts");
     int k, part;
     key_part<PT>(t, k, part);
     const uint8_t *rec = buf + S::raw_off + k * RB;
     const bool v = valid[k] != 0;
+    const uint32_t r16 = ((uint32_t)k & 7u) << 4;
+    uint8_t *row = buf + ATT_BLOCK + (swizzle_off(k, 0) - r16);
 #pragma unroll 1 /* unrolled, the loads hoisted and the producer spilled 132 bytes at 48 registers */
-    for (int j = 0; j < A; j++) store_group<RB>(load_group<RB>(rec, v, part * A + j), buf, k, part * A + j);
-    latent_group<RB> in[B];
+    for (int g = part * below; g < (part + 1) * below; g++) store_group(load_group(rec, v, g), row, r16, g);
+    latent_group in[over];
 #pragma unroll
-    for (int j = 0; j < B; j++) in[j] = load_group<RB>(rec, v, S::groups_before + part * B + j);
+    for (int j = 0; j < over; j++) in[j] = load_group(rec, v, S::groups_below + part * over + j);
     named_sync(BAR_PRODUCER, PT); /* the records are read; the overlapped blocks may be written */
 #pragma unroll
-    for (int j = 0; j < B; j++) store_group<RB>(in[j], buf, k, S::groups_before + part * B + j);
+    for (int j = 0; j < over; j++) store_group(in[j], row, r16, S::groups_below + part * over + j);
 }
 
-/* The paired producer (thread t = 0..PT-1). Tile X: positions 9X.. of the 18-slot ring, buffer
- * X & 1, metadata X % 4 (last read by tile X - 4's consumers, all of whose blocks were released
- * before tile X - 2 could be written). */
+/* The paired producer (thread t = 0..PT-1). Tile X: buffer X & 1 (paired_buffer), metadata X % 4
+ * (last read by tile X - 4's consumers, all of whose blocks were released before tile X - 2 could
+ * be written). */
 template <int RB, int PT>
 static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                               uint8_t *smem, int t) {
@@ -470,9 +459,9 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
     /* Tile `issued`'s copies (and their flags, just below them), once tile issued - 2 no longer
      * needs the blocks they land on. */
     auto issue_next = [&]() {
-        const uint32_t b = issued & 1u, empty_parity = ((issued >> 1) & 1u) ^ 1u;
-        for (int i = S::first_overlapped; i < 9; i++) mbar_wait(&bars.slot_empty[9 * b + i], empty_parity);
-        uint8_t *buf = smem + pl.off_ring + b * 9 * ATT_BLOCK;
+        const uint32_t b = issued & 1u, empty_phase = paired_phase(issued) ^ 1u;
+        for (int i = S::first_overlapped; i < 9; i++) mbar_wait(&bars.slot_empty[9 * b + i], empty_phase);
+        uint8_t *buf = paired_buffer(smem, pl, issued);
         issue_records<RB, PT>(a, pl, buf + S::raw_off, buf + S::flags_off, &bars.raw_full[b], next, warp, lane);
         cursor_next(a, pl, cur);
         next = cur.valid ? load_tile_slot<PT>(a, cur, warp, lane) : -1;
@@ -485,16 +474,17 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
          * on tile - 1; its copies then land while nothing else is left to do. */
         if (tile >= 2 && cur.valid) issue_next();
         if (tile >= issued) break;
-        const uint32_t b = tile & 1u, round = (tile >> 1) & 1u;
-        uint8_t *buf = smem + pl.off_ring + b * 9 * ATT_BLOCK;
+        const uint32_t b = tile & 1u, phase = paired_phase(tile);
+        uint8_t *buf = paired_buffer(smem, pl, tile);
         const uint8_t *raw = buf + S::raw_off;
-        mbar_wait(&bars.raw_full[b], round);
-        /* Tile + 1's records (its slots landed long ago) into L2: its copies are issued only once
-         * tile - 1's P.V frees their blocks, and then waited for at once; from HBM that wait was 14%
-         * of the producer's samples and left the consumers waiting for tiles (Nsight Compute,
-         * h = 64). Tile 1 would prefetch tile 2 again. */
+        mbar_wait(&bars.raw_full[b], phase);
+        /* The records of the next tile to be issued (`next`: tile + 1's from tile 2 on, tile 2's at
+         * tile 0, which tile 1 would repeat; loaded by the last issue_next, a copy's latency ago)
+         * into L2. Its copies are issued only once tile - 1's P.V frees their blocks, and then
+         * waited for at once: from HBM that wait was 14% of the producer's samples and left the
+         * consumers waiting for tiles (Nsight Compute, h = 64). */
         if (tile != 1) prefetch_record<RB>(a, pl, next);
-        for (int i = 0; i < S::first_overlapped; i++) mbar_wait(&bars.slot_empty[9 * b + i], round ^ 1u);
+        for (int i = 0; i < S::first_overlapped; i++) mbar_wait(&bars.slot_empty[9 * b + i], phase ^ 1u);
         const uint8_t *valid = buf + S::flags_off;
         write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
         dequant_rope<RB, PT>(raw, valid, buf, t);

@@ -35,8 +35,8 @@ struct wide_tile {
     uint32_t slot0;  /* PAIRED: 9 * (tile & 1) */
     uint32_t parity; /* PAIRED: the buffer's phase, (tile >> 1) & 1 */
     __device__ __forceinline__ wide_tile(uint8_t *smem, const attend_plan &pl, uint32_t pos, uint32_t tile)
-        : pos0(pos), base(smem_addr(smem + pl.off_ring) + (tile & 1u) * 9u * ATT_BLOCK), slot0(9u * (tile & 1u)),
-          parity((tile >> 1) & 1u) {}
+        : pos0(pos), base(smem_addr(paired_buffer(smem, pl, tile))), slot0(9u * (tile & 1u)),
+          parity(paired_phase(tile)) {}
     __device__ __forceinline__ uint32_t block(uint8_t *smem, const attend_plan &pl, int i) const {
         return PAIRED ? base + (uint32_t)i * ATT_BLOCK : smem_addr(slot_ptr(smem, pl, pos0 + i));
     }
@@ -294,9 +294,10 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
             uint32_t pf[2][4];
             const wide_tile<PAIRED> tl(smem, pl, pos, tile);
             /* P: paired, in the tile's RoPE block (both warpgroups' Q.K^T are done with it once
-             * they meet on BAR_WIDE_MAX, before P is written), which frees the 8 KB that the
-             * 4-tile metadata ring needs; else the shared P tile. */
-            uint8_t *pbuf = PAIRED ? smem + pl.off_ring + (tile & 1u) * 9u * ATT_BLOCK : smem + pl.off_p;
+             * they meet on BAR_WIDE_MAX, before P is written), which saves the 8 KB shared P tile:
+             * with it the paired layout would need 233,520 bytes, over the 232,448 a block may
+             * have on the H200. Else the shared P tile. */
+            uint8_t *pbuf = PAIRED ? paired_buffer(smem, pl, tile) : smem + pl.off_p;
             wide_qk<PAIRED>(pl, smem, bars, tl, cw, lat, rope);
             wide_softmax(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], cw, warp, lane, pf, pbuf);
             wide_pv<PAIRED>(pl, smem, bars, st, tl, cw, pf, pbuf);
