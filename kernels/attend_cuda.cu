@@ -243,6 +243,11 @@ struct kind_threads {
     static constexpr int consumers = KIND == KIND_WIDE ? 256 : 128;
     static constexpr int producers = KIND == KIND_N16_WGMMA || KIND == KIND_N32_WGMMA || paired ? 256 : 128;
     static constexpr int total = consumers + producers;
+    /* The producers' setmaxnreg count; 0: no rebalance (the mma.sync kinds). */
+    static constexpr int producer_regs = paired                 ? ATT_PAIRED_PRODUCER_REGS
+                                         : KIND == KIND_WIDE    ? ATT_WIDE_PRODUCER_REGS
+                                         : KIND >= KIND_N16_WGMMA ? ATT_NARROW_PRODUCER_REGS
+                                                                : 0;
 };
 
 /* ONE_LAUNCH: split-K merged in this launch (plan.one_launch, merge_if_last); its own
@@ -274,9 +279,8 @@ __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
     __syncthreads();
     if (threadIdx.x >= CONSUMERS) {
 #if NVFP4_HAVE_WGMMA
-        if constexpr (PAIRED) setmaxnreg_dec<ATT_PAIRED_PRODUCER_REGS>();
-        if constexpr (KIND == KIND_WIDE && !PAIRED) setmaxnreg_dec<ATT_WIDE_PRODUCER_REGS>();
-        if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_dec<ATT_NARROW_PRODUCER_REGS>();
+        constexpr int PRODUCER_REGS = kind_threads<KIND, RB>::producer_regs;
+        if constexpr (PRODUCER_REGS > 0) setmaxnreg_dec<PRODUCER_REGS>();
 #endif
         if constexpr (PAIRED)
             attend_producer_paired<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
@@ -309,13 +313,15 @@ static int align_up(int v, int a) {
     return (v + a - 1) / a * a;
 }
 
-/* Places the small arrays and barriers after the raw stages (none of their own when paired);
+/* Places the raw stages and their flags after the ring (none when paired: the records and flags
+ * land in the tile buffers, and off_raw / off_valid are -1), then the small arrays and barriers;
  * returns the bytes used. */
 static int place_tail(attend_plan &p, int record_bytes, int red_bytes) {
     const int staged = p.paired ? 0 : p.stages;
     p.off_raw = p.off_ring + p.slots * ATT_BLOCK;
     p.off_valid = p.off_raw + staged * ATT_KEYS * record_bytes;
     p.off_meta = align_up(p.off_valid + staged * ATT_KEYS, 16);
+    if (p.paired) p.off_raw = p.off_valid = -1;
     p.off_red = p.off_meta + ATT_META_RING * (int)sizeof(tile_meta);
     p.off_bar = align_up(p.off_red + red_bytes, 8);
     return p.off_bar + (p.stages + 2 * p.slots) * 8;
@@ -368,9 +374,9 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
             p.paired = 1, p.resident = 1, p.stages = ATT_PAIRED_BUFFERS, p.slots = 9 * ATT_PAIRED_BUFFERS;
             p.threads = kind_threads<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368>::total;
             ok = place_tail(p, rb, 2 * 64 * 4) <= budget;
-            p.off_raw = p.off_valid = -1; /* the records and their flags are in the tile buffers */
         } else { /* the shared P tile 8 KB and a 12-slot ring */
-            p.off_p = 9 * ATT_BLOCK, p.off_ring = p.off_p + ATT_BLOCK, p.threads = 384;
+            p.off_p = 9 * ATT_BLOCK, p.off_ring = p.off_p + ATT_BLOCK;
+            p.threads = kind_threads<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_656>::total;
             ok = fit_ring(p, rb, 2 * 64 * 4, budget, 3, false);
         }
     }

@@ -296,13 +296,12 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
         if (g == 0) red_max[32 * warp + frag_col(i, lane)] = mx;
     }
     named_sync(BAR_CONSUMER, 128);
-    float alpha[N / 4], m_new[N / 4];
+    float alpha[N / 4];
 #pragma unroll
     for (int c = 0; c < N / 4; c++) {
         const int col = frag_col(4 * (c >> 1) + (c & 1), lane);
         const float tmax = fmaxf(fmaxf(red_max[col], red_max[32 + col]), fmaxf(red_max[64 + col], red_max[96 + col]));
         alpha[c] = advance_max(st.m[c], tmax);
-        m_new[c] = st.m[c];
     }
     uint32_t pk[N / 4]; /* bf16 pairs of P' = p * s: [j][h] */
 #pragma unroll
@@ -311,7 +310,7 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
 #pragma unroll
         for (int v = 0; v < 4; v++) {
             const int c = 2 * j + (v & 1);
-            p[v] = m_new[c] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + v] - m_new[c]);
+            p[v] = st.m[c] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + v] - st.m[c]);
         }
 #pragma unroll
         for (int e = 0; e < 2; e++) st.l[2 * j + e] = st.l[2 * j + e] * alpha[2 * j + e] + (p[e] + p[e + 2]);

@@ -132,20 +132,18 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
         if (c == 0) xrow[64 * cw + 16 * warp + g + 8 * h] = mx[h];
     }
     named_sync(BAR_WIDE_MAX, 256);
-    float alpha[2], m_new[2];
+    float alpha[2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) { /* both warpgroups compute the same maximum for a row */
+    for (int h = 0; h < 2; h++) /* both warpgroups compute the same maximum for a row */
         alpha[h] = advance_max(st.m[h], fmaxf(mx[h], xrow[64 * (1 - cw) + 16 * warp + g + 8 * h]));
-        m_new[h] = st.m[h];
-    }
     uint32_t w[8]; /* [j][h]: bf16 pair of row g + 8h, keys 8j + 2c (+1) */
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const float p0 = m_new[h] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + 2 * h] - m_new[h]);
-            const float p1 = m_new[h] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + 2 * h + 1] - m_new[h]);
+            const float p0 = st.m[h] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + 2 * h] - st.m[h]);
+            const float p1 = st.m[h] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + 2 * h + 1] - st.m[h]);
             sum[h] += p0 + p1;
             w[2 * j + h] = bf16_pair(p0 * sk[2 * j], p1 * sk[2 * j + 1]);
         }
