@@ -8,6 +8,14 @@
 
 /* ---- consumers: shared pieces ---- */
 
+/* v as lane 0 holds it, which the compiler knows to be the same in every lane: values built from
+ * it (wgmma descriptors) then live in uniform registers, where a k-step is one UIADD3.64. Derived
+ * from the dynamic shared memory's base, they were per-thread 64-bit sums moved in by R2UR, two
+ * a wgmma (Nsight Compute, h = 16 and 64). */
+static __device__ __forceinline__ uint32_t warp_uniform(uint32_t v) {
+    return __shfl_sync(0xFFFFFFFFu, v, 0);
+}
+
 #ifndef ATT_MAX_SLACK
 #define ATT_MAX_SLACK 8.0f /* log2 units: how far a row's scores may pass its running maximum */
 #endif

@@ -64,8 +64,12 @@
 #ifndef ATT_WIDE_PRODUCER_REGS
 #define ATT_WIDE_PRODUCER_REGS 88
 #endif
+#ifndef ATT_NARROW_PRODUCER_REGS
 #define ATT_NARROW_PRODUCER_REGS 136
+#endif
+#ifndef ATT_NARROW_CONSUMER_REGS
 #define ATT_NARROW_CONSUMER_REGS 232
+#endif
 #ifndef ATT_ONE_LAUNCH_MERGE_BYTES
 #define ATT_ONE_LAUNCH_MERGE_BYTES (1 << 20) /* the most partials one CTA's in-launch merge reads */
 #endif

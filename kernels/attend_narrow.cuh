@@ -62,6 +62,37 @@ static __device__ __forceinline__ void qk_sum(float (*lat)[N / 2], float *lat_ou
     }
 }
 
+#if NVFP4_HAVE_WGMMA
+/* S^T over one operand block from its descriptor da and Q block's db (wgmma): 4 k-steps of 16
+ * dims, k-step kk into chain kk % C (first: the first block of a product starts each chain). */
+template <int N, int C>
+static __device__ __forceinline__ void qk_block_desc(float (*acc)[N / 2], uint64_t da, uint64_t db, bool first) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) { /* +32 bytes = +2 in the descriptors' address field */
+        if (N == 16) wgmma_ss_n16<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
+        else wgmma_ss_n32<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
+    }
+}
+
+/* The wgmma descriptors of a resident tile's nine ring blocks (0: RoPE, 1..8: latent), the tile's
+ * first block at ring position pos0, from the ring's base in uniform registers (warp_uniform).
+ * CONTIG (an 18-slot ring: tiles start at slot 0 or 9): block i is block 0 plus 8 KB i, +512 in
+ * the address field (no carry below 256 KB); otherwise each block's slot wraps (slot_after).
+ * Each block's slot from its position (pos_slot) and its address from a per-thread base took
+ * about 8 instructions a wgmma, 2 of them R2UR (SASS, h = 16). */
+template <bool CONTIG>
+struct resident_descs {
+    uint32_t ring; /* shared address of slot 0 */
+    uint32_t s0;   /* slot of block 0 */
+    __device__ __forceinline__ resident_descs(uint8_t *smem, const attend_plan &pl, uint32_t pos0)
+        : ring(warp_uniform(smem_addr(smem + pl.off_ring))), s0(pos_slot(pos0, pl)) {}
+    __device__ __forceinline__ uint64_t of(const attend_plan &pl, int i, uint32_t sbo, uint32_t lbo) const {
+        return CONTIG ? sw128_desc(ring + s0 * ATT_BLOCK, sbo, lbo) + 512u * (uint32_t)i
+                      : sw128_desc(ring + slot_after(s0, (uint32_t)i, pl) * ATT_BLOCK, sbo, lbo);
+    }
+};
+#endif
+
 /* S^T over one operand block: 4 k-steps of 16 dims against Q block `qblk` (N rows); k-step kk
  * accumulates into chain kk % C (the first block of a product starts each chain). */
 template <int N, bool WG, int C>
@@ -69,13 +100,7 @@ static __device__ __forceinline__ void qk_block(float (*acc)[N / 2], const uint8
                                                 int warp, int lane) {
     if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
-        /* k-step kk: +32 bytes = +2 in the descriptors' address field */
-        const uint64_t da = sw128_desc(smem_addr(blk), 1024, 16), db = sw128_desc(smem_addr(qblk), 1024, 16);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            if (N == 16) wgmma_ss_n16<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
-            else wgmma_ss_n32<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
-        }
+        qk_block_desc<N, C>(acc, sw128_desc(smem_addr(blk), 1024, 16), sw128_desc(smem_addr(qblk), 1024, 16), first);
 #endif
     } else {
         if (first) {
@@ -137,13 +162,13 @@ static __device__ __forceinline__ void pv_block(narrow_state<N, WG> &st, const u
 #if NVFP4_HAVE_WGMMA
 /* O^T += V^T P^T over all 8 resident latent blocks, k-step major so that consecutive wgmma go to
  * different accumulators. */
-template <int N>
+template <int N, bool CONTIG>
 static __device__ __forceinline__ void pv_resident_wgmma(narrow_state<N, true> &st, uint8_t *smem, const attend_plan &pl,
-                                                         uint32_t pos, const uint8_t *pt) {
-    const uint64_t db = sw128_desc(smem_addr(pt), 1024, 16);
+                                                         const resident_descs<CONTIG> &tile, const uint8_t *pt) {
+    const uint64_t db = sw128_desc(warp_uniform(smem_addr(pt)), 1024, 16);
     uint64_t da[8];
 #pragma unroll
-    for (int b = 0; b < 8; b++) da[b] = sw128_desc(smem_addr(slot_ptr(smem, pl, pos + b)), 1024, ATT_BLOCK);
+    for (int b = 0; b < 8; b++) da[b] = tile.of(pl, 1 + b, 1024, ATT_BLOCK);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
 #pragma unroll
@@ -161,29 +186,28 @@ static __device__ __forceinline__ void pv_resident_done(narrow_state<N, true> &s
                                                         const attend_plan &pl) {
 #pragma unroll
     for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+    const uint32_t s0 = pos_slot(pos, pl);
 #pragma unroll 1
-    for (int b = 0; b < 8; b++) release_slot(bars, pos + b, pl);
+    for (int b = 0; b < 8; b++) mbar_arrive(&bars.slot_empty[slot_after(s0, b, pl)]); /* release_slot's */
 }
 
 /* Issues S^T of the resident tile at pos0 (RoPE block into `rope`, latent blocks into the chains
  * `lat`) without waiting. Unrolled: it runs while the previous tile's P.V is in flight, and
  * accumulators in flight across a loop edge or branch join make ptxas serialise wgmma (C7519). */
-template <int N>
+template <int N, int C, bool CONTIG>
 static __device__ __forceinline__ void qk_issue_resident(float (*lat)[N / 2], float *rope, uint8_t *smem,
-                                                         const attend_plan &pl, uint32_t pos0) {
-    constexpr int C = qk_chains<N, true>::value;
-    const uint8_t *qs = smem + pl.off_q;
-    qk_block<N, true, 1>(reinterpret_cast<float(*)[N / 2]>(rope), slot_ptr(smem, pl, pos0), qs + 8 * N * 128, true, 0, 0);
+                                                         const attend_plan &pl, const resident_descs<CONTIG> &tile) {
+    const uint64_t dq = sw128_desc(warp_uniform(smem_addr(smem + pl.off_q)), 1024, 16); /* Q block j: + 8 N j */
+    qk_block_desc<N, 1>(reinterpret_cast<float(*)[N / 2]>(rope), tile.of(pl, 0, 1024, 16), dq + 64 * N, true);
 #pragma unroll
-    for (int i = 1; i < 9; i++)
-        qk_block<N, true, C>(lat, slot_ptr(smem, pl, pos0 + i), qs + (i - 1) * N * 128, i == 1, 0, 0);
+    for (int i = 1; i < 9; i++) qk_block_desc<N, C>(lat, tile.of(pl, i, 1024, 16), dq + 8 * N * (i - 1), i == 1);
 }
 
 /* Pins the score accumulators after a wait and sums the chains into lat_out. */
-template <int N>
+template <int N, int C>
 static __device__ __forceinline__ void qk_collect(float (*lat)[N / 2], float *rope, float *lat_out) {
-    qk_pin<N, qk_chains<N, true>::value>(lat, rope);
-    qk_sum<N, qk_chains<N, true>::value>(lat, lat_out);
+    qk_pin<N, C>(lat, rope);
+    qk_sum<N, C>(lat, lat_out);
 }
 #endif
 
@@ -218,6 +242,20 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
     /* A resident tile is handed over whole (the producer arrives on its 9 slots after writing all
      * of them, in ring order), so its last slot's barrier covers the 8 before it. */
     wait_full(bars, pl.resident ? pos0 + 8 : pos0, pl);
+#if NVFP4_HAVE_WGMMA
+    if (WG && pl.resident) { /* all nine blocks in one batch: no per-block wait or release to branch on */
+        if constexpr (WG) {
+            wgmma_fence();
+            qk_issue_resident<N, C>(lat, rope, smem, pl, resident_descs<false>(smem, pl, pos0));
+            wgmma_commit();
+            wgmma_wait<0>();
+            qk_pin<N, C>(lat, rope);
+            release_slot(bars, pos0, pl);
+            qk_sum<N, C>(lat, lat_out);
+        }
+        return;
+    }
+#endif
 #if NVFP4_HAVE_WGMMA
     if (WG) wgmma_fence();
 #endif
@@ -347,7 +385,7 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
 #pragma unroll
             for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
             wgmma_fence();
-            pv_resident_wgmma<N>(st, smem, pl, pos, pt);
+            pv_resident_wgmma<N, false>(st, smem, pl, resident_descs<false>(smem, pl, pos - 1), pt);
             wgmma_commit();
             wgmma_wait<0>();
             pv_resident_done<N>(st, bars, pos, pl);
@@ -440,15 +478,17 @@ static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_a
                                                                const attend_bars &bars, const tile_meta *meta,
                                                                narrow_state<N, true> &st, int64_t tiles, uint32_t &pos,
                                                                uint32_t &tile, int warp, int lane) {
+    static_assert(N == 16, "at 32 heads a second set of score accumulators spilled, and 32 heads have 17 slots");
     constexpr int C = qk_chains<N, true>::value;
+    constexpr bool CONTIG = true; /* 18 slots: attend_narrow's condition */
     const uint8_t *pt = smem + pl.off_p;
     float acc[C][N / 2], rope[N / 2], lat[N / 2];
     wait_full(bars, pos + 8, pl);
     wgmma_fence();
-    qk_issue_resident<N>(acc, rope, smem, pl, pos);
+    qk_issue_resident<N, C>(acc, rope, smem, pl, resident_descs<CONTIG>(smem, pl, pos));
     wgmma_commit();
     wgmma_wait<0>();
-    qk_collect<N>(acc, rope, lat);
+    qk_collect<N, C>(acc, rope, lat);
     release_slot(bars, pos, pl);
     for (int64_t k = 0; k < tiles; k++, tile++, pos += 9) {
         narrow_softmax<N, true>(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], warp, lane);
@@ -459,16 +499,16 @@ static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_a
 #pragma unroll
         for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
         wgmma_fence();
-        pv_resident_wgmma<N>(st, smem, pl, pos + 1, pt);
+        pv_resident_wgmma<N, CONTIG>(st, smem, pl, resident_descs<CONTIG>(smem, pl, pos), pt);
         wgmma_commit();
         if (next) {
             wgmma_fence(); /* the score registers were read by this tile's softmax */
-            qk_issue_resident<N>(acc, rope, smem, pl, pos + 9);
+            qk_issue_resident<N, C>(acc, rope, smem, pl, resident_descs<CONTIG>(smem, pl, pos + 9));
             wgmma_commit();
             wgmma_wait<1>(); /* P.V's group: wgmma groups complete in order */
             pv_resident_done<N>(st, bars, pos + 1, pl);
             wgmma_wait<0>();
-            qk_collect<N>(acc, rope, lat);
+            qk_collect<N, C>(acc, rope, lat);
             release_slot(bars, pos + 9, pl);
         } else {
             wgmma_wait<0>();
@@ -501,7 +541,9 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
         for (int c = 0; c < N / 4; c++) st.m[c] = -INFINITY, st.l[c] = 0.0f;
 #if NVFP4_HAVE_WGMMA
         /* Two whole tiles of slots: tile T+1 is waited for before P.V of tile T is issued, so it
-         * must not need T's slots. At 32 heads the second set of score accumulators spills. */
+         * must not need T's slots. (Overlapped at 17 slots, 32 heads measured slower, 102-106
+         * against 89-90 us: tile T+1 then takes T's RoPE slot, so it is written only once T's
+         * scores are done, and P.V of T waits for all of it.) */
         if (WG && N == 16 && pl.resident && pl.slots >= 18 && tiles > 0) { /* (an empty item has no tile to wait for) */
             if constexpr (WG && N == 16) narrow_tiles_overlapped<N>(a, pl, smem, bars, meta, st, tiles, pos, tile, warp, lane);
             narrow_epilogue<N, WG>(a, pl, smem, st, span, warp, lane);

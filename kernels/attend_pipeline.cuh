@@ -134,6 +134,14 @@ static __device__ __forceinline__ uint32_t pos_parity(uint32_t pos, const attend
     return pos_round(pos, pl) & 1u;
 }
 
+/* The slot of ring position pos0 + i from s0 = pos_slot(pos0), i < slots: a compare where pos_slot
+ * takes a multiply-high and a multiply (for a tile's nine slots, ~60 instructions a thread a tile
+ * in the producer's arrivals alone). */
+static __device__ __forceinline__ uint32_t slot_after(uint32_t s0, uint32_t i, const attend_plan &pl) {
+    const uint32_t s = s0 + i;
+    return s >= (uint32_t)pl.slots ? s - (uint32_t)pl.slots : s;
+}
+
 /* ---- ring hand-over helpers (consumers) ---- */
 
 /* A consumer thread releases a slot once its reads of it are complete. Every thread arrives (the

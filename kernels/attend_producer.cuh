@@ -210,20 +210,24 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
             scw[0] = sc.x, scw[1] = sc.y, scw[2] = scw[3] = 0;
         }
         constexpr int PG = 8; /* groups per pass: enough ILP, fewer registers (16 measured no faster) */
+        /* A group's two chunks sit at ((gq << 5) ^ r16) and that ^ 16 of the key's unswizzled row
+         * (store_group's addressing); the codes are read whatever the entry (load_group). */
+        const uint32_t r16 = ((uint32_t)k & 7u) << 4, row = swizzle_off(k, 0) - r16;
 #pragma unroll
         for (int pass = 0; pass < G / PG; pass++) {
             uint4 codes[PG / 2];
 #pragma unroll
-            for (int i = 0; i < PG / 2; i++)
-                codes[i] = v ? *reinterpret_cast<const uint4 *>(rec + 8 * G * half + 8 * PG * pass + 16 * i) : z;
+            for (int i = 0; i < PG / 2; i++) codes[i] = *reinterpret_cast<const uint4 *>(rec + 8 * G * half + 8 * PG * pass + 16 * i);
 #pragma unroll
             for (int j = 0; j < PG; j++) { /* group i of this part: 8 code bytes, one scale byte */
                 const int i = PG * pass + j, gl = G * half + i, b = gl >> 2, gq = gl & 3;
                 const __nv_bfloat162 d2 = group_scale_x2((scw[i >> 2] >> (8 * (i & 3))) & 0xFFu);
                 const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
                 const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
-                *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e2m1x8_block(w0, d2);
-                *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e2m1x8_block(w1, d2);
+                uint8_t *dst = blk(b) + row;
+                const uint32_t off = ((uint32_t)gq << 5) ^ r16;
+                *reinterpret_cast<uint4 *>(dst + off) = e2m1x8_block(w0, d2);
+                *reinterpret_cast<uint4 *>(dst + (off ^ 16u)) = e2m1x8_block(w1, d2);
             }
             __syncwarp(); /* keeps the second pass's loads after the first pass's stores */
         }
@@ -322,13 +326,14 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
         if (pl.resident) { /* the tile's 9 blocks in one batch */
+            const uint32_t s0 = pos_slot(pos, pl);
             for (int i = IN_ORDER ? 8 : 0; i < 9; i++)
-                mbar_wait(&bars.slot_empty[pos_slot(pos + i, pl)], pos_parity(pos + i, pl) ^ 1u);
+                mbar_wait(&bars.slot_empty[slot_after(s0, i, pl)], pos_parity(pos + i, pl) ^ 1u);
             write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
-            dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + pos_slot(pos, pl) * ATT_BLOCK, t);
-            dequant_latent_tile<RB, PT>(raw, valid, [&](int b) { return smem + pl.off_ring + pos_slot(pos + 1 + b, pl) * ATT_BLOCK; }, t);
+            dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + s0 * ATT_BLOCK, t);
+            dequant_latent_tile<RB, PT>(raw, valid, [&](int b) { return smem + pl.off_ring + slot_after(s0, 1 + b, pl) * ATT_BLOCK; }, t);
             fence_proxy_async();
-            for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[pos_slot(pos + i, pl)]);
+            for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[slot_after(s0, i, pl)]);
             pos += 9;
         }
         for (int i = 0; i < per_tile && !pl.resident; i++, pos++) {

@@ -50,13 +50,12 @@ struct wide_tile {
     }
 };
 
-/* The warpgroup index for the wgmma descriptors. Broadcast from lane 0 it is warp-uniform to the
- * compiler, so the descriptors live in uniform registers and a k-step is one UIADD3.64; built from
- * t >> 7 each wgmma's descriptors were 64-bit sums per thread moved in by R2UR (48 R2UR among the
- * 139 instructions around P.V's 16 wgmma, Nsight Compute, h = 64). Only the descriptors take it:
- * cw itself broadcast took the consumer from 4 to 80 bytes of spills at 208 registers. */
+/* The warpgroup index for the wgmma descriptors (warp_uniform): built from t >> 7 each wgmma's
+ * descriptors were 64-bit sums per thread moved in by R2UR (48 R2UR among the 139 instructions
+ * around P.V's 16 wgmma, Nsight Compute, h = 64). Only the descriptors take it: cw itself
+ * broadcast took the consumer from 4 to 80 bytes of spills at 208 registers. */
 static __device__ __forceinline__ uint32_t uniform_cw(int cw) {
-    return __shfl_sync(0xFFFFFFFFu, cw, 0);
+    return warp_uniform((uint32_t)cw);
 }
 
 /* S over the tile's 9 blocks for this warpgroup's 32 keys. A descriptor's address field is the
