@@ -11,7 +11,8 @@
 /* v as lane 0 holds it, which the compiler knows to be the same in every lane: values built from
  * it (wgmma descriptors) then live in uniform registers, where a k-step is one UIADD3.64. Derived
  * from the dynamic shared memory's base, they were per-thread 64-bit sums moved in by R2UR, two
- * a wgmma (Nsight Compute, h = 16 and 64). */
+ * a wgmma (Nsight Compute, h = 16 and 64). For values every lane holds alike, with the whole warp
+ * converged (the consumers' warps are). */
 static __device__ __forceinline__ uint32_t warp_uniform(uint32_t v) {
     return __shfl_sync(0xFFFFFFFFu, v, 0);
 }

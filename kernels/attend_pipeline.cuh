@@ -150,8 +150,11 @@ static __device__ __forceinline__ uint32_t slot_after(uint32_t s0, uint32_t i, c
  * The narrow consumers must release in ring (position) order: their producers wait only for the
  * last of a tile's slots (attend_producer, IN_ORDER). A consumer that frees blocks early, as the
  * wide one does, must run with IN_ORDER false. */
+static __device__ __forceinline__ void release_slot_at(const attend_bars &bars, uint32_t slot) {
+    mbar_arrive(&bars.slot_empty[slot]);
+}
 static __device__ __forceinline__ void release_slot(const attend_bars &bars, uint32_t pos, const attend_plan &pl) {
-    mbar_arrive(&bars.slot_empty[pos_slot(pos, pl)]);
+    release_slot_at(bars, pos_slot(pos, pl));
 }
 
 static __device__ __forceinline__ uint8_t *slot_ptr(uint8_t *smem, const attend_plan &pl, uint32_t pos) {

@@ -148,6 +148,17 @@ static __device__ __forceinline__ uint4 e2m1x8_block(uint32_t w, __nv_bfloat162 
                       as_u32(__hmul2(as_bf162(p2), d2)), as_u32(__hmul2(as_bf162(p3), d2)));
 }
 
+/* One 16-value latent group (codes w0, w1; scale d2) into its key's row of a latent block: chunk
+ * offset `off` and the next chunk, which differs from it in bit 4 alone (the SW128 swizzle XORs a
+ * row's chunk index with row % 8, and a group's chunks are 2j and 2j + 1). `row` is the key's row
+ * offset without the swizzle, `off` = (2j * 16) ^ ((key % 8) << 4) plus any whole block: 2 + 5
+ * instructions for both stores, where two swizzle_off took about 10. */
+static __device__ __forceinline__ void store_e2m1_group(uint8_t *row, uint32_t off, uint32_t w0, uint32_t w1,
+                                                        __nv_bfloat162 d2) {
+    *reinterpret_cast<uint4 *>(row + off) = e2m1x8_block(w0, d2);
+    *reinterpret_cast<uint4 *>(row + (off ^ 16u)) = e2m1x8_block(w1, d2);
+}
+
 /* Latent block b (dims 64b..64b+63) of the stage's 64 records. Thread t: group t % 4 of the block
  * (two 8-element chunks) of keys t / 4 (+ 32 with 128 threads); unused entries are written as zeros. */
 template <int RB, int PT>
@@ -211,23 +222,21 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
         }
         constexpr int PG = 8; /* groups per pass: enough ILP, fewer registers (16 measured no faster) */
         /* A group's two chunks sit at ((gq << 5) ^ r16) and that ^ 16 of the key's unswizzled row
-         * (store_group's addressing); the codes are read whatever the entry (load_group). */
+         * (store_e2m1_group's addressing); the codes are read whatever the entry (load_group). */
         const uint32_t r16 = ((uint32_t)k & 7u) << 4, row = swizzle_off(k, 0) - r16;
 #pragma unroll
         for (int pass = 0; pass < G / PG; pass++) {
             uint4 codes[PG / 2];
 #pragma unroll
-            for (int i = 0; i < PG / 2; i++) codes[i] = *reinterpret_cast<const uint4 *>(rec + 8 * G * half + 8 * PG * pass + 16 * i);
+            for (int i = 0; i < PG / 2; i++)
+                codes[i] = *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * G * half + 8 * PG * pass + 16 * i);
 #pragma unroll
             for (int j = 0; j < PG; j++) { /* group i of this part: 8 code bytes, one scale byte */
                 const int i = PG * pass + j, gl = G * half + i, b = gl >> 2, gq = gl & 3;
                 const __nv_bfloat162 d2 = group_scale_x2((scw[i >> 2] >> (8 * (i & 3))) & 0xFFu);
                 const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
                 const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
-                uint8_t *dst = blk(b) + row;
-                const uint32_t off = ((uint32_t)gq << 5) ^ r16;
-                *reinterpret_cast<uint4 *>(dst + off) = e2m1x8_block(w0, d2);
-                *reinterpret_cast<uint4 *>(dst + (off ^ 16u)) = e2m1x8_block(w1, d2);
+                store_e2m1_group(blk(b) + row, ((uint32_t)gq << 5) ^ r16, w0, w1, d2);
             }
             __syncwarp(); /* keeps the second pass's loads after the first pass's stores */
         }
@@ -409,15 +418,12 @@ static __device__ __forceinline__ latent_group load_group(const uint8_t *rec, bo
     return in;
 }
 
-/* Writes group g into latent block g / 4 of a tile buffer. `row`: the buffer's latent block 0 plus
- * the key's row offset without the swizzle (swizzle_off(k, 0) - ((k & 7) << 4)), r16 = (k & 7) << 4:
- * the group's two chunks are 2(g & 3) and the next, so their offsets differ in bit 4 alone (2 + 5
- * instructions for both, where two swizzle_off took about 10). */
+/* Writes group g into latent block g / 4 of a tile buffer (store_e2m1_group). `row`: the buffer's
+ * latent block 0 plus the key's row offset without the swizzle (swizzle_off(k, 0) - r16), r16 =
+ * (k & 7) << 4. */
 static __device__ __forceinline__ void store_group(const latent_group &in, uint8_t *row, uint32_t r16, int g) {
     const uint32_t off = ((uint32_t)g >> 2) * ATT_BLOCK + ((((uint32_t)g & 3u) << 5) ^ r16);
-    const __nv_bfloat162 d2 = group_scale_x2(in.scale);
-    *reinterpret_cast<uint4 *>(row + off) = e2m1x8_block(in.codes.x, d2);
-    *reinterpret_cast<uint4 *>(row + (off ^ 16u)) = e2m1x8_block(in.codes.y, d2);
+    store_e2m1_group(row, off, in.codes.x, in.codes.y, group_scale_x2(in.scale));
 }
 
 /* The latent of a tile in buffer `buf` from its records at buf + raw_off. Thread t (key_part: key
