@@ -386,7 +386,8 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     }
     for (int heads = a->num_heads <= 16 || light ? 16 : 32; !ok && heads >= 16; heads -= 16) {
         p = attend_plan();
-        p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous, p.threads = wgmma ? 384 : 256; /* kind_threads */
+        p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous;
+        p.threads = wgmma ? kind_threads<KIND_N16_WGMMA, 368>::total : kind_threads<KIND_N16_SYNC, 368>::total;
         p.off_q = 0, p.off_p = 9 * heads * 128, p.off_ring = p.off_p + heads * 128;
         ok = fit_ring(p, rb, 2 * 4 * 32 * 4, budget, 4, true);
     }
