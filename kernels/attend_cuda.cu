@@ -52,17 +52,21 @@
 #include "cuda_util.cuh"
 
 /* Registers per thread of the roles after setmaxnreg: the threads start at 65536 / threads and
- * trade them. Wide: 2 consumer warpgroups x 208 with 2 paired producer warpgroups x 48 (512
- * threads, all 64K) or, for 656-byte records, 1 producer warpgroup x 88 (384 threads); narrow
- * wgmma: 1 consumer x 232 + 2 producers x 136. */
-#ifndef ATT_CONSUMER_REGS
-#define ATT_CONSUMER_REGS 208
+ * trade them. Wide: warpgroup 0 x 232 (scores, softmax, half of O; at 216 it spilled O) and
+ * warpgroup 1 x 168 (half of O) with 2 paired producer warpgroups x 56 (512 threads, all 64K) or,
+ * for 656-byte records, 1 producer warpgroup x 104 (384 threads); narrow wgmma: 1 consumer x 232 +
+ * 2 producers x 136. */
+#ifndef ATT_SCORE_REGS
+#define ATT_SCORE_REGS 232 /* wide warpgroup 0: scores, softmax, half of O */
+#endif
+#ifndef ATT_VALUE_REGS
+#define ATT_VALUE_REGS 168 /* wide warpgroup 1: half of O (at 152 it spilled 161 words, ptxas) */
 #endif
 #ifndef ATT_PAIRED_PRODUCER_REGS
-#define ATT_PAIRED_PRODUCER_REGS 48
+#define ATT_PAIRED_PRODUCER_REGS 56
 #endif
 #ifndef ATT_WIDE_PRODUCER_REGS
-#define ATT_WIDE_PRODUCER_REGS 88
+#define ATT_WIDE_PRODUCER_REGS 104
 #endif
 #ifndef ATT_NARROW_PRODUCER_REGS
 #define ATT_NARROW_PRODUCER_REGS 136
@@ -77,10 +81,12 @@
 #define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight */
 #endif
 #define ATT_LAUNCH_REGS 168 /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
-static_assert(256 * ATT_CONSUMER_REGS + 256 * ATT_PAIRED_PRODUCER_REGS <= 65536,
+static_assert(128 * (ATT_SCORE_REGS + ATT_VALUE_REGS) + 256 * ATT_PAIRED_PRODUCER_REGS <= 65536,
               "wide paired: over the register file");
-static_assert(256 * ATT_CONSUMER_REGS + 128 * ATT_WIDE_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
+static_assert(128 * (ATT_SCORE_REGS + ATT_VALUE_REGS) + 128 * ATT_WIDE_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
               "wide: over the launch's registers");
+static_assert(ATT_VALUE_REGS >= 128 && ATT_VALUE_REGS <= ATT_LAUNCH_REGS,
+              "wide warpgroup 1 raises its count in the paired kind (128 at launch), lowers it in the other (168)");
 static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
               "narrow: over the launch's registers");
 
@@ -239,8 +245,8 @@ enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, 
  * Compute, h = 16). Measured: h = 16 138.7 -> 124.7 us; h = 32 172 -> 158 us although its
  * consumer, which used 255 registers with 256 threads, now runs at setmaxnreg's 232 and spills
  * (ptxas -v: a 40-byte stack frame, 56 bytes of spill stores; ptxas allocates each setmaxnreg
- * region to its own count). The paired wide kind takes two as well, at 48 registers: one at 88
- * measured 149 against 145 us at h = 64 (BENCHMARKS.md, seventh session). */
+ * region to its own count). The paired wide kind takes two as well (ATT_PAIRED_PRODUCER_REGS): one
+ * at 88 measured 149 against 145 us at h = 64 (BENCHMARKS.md, seventh session). */
 template <int KIND, int RB>
 struct kind_threads {
     static constexpr bool paired = KIND == KIND_WIDE && wide_pairs(RB);
@@ -276,7 +282,8 @@ __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
         for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], PRODUCERS);
         for (int s = 0; s < pl.slots; s++) {
             mbar_init(&bars.slot_full[s], PRODUCERS);
-            mbar_init(&bars.slot_empty[s], CONSUMERS);
+            /* the wide kind: each block is freed by the one warpgroup that reads it last */
+            mbar_init(&bars.slot_empty[s], KIND == KIND_WIDE ? CONSUMERS / 2 : CONSUMERS);
         }
         mbar_init_fence();
     }
@@ -298,8 +305,14 @@ __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
 #endif
         if constexpr (KIND == KIND_WIDE) {
 #if NVFP4_HAVE_WGMMA
-            setmaxnreg_inc<ATT_CONSUMER_REGS>();
-            attend_wide<RB, PAIRED>(a, pl, smem, threadIdx.x);
+            if (threadIdx.x < 128) {
+                setmaxnreg_inc<ATT_SCORE_REGS>();
+                attend_wide<RB, PAIRED, 0>(a, pl, smem, threadIdx.x);
+            } else {
+                if constexpr (PAIRED) setmaxnreg_inc<ATT_VALUE_REGS>();
+                else setmaxnreg_dec<ATT_VALUE_REGS>();
+                attend_wide<RB, PAIRED, 1>(a, pl, smem, threadIdx.x);
+            }
 #endif
         } else {
             attend_narrow<(KIND == KIND_N16_SYNC || KIND == KIND_N16_WGMMA) ? 16 : 32, WG>(a, pl, smem, threadIdx.x);

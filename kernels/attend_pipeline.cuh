@@ -45,7 +45,9 @@
 #define ATT_META_RING 4      /* tiles of key metadata in flight */
 
 /* Named barriers (0 is __syncthreads). */
-enum { BAR_CONSUMER = 1, BAR_PRODUCER = 2, BAR_WIDE_MAX = 3, BAR_WIDE_P = 4, BAR_WIDE_ITEM = 5, BAR_MERGE = 6 };
+/* BAR_WIDE_P: warpgroup 0 has written a tile's P and alpha (attend_wide); BAR_WIDE_P_FREE:
+ * warpgroup 1 is done with them. */
+enum { BAR_CONSUMER = 1, BAR_PRODUCER = 2, BAR_WIDE_P_FREE = 3, BAR_WIDE_P = 4, BAR_WIDE_ITEM = 5, BAR_MERGE = 6 };
 
 /* How one launch is tiled and where everything lives in the dynamic shared memory (byte offsets
  * from the 1024-byte aligned base). Computed on the host by attend_plan_for (attend_cuda.cu). */

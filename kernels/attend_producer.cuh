@@ -378,7 +378,8 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
  * two alternated: Nsight Compute, h = 64, BENCHMARKS.md). The blocks below the records are written
  * straight from them; the blocks the records overlap are written only after every producer thread
  * has loaded what it needs into registers and the producers have met on BAR_PRODUCER. At 48
- * registers the producer spills (ptxas -v: 56 bytes of spill stores for 368 records, 52 for 432).
+ * registers the producer spilled (ptxas -v: 56 bytes of spill stores for 368 records, 52 for 432);
+ * it has 56 since the wide consumer's warpgroup 1 needs only 168 (ATT_PAIRED_PRODUCER_REGS).
  *
  * Whether the wide kind pairs its buffers for records of record_bytes. Not for 656: a tile's
  * records (42 KB) overlap six of the nine blocks, and the overlapped blocks' codes (24 registers a

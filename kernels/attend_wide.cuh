@@ -1,16 +1,19 @@
 /* The wide consumer of the attention pipeline (kernels/attend_pipeline.cuh), sm_90a: two
  * warpgroups serving 64 heads of one query (h > 32; h = 128 runs as two items per query).
  *
- *   S [64 heads, 32 keys]       = Q . K^T     warpgroup c takes keys 32c..32c+31 of each tile
- *                                             (A = Q, B = the operand blocks, both K-major)
- *   O [64 heads, 256 dims]     += P . V       warpgroup c owns dims 256c..256c+255
- *                                             (A = its own P half from registers, the other
- *                                             half from shared memory; B = the blocks MN-major)
+ *   S [64 heads, 64 keys]       = Q . K^T     warpgroup 0 alone (A = Q, B = the operand blocks,
+ *                                             both K-major; N = 64)
+ *   O [64 heads, 256 dims]     += P . V       warpgroup c owns dims 256c..256c+255 (warpgroup 0:
+ *                                             P from its registers; warpgroup 1: from the P tile;
+ *                                             B = the blocks MN-major)
  *
  * Why this split: 64 heads x 512 dims of f32 accumulators fill half the register file, so O must
- * be split by dims across the two warpgroups; splitting the scores by keys keeps both warpgroups'
- * tensor work equal, and what they must trade each tile is small (64 row maxima and an 8 KB bf16
- * P tile) instead of partial score tiles. Each record is dequantised once per 64 heads.
+ * be split by dims across the two warpgroups. Scores for all 64 keys in one warpgroup read Q once
+ * a tile (two warpgroups of 32 keys read it twice: about 216 against 144 KB of operand reads a
+ * tile), keep whole rows in one warpgroup (no maxima cross warpgroups), and let warpgroup 0 go
+ * on to the next tile's Q.K^T while warpgroup 1 runs this tile's P.V. Warpgroup 1 then needs far
+ * fewer registers, which go to the producers. FlashMLA's Hopper FP8 decode splits its consumers
+ * the same way. Each record is dequantised once per 64 heads.
  */
 #ifndef NVFP4_MLA_ATTEND_WIDE_CUH
 #define NVFP4_MLA_ATTEND_WIDE_CUH
@@ -21,8 +24,8 @@
 
 struct wide_state {
     float o[4][32]; /* O rows 16w + lane/4 (+8), dims 64(4c + b) + 8j + 2(lane%4) (+1) */
-    float m[2];     /* running row maximum (log2 domain) of rows lane/4 and lane/4 + 8 */
-    float l[2];     /* this warpgroup's part of the running row sums */
+    float m[2];     /* warpgroup 0: running row maximum (log2 domain) of rows lane/4 and lane/4 + 8 */
+    float l[2];     /* warpgroup 0: this thread's part of the running row sums (16 of 64 keys) */
 };
 
 /* Where a tile's nine blocks are (block 0 RoPE, 1..8 latent) and how they are handed over. In a
@@ -50,70 +53,53 @@ struct wide_tile {
     }
 };
 
-/* The warpgroup index for the wgmma descriptors (warp_uniform): built from t >> 7 each wgmma's
- * descriptors were 64-bit sums per thread moved in by R2UR (48 R2UR among the 139 instructions
- * around P.V's 16 wgmma, Nsight Compute, h = 64). Only the descriptors take it: cw itself
- * broadcast took the consumer from 4 to 80 bytes of spills at 208 registers. */
-static __device__ __forceinline__ uint32_t uniform_cw(int cw) {
-    return warp_uniform((uint32_t)cw);
-}
-
-/* S over the tile's 9 blocks for this warpgroup's 32 keys. A descriptor's address field is the
- * shared address / 16 (below 2^14 for 227 KB), so the next 8 KB block is +512 with no carry: Q's
- * blocks and a paired tile's step by adding to one descriptor, where building each from a slot
- * address cost ~48 instructions a block (Nsight Compute, h = 64). */
+/* S over the tile's 9 blocks for all 64 keys (warpgroup 0): A = Q, B = the blocks, both K-major,
+ * N = 64. One Q read a tile, where two warpgroups of N = 32 read Q twice (about 216 KB of operand
+ * reads a tile against 144 KB; BENCHMARKS.md, tenth session). A descriptor's address field is the
+ * shared address / 16, so the next 8 KB block is +512 with no carry. */
 template <bool PAIRED>
-static __device__ __forceinline__ void wide_qk(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                               const wide_tile<PAIRED> &tl, int cw, float *lat_out, float *rope) {
-    float lat[2][16]; /* two accumulator chains (k-step parity): back-to-back wgmma into one wait */
-    const uint64_t dq = sw128_desc(smem_addr(smem + pl.off_q), 1024, 16); /* Q block j: + 512 j */
-    const uint64_t d0 = sw128_desc(tl.block(smem, pl, 0) + 4096 * uniform_cw(cw), 1024, 16); /* rows 32cw.. */
+static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
+                                                   const wide_tile<PAIRED> &tl, float *lat, float *rope) {
+    const uint64_t dq = sw128_desc(warp_uniform(smem_addr(smem + pl.off_q)), 1024, 16); /* Q block j: + 512 j */
+    const uint64_t d0 = sw128_desc(warp_uniform(tl.block(smem, pl, 0)), 1024, 16);
+    tl.wait(bars, pl, 8);
     /* RoPE block, then the latent blocks: separate loops, each opening with a wgmma fence (see
      * narrow_qk on C7519). */
-    tl.wait(bars, pl, 8);
     wgmma_fence();
-    { /* a k-step is +32 bytes = +2 in the address field */
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_ss_n32<0, 0>(rope, dq + 512 * 8 + 2 * kk, d0 + 2 * kk, kk > 0);
-    }
+    for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0, 0>(rope, dq + 512 * 8 + 2 * kk, d0 + 2 * kk, kk > 0);
     wgmma_commit();
 #pragma unroll 1
     for (int i = 1; i < 9; i++) {
         wgmma_fence();
-        const uint64_t db = PAIRED ? d0 + 512 * i : sw128_desc(tl.block(smem, pl, i) + 4096 * cw, 1024, 16);
+        const uint64_t db = PAIRED ? d0 + 512 * i : sw128_desc(warp_uniform(tl.block(smem, pl, i)), 1024, 16);
         const uint64_t da = dq + 512 * (i - 1);
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_ss_n32<0, 0>(lat[kk & 1], da + 2 * kk, db + 2 * kk, i > 1 || kk > 1);
+        for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0, 0>(lat, da + 2 * kk, db + 2 * kk, i > 1 || kk > 0);
         wgmma_commit();
     }
     wgmma_wait<0>();
-    fence_regs<16>(lat[0]);
-    fence_regs<16>(lat[1]);
-    fence_regs<16>(rope);
-#pragma unroll
-    for (int i = 0; i < 16; i++) lat_out[i] = lat[0][i] + lat[1][i];
-    /* Done with the other warpgroup's latent blocks, and with the RoPE block unless P goes there. */
-    if (!PAIRED) tl.release(bars, pl, 0);
-#pragma unroll 1
-    for (int b = 0; b < 4; b++) tl.release(bars, pl, 1 + 4 * (1 - cw) + b);
+    fence_regs<32>(lat);
+    fence_regs<32>(rope);
+    if (!PAIRED) tl.release(bars, pl, 0); /* paired: P goes into the RoPE block; warpgroup 1 frees it */
 }
 
-/* Softmax over the tile's 64 keys (row maxima traded with the other warpgroup); leaves this
- * warpgroup's P' = p * s as A fragments and writes them to the P tile at pbuf for the other one. */
-static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
-                                                    uint8_t *smem, wide_state &st, const float *lat, const float *rope,
-                                                    const tile_meta &meta, int cw, int warp, int lane,
-                                                    uint32_t (*pf)[4], uint8_t *pbuf) {
-    float *xrow = reinterpret_cast<float *>(smem + pl.off_red); /* [2 warpgroups][64 rows] */
+/* Softmax over the tile's 64 keys (warpgroup 0, which holds whole rows: no maxima cross
+ * warpgroups): updates m, l, leaves P' = p * s as this warpgroup's A fragments, writes P' to the P
+ * tile at pbuf and the rows' alpha to xalpha for warpgroup 1, and rescales this warpgroup's O. */
+static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kernel_args_t &a, wide_state &st,
+                                                    const float *lat, const float *rope, const tile_meta &meta,
+                                                    int warp, int lane, uint32_t (*pf)[4], uint8_t *pbuf,
+                                                    float *xalpha) {
     const float scale_log2 = a.sm_scale * 1.4426950408889634f;
     const int g = lane >> 2, c = lane & 3;
-    float sc[16], sk[8];
+    float sc[32], sk[16];
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int key = 32 * cw + 8 * j + 2 * c + e;
+            const int key = 8 * j + 2 * c + e;
             const float s = meta.s[key], ls = s * scale_log2, rs = meta.r[key] * scale_log2;
             const bool v = meta.valid[key] != 0;
             sk[2 * j + e] = s;
@@ -124,21 +110,17 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
                 mx[h] = fmaxf(mx[h], sc[i]);
             }
         }
+    float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 2));
-        if (c == 0) xrow[64 * cw + 16 * warp + g + 8 * h] = mx[h];
+        alpha[h] = advance_max(st.m[h], mx[h]);
     }
-    named_sync(BAR_WIDE_MAX, 256);
-    float alpha[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) /* both warpgroups compute the same maximum for a row */
-        alpha[h] = advance_max(st.m[h], fmaxf(mx[h], xrow[64 * (1 - cw) + 16 * warp + g + 8 * h]));
-    uint32_t w[8]; /* [j][h]: bf16 pair of row g + 8h, keys 8j + 2c (+1) */
+    uint32_t w[16]; /* [j][h]: bf16 pair of row g + 8h, keys 8j + 2c (+1) */
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float p0 = st.m[h] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + 2 * h] - st.m[h]);
@@ -150,20 +132,22 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
     for (int h = 0; h < 2; h++) st.l[h] = st.l[h] * alpha[h] + sum[h];
     /* A fragment of k-step kk (keys 16kk..): rows g, g+8 of keys +0 and +8. */
 #pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
+    for (int kk = 0; kk < 4; kk++) {
         pf[kk][0] = w[2 * (2 * kk)], pf[kk][1] = w[2 * (2 * kk) + 1];
         pf[kk][2] = w[2 * (2 * kk + 1)], pf[kk][3] = w[2 * (2 * kk + 1) + 1];
     }
-    /* The shared P tile (rows = heads, 64 keys): lane 8i + r addresses row r of matrix i = (j, h). */
+    /* The P tile (rows = heads, 64 keys): lane 8i + r addresses row r of matrix i = (j, h). */
     const int i4 = lane >> 3, r = lane & 7;
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int j = 2 * half + (i4 >> 1), h = i4 & 1;
-        stsm_x4(pbuf + swizzle_off(16 * warp + 8 * h + r, 32 * cw + 8 * j), pf[half][0], pf[half][1], pf[half][2],
-                pf[half][3]);
+    for (int kk = 0; kk < 4; kk++) {
+        const int j = 2 * kk + (i4 >> 1), h = i4 & 1;
+        stsm_x4(pbuf + swizzle_off(16 * warp + 8 * h + r, 8 * j), pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]);
     }
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        if (c == 0) xalpha[16 * warp + g + 8 * h] = alpha[h];
     fence_proxy_async();
-    named_sync(BAR_WIDE_P, 256); /* both halves of P written; the row maxima read */
+    named_arrive(BAR_WIDE_P, 256); /* P' and alpha of the tile ready for warpgroup 1 */
     if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) { /* most tiles move no maximum */
 #pragma unroll
         for (int b = 0; b < 4; b++)
@@ -172,64 +156,64 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
     }
 }
 
-/* O += P V over this warpgroup's 4 latent blocks, then releases them (and, paired, the RoPE
- * block's slot, where P is). */
-template <bool PAIRED>
+/* O += P V over latent blocks first .. first + 3 (dims 64 (first - 1) ..): warpgroup 0 with P from
+ * its registers (pf), warpgroup 1 from the P tile (pd); then frees them. */
+template <bool PAIRED, bool P_IN_REGS>
 static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                               wide_state &st, const wide_tile<PAIRED> &tl, int cw, uint32_t (*pf)[4],
-                                               const uint8_t *pbuf) {
-    const uint32_t p0 = smem_addr(pbuf);
+                                               wide_state &st, const wide_tile<PAIRED> &tl, int first,
+                                               uint32_t (*pf)[4], const uint8_t *pbuf) {
 #pragma unroll
     for (int b = 0; b < 4; b++) fence_regs<32>(st.o[b]);
-    fence_regs<4>(pf[0]);
-    fence_regs<4>(pf[1]);
     wgmma_fence();
-    const uint32_t cwu = uniform_cw(cw);
-    const uint32_t own = 2 * cwu, other = 2 - own; /* first k-step (16 keys) of each half; no branch on cw */
     uint64_t vd[4]; /* V block descriptors; a k-step (16 keys) is +2048 bytes = +128 */
 #pragma unroll
-    for (int b = 0; b < 4; b++) vd[b] = sw128_desc(tl.block(smem, pl, 1 + 4 * cwu + b), 1024, ATT_BLOCK);
-    const uint64_t pd = sw128_desc(p0, 1024, 16);
+    for (int b = 0; b < 4; b++) vd[b] = sw128_desc(warp_uniform(tl.block(smem, pl, first + b)), 1024, ATT_BLOCK);
     /* k-step major: consecutive wgmma go to different accumulators */
+    if constexpr (P_IN_REGS) {
 #pragma unroll
-    for (int kk = 0; kk < 2; kk++)
+        for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-        for (int b = 0; b < 4; b++) wgmma_rs_n64<1>(st.o[b], pf[kk], vd[b] + 128 * (own + kk), 1);
+            for (int b = 0; b < 4; b++) wgmma_rs_n64<1>(st.o[b], pf[kk], vd[b] + 128 * kk, 1);
+    } else {
+        const uint64_t pd = sw128_desc(warp_uniform(smem_addr(pbuf)), 1024, 16);
 #pragma unroll
-    for (int kk = 0; kk < 2; kk++)
+        for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-        for (int b = 0; b < 4; b++) wgmma_ss_n64<0, 1>(st.o[b], pd + 2 * (other + kk), vd[b] + 128 * (other + kk), 1);
+            for (int b = 0; b < 4; b++) wgmma_ss_n64<0, 1>(st.o[b], pd + 2 * kk, vd[b] + 128 * kk, 1);
+    }
     wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll
     for (int b = 0; b < 4; b++) fence_regs<32>(st.o[b]);
 #pragma unroll 1
-    for (int b = 0; b < 4; b++) tl.release(bars, pl, 1 + 4 * cw + b);
-    if (PAIRED) tl.release(bars, pl, 0);
+    for (int b = 0; b < 4; b++) tl.release(bars, pl, first + b);
 }
 
+/* The item's outputs: warpgroup 0 holds the rows' sums and maxima (lse) and hands 1 / l to
+ * warpgroup 1 through xl; each writes its 256 dims. */
 static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                      uint8_t *smem, wide_state &st, const item_span &span, int cw,
                                                      int warp, int lane) {
-    float *xrow = reinterpret_cast<float *>(smem + pl.off_red);
+    float *xl = reinterpret_cast<float *>(smem + pl.off_red) + 64; /* [64 rows]: 1 / l */
     const int g = lane >> 2, c = lane & 3;
+    const item_out out = item_out_of(a, pl, span);
+    if (cw == 0) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float l = st.l[h];
-        l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
-        l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
-        if (c == 0) xrow[64 * cw + 16 * warp + g + 8 * h] = l;
+        for (int h = 0; h < 2; h++) {
+            float l = st.l[h];
+            l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+            l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+            const int row = 16 * warp + g + 8 * h;
+            if (c == 0) {
+                xl[row] = l > 0.0f ? 1.0f / l : 0.0f;
+                store_lse(out, row, l, st.m[h]);
+            }
+        }
     }
     named_sync(BAR_WIDE_ITEM, 256);
-    const item_out out = item_out_of(a, pl, span);
     float inv[2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int row = 16 * warp + g + 8 * h;
-        const float l = xrow[row] + xrow[64 + row];
-        inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
-        if (cw == 0 && c == 0) store_lse(out, row, l, st.m[h]);
-    }
+    for (int h = 0; h < 2; h++) inv[h] = xl[16 * warp + g + 8 * h];
     if (out.out) {
         uint8_t *stage = smem + pl.off_q; /* 64 rows of ATT_STAGE_ROW <= the 9 Q blocks */
 #pragma unroll
@@ -263,16 +247,25 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
             }
         }
     }
-    named_sync(BAR_WIDE_ITEM, 256); /* xrow, the stage and Q's region free for the next item */
+    named_sync(BAR_WIDE_ITEM, 256); /* xl, the stage and Q's region free for the next item */
 }
 
-/* The two wide consumer warpgroups (thread t = 0..255). PAIRED: the ring is two tile buffers. */
-template <int RB, bool PAIRED>
+/* The two wide consumer warpgroups (thread t = 0..255; cw = t / 128). Warpgroup 0 computes each
+ * tile's scores and softmax and its half of P.V (dims 0..255, P from registers); warpgroup 1 its
+ * half (dims 256..511, P from the P tile), while warpgroup 0 goes on to the next tile's Q.K^T.
+ * They meet twice a tile: BAR_WIDE_P (P and alpha written) and BAR_WIDE_P_FREE (warpgroup 1 done
+ * with them, before the next tile's are written). PAIRED: the ring is two tile buffers, P in each
+ * tile's RoPE block; else the shared P tile. */
+template <int RB, bool PAIRED, int CW>
 static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                    int t) {
-    const int cw = t >> 7, warp = (t >> 5) & 3, lane = t & 31;
+    /* One instantiation a warpgroup: ptxas allocates each setmaxnreg region to its own count
+     * only when the code after it is its own (with one body for both, all of it got 128). */
+    constexpr int cw = CW;
+    const int warp = (t >> 5) & 3, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
     const tile_meta *meta = reinterpret_cast<const tile_meta *>(smem + pl.off_meta);
+    float *xalpha = reinterpret_cast<float *>(smem + pl.off_red); /* [64 rows] */
     uint32_t pos = 0, tile = 0;
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
@@ -287,17 +280,31 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
         st.m[0] = st.m[1] = -INFINITY;
         st.l[0] = st.l[1] = 0.0f;
         for (int64_t k = 0; k < tiles; k++, tile++, pos += 9) {
-            float lat[16], rope[16];
-            uint32_t pf[2][4];
             const wide_tile<PAIRED> tl(smem, pl, pos, tile);
-            /* P: paired, in the tile's RoPE block (both warpgroups' Q.K^T are done with it once
-             * they meet on BAR_WIDE_MAX, before P is written), which saves the 8 KB shared P tile:
-             * with it the paired layout would need 233,520 bytes, over the 232,448 a block may
-             * have on the H200. Else the shared P tile. */
             uint8_t *pbuf = PAIRED ? paired_buffer(smem, pl, tile) : smem + pl.off_p;
-            wide_qk<PAIRED>(pl, smem, bars, tl, cw, lat, rope);
-            wide_softmax(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], cw, warp, lane, pf, pbuf);
-            wide_pv<PAIRED>(pl, smem, bars, st, tl, cw, pf, pbuf);
+            uint32_t pf[4][4];
+            if constexpr (CW == 0) {
+                float lat[32], rope[32];
+                wide_scores<PAIRED>(pl, smem, bars, tl, lat, rope);
+                if (k > 0) named_sync(BAR_WIDE_P_FREE, 256); /* warpgroup 1 is done with the last P and alpha */
+                wide_softmax(a, st, lat, rope, meta[tile % ATT_META_RING], warp, lane, pf, pbuf, xalpha);
+                wide_pv<PAIRED, true>(pl, smem, bars, st, tl, 1, pf, pbuf);
+            } else {
+                named_sync(BAR_WIDE_P, 256);
+                tl.wait(bars, pl, 8); /* complete already (warpgroup 0 waited); this thread's acquire */
+                float alpha[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) alpha[h] = xalpha[16 * warp + (lane >> 2) + 8 * h];
+                if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+                    for (int b = 0; b < 4; b++)
+#pragma unroll
+                        for (int i = 0; i < 32; i++) st.o[b][i] *= alpha[(i >> 1) & 1];
+                }
+                wide_pv<PAIRED, false>(pl, smem, bars, st, tl, 5, pf, pbuf);
+                if (PAIRED) tl.release(bars, pl, 0); /* P, in the RoPE block, is read */
+                if (k + 1 < tiles) named_arrive(BAR_WIDE_P_FREE, 256);
+            }
         }
         wide_epilogue(a, pl, smem, st, span, cw, warp, lane);
     }
