@@ -46,7 +46,7 @@
 
 /* Named barriers (0 is __syncthreads). */
 /* BAR_WIDE_P: warpgroup 0 has written a tile's P and alpha (attend_wide); BAR_WIDE_P_FREE:
- * warpgroup 1 is done with them. */
+ * warpgroup 1 is done with them. Both warpgroups bar.sync on each (attend_wide says why). */
 enum { BAR_CONSUMER = 1, BAR_PRODUCER = 2, BAR_WIDE_P_FREE = 3, BAR_WIDE_P = 4, BAR_WIDE_ITEM = 5, BAR_MERGE = 6 };
 
 /* How one launch is tiled and where everything lives in the dynamic shared memory (byte offsets
