@@ -6,8 +6,8 @@
  *    one) keep bulk copies of raw records in flight (one copy per record, completing on an
  *    mbarrier) and dequantise each landed tile once per CTA into 8 KB operand blocks of bf16 (64
  *    keys x 64 dims, 128-byte swizzle) handed over through a ring: R raw stages beside the ring,
- *    or, in the paired wide kind (368 and 432 bytes), a ring of two whole-tile buffers, each tile's
- *    records copied into its own buffer's tail (attend_producer_paired);
+ *    or, in the paired wide kind (368 and 432 bytes), a ring of two whole-tile buffers written from
+ *    records the producer threads hold in registers (attend_producer_paired);
  *  - consumer warpgroups read the blocks straight from shared memory with wgmma (sm_90a) or
  *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
  *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;
@@ -330,14 +330,13 @@ static int align_up(int v, int a) {
     return (v + a - 1) / a * a;
 }
 
-/* Places the raw stages and their flags after the ring (none when paired: the records and flags
- * land in the tile buffers, and off_raw / off_valid are -1), then the small arrays and barriers;
- * returns the bytes used. */
+/* Places the raw stages and their flags after the ring (none when paired: the records pass through
+ * the producers' registers, stages is 0 and off_raw / off_valid are -1), then the small arrays and
+ * barriers; returns the bytes used. */
 static int place_tail(attend_plan &p, int record_bytes, int red_bytes) {
-    const int staged = p.paired ? 0 : p.stages;
     p.off_raw = p.off_ring + p.slots * ATT_BLOCK;
-    p.off_valid = p.off_raw + staged * ATT_KEYS * record_bytes;
-    p.off_meta = align_up(p.off_valid + staged * ATT_KEYS, 16);
+    p.off_valid = p.off_raw + p.stages * ATT_KEYS * record_bytes;
+    p.off_meta = align_up(p.off_valid + p.stages * ATT_KEYS, 16);
     if (p.paired) p.off_raw = p.off_valid = -1;
     p.off_red = p.off_meta + ATT_META_RING * (int)sizeof(tile_meta);
     p.off_bar = align_up(p.off_red + red_bytes, 8);
@@ -388,7 +387,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
         p.wide = 1, p.wgmma = 1, p.heads = 64, p.contiguous = contiguous, p.off_q = 0;
         if (wide_pairs(rb)) { /* two tile buffers of 72 KB, P in each tile's RoPE block (220 KB in all) */
             p.off_p = -1, p.off_ring = 9 * ATT_BLOCK;
-            p.paired = 1, p.resident = 1, p.stages = ATT_PAIRED_BUFFERS, p.slots = 9 * ATT_PAIRED_BUFFERS;
+            p.paired = 1, p.resident = 1, p.stages = 0, p.slots = 9 * ATT_PAIRED_BUFFERS;
             p.threads = kind_threads<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368>::total;
             ok = place_tail(p, rb, 2 * 64 * 4) <= budget;
         } else { /* the shared P tile 8 KB and a 12-slot ring */

@@ -10,8 +10,9 @@
  *   raw stage --(dequantisation, the 4 or 8 producer warps)--> operand ring [S slots of 8 KB]
  *   operand ring --(wgmma / mma.sync, the consumer warpgroups)--> S, softmax, P.V
  *
- * The paired wide kind (368 and 432 records) has no raw stages: its ring is two whole-tile buffers
- * and each tile's records land in the tail of their own buffer (attend_producer_paired).
+ * The paired wide kind (368 and 432 records) has no raw stages: its ring is two whole-tile buffers,
+ * written from records each producer thread loads into its registers a tile ahead
+ * (attend_producer_paired).
  *
  * An operand block is 64 keys x 64 dims of bf16 in the SW128 layout of sm90_cuda.cuh; a tile of 64
  * top-k entries is produced as the RoPE block, then latent blocks 0..7 ("resident": the consumer
@@ -58,11 +59,11 @@ struct attend_plan {
     int32_t groups;          /* head groups per query: ceil(h / heads) */
     int32_t splits;          /* top-k splits per (query, group) */
     int32_t tiles_per_split; /* 64-entry tiles per split */
-    int32_t stages;          /* raw record stages R (paired: 2, in the tile buffers; raw_full[b]) */
+    int32_t stages;          /* raw record stages R (paired: 0, the records pass through registers) */
     int32_t slots;           /* operand ring slots S */
     int32_t resident;        /* 1: 9 blocks a tile (latent kept for P.V), 0: 17 (streaming) */
-    int32_t paired;          /* 1: 18 slots = two tile buffers, each tile's raw records copied
-                              * into its own buffer's tail (the wide kind: attend_producer_paired) */
+    int32_t paired;          /* 1: 18 slots = two tile buffers written from records staged in the
+                              * producers' registers (the wide kind: attend_producer_paired) */
     int32_t contiguous;      /* block_stride == block_size * record_bytes */
     int32_t grid;            /* persistent CTAs */
     int32_t threads;         /* 256 (narrow mma.sync), 384 (narrow wgmma, wide 656), 512 (paired): kind_threads */

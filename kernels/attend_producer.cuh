@@ -107,19 +107,6 @@ static __device__ __forceinline__ void issue_records(const nvfp4_mla_attend_kern
     if (slot >= 0) bulk_copy_g2s(raw + e * RB, record_src<RB>(a, pl, slot), RB, landed);
 }
 
-/* The record of one entry (raw_slot as load_tile_slot gives it) into L2, line by line, so that its
- * bulk copy a tile later reads L2 instead of HBM. */
-template <int RB>
-static __device__ __forceinline__ void prefetch_record(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
-                                                       int32_t raw_slot) {
-    const int32_t slot = sane_slot(a, raw_slot);
-    if (slot < 0) return;
-    const uint8_t *src = record_src<RB>(a, pl, slot);
-#pragma unroll
-    for (int off = 0; off < RB; off += 128) prefetch_l2(src + off);
-    prefetch_l2(src + RB - 1); /* the last line, when the record straddles one more */
-}
-
 /* The copies of a tile into raw stage `stage` (the resident and streaming rings). */
 template <int RB, int PT>
 static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
@@ -371,138 +358,127 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
  *
  * The ring is two tiles: 18 slots, tile X's nine blocks the contiguous buffer X & 1 (RoPE block,
  * then latent blocks 0..7; paired_buffer). Beside 72 KB of Q there is no room for raw stages as
- * well as two buffers, so tile X's records are copied into the tail of its own buffer, once tile
- * X - 2's consumers have freed that tail, and dequantised while the consumers work on tile X - 1:
- * one tile's copy latency and dequantisation hide behind the other tile's MMA (with 12 slots and
- * two stages the next tile could only be written once P.V had freed the current one's, and the
- * two alternated: Nsight Compute, h = 64, BENCHMARKS.md). The blocks below the records are written
- * straight from them; the blocks the records overlap are written only after every producer thread
- * has loaded what it needs into registers and the producers have met on BAR_PRODUCER. At 48
- * registers the producer spilled (ptxas -v: 56 bytes of spill stores for 368 records, 52 for 432);
- * it has 56 since the wide consumer's warpgroup 1 needs only 168 (ATT_PAIRED_PRODUCER_REGS).
+ * well as two buffers, so the records are staged in the producer's registers instead: thread t
+ * (key_part: key k, part p of 4) loads its quarter of key k's record of tile X + 1 (64 code bytes,
+ * 8 group-scale codes, 16 RoPE codes or 32 RoPE bytes, and for part 0 the two scales) right after
+ * writing tile X, so the loads are in flight while it waits for tile X - 1's consumers to free
+ * the buffer, and the buffer is then written from registers in one pass. Measured on the H200
+ * against the bulk copies into each buffer's tail that this replaced (which could only be issued
+ * once tile X - 2's P.V had freed the tail, and then were waited for at once): h = 64 115.6 ->
+ * 104.3 us, h = 128 220.4 -> 194.6 us; an L2 prefetch a tile ahead of the loads measured slower
+ * (107.7 / 200.8 us). BENCHMARKS.md, eleventh session.
  *
- * Whether the wide kind pairs its buffers for records of record_bytes. Not for 656: a tile's
- * records (42 KB) overlap six of the nine blocks, and the overlapped blocks' codes (24 registers a
- * thread) did not fit the paired producer's 48 registers (it spilled, and measured slower than the
- * 12-slot ring: 223 against 168 us at h = 64). */
+ * Whether the wide kind pairs its buffers for records of record_bytes. Not for 656: a quarter
+ * record would be 41 registers a thread (not tried), and the paired producer with 656-byte records
+ * copied into the buffers' tails measured slower than the 12-slot ring (223 against 168 us at
+ * h = 64, seventh session). */
 static __host__ __device__ constexpr bool wide_pairs(int record_bytes) {
     return record_bytes != 656;
 }
 
+/* A producer thread's quarter of one record (zeros for an entry that counts nothing). */
 template <int RB>
-struct paired_shape {
-    static_assert(wide_pairs(RB), "the paired buffers take 368 and 432 byte records");
-    static constexpr int raw_off = 9 * ATT_BLOCK - ATT_KEYS * RB; /* the records: 50176 / 46080 */
-    static constexpr int first_overlapped = raw_off / ATT_BLOCK;  /* first block they overlap: 6 / 5 */
-    static constexpr int groups_below = 4 * (first_overlapped - 1); /* latent groups below them: 20 / 16 */
-    /* The copies' validity flags sit just below the records, in the part of the first overlapped
-     * block that no record covers: written with the copies, read (write_meta, the dequantisation)
-     * before BAR_PRODUCER lets that block be written. */
-    static constexpr int flags_off = raw_off - ATT_KEYS;
-    static_assert(raw_off % 16 == 0 && first_overlapped >= 1, "records 16-byte aligned, above the RoPE block");
-    static_assert(flags_off >= first_overlapped * ATT_BLOCK, "flags inside the first overlapped block");
+struct record_quarter {
+    static constexpr int rope_chunks = RB == NVFP4_MLA_RECORD_BYTES_368 ? 1 : 2;
+    uint4 codes[4];          /* payload bytes 64p .. 64p + 63: latent groups 8p .. 8p + 7 */
+    uint2 scales;            /* their E4M3 group-scale codes */
+    uint4 rope[rope_chunks]; /* RoPE dims 16p .. 16p + 15: 16 E4M3 codes (368) or 16 bf16 (432) */
+    uint2 scales_rs;         /* part 0: the f32 bits of the RoPE scale r and of s_t */
+    bool valid;
 };
 
-/* One latent group of a key (16 values; 4 groups a 64-dim block) as a record holds it. */
-struct latent_group {
-    uint2 codes;    /* 16 E2M1 codes */
-    uint32_t scale; /* the E4M3 group-scale code; 0 for an entry that counts nothing */
-};
-
-/* Group g of the record at rec. The codes are read whatever the entry: an invalid entry's bytes are
- * stale but finite once bit-moved (e2m1x8_block), and its zero scale makes them zeros, one
- * selection where the codes' load took a zeroing and a predicate of its own. */
-static __device__ __forceinline__ latent_group load_group(const uint8_t *rec, bool v, int g) {
-    latent_group in;
-    in.codes = *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * g);
-    in.scale = v ? rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g] : 0u;
-    return in;
+/* Part `part` of the record of entry `k` of the cursor's tile, by read-only loads. */
+template <int RB>
+static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                    const tile_cursor &c, int k, int part, record_quarter<RB> &q) {
+    static_assert(wide_pairs(RB), "quarters of 368 and 432 byte records");
+    const int64_t e = c.entry + k;
+    const int32_t slot = c.valid && e < c.span.end ? sane_slot(a, __ldg(a.slots + c.span.q * a.slot_stride + e)) : -1;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    q.valid = slot >= 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) q.codes[i] = z;
+    q.scales = q.scales_rs = make_uint2(0, 0);
+#pragma unroll
+    for (int i = 0; i < q.rope_chunks; i++) q.rope[i] = z;
+    if (!q.valid) return;
+    const uint8_t *rec = record_src<RB>(a, pl, slot);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        q.codes[i] = __ldg(reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 64 * part + 16 * i));
+    q.scales = __ldg(reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * part));
+#pragma unroll
+    for (int i = 0; i < q.rope_chunks; i++)
+        q.rope[i] = __ldg(reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 16 * q.rope_chunks * part + 16 * i));
+    if (part == 0) q.scales_rs = __ldg(reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET));
 }
 
-/* Writes group g into latent block g / 4 of a tile buffer (store_e2m1_group). `row`: the buffer's
- * latent block 0 plus the key's row offset without the swizzle (swizzle_off(k, 0) - r16), r16 =
- * (k & 7) << 4. */
-static __device__ __forceinline__ void store_group(const latent_group &in, uint8_t *row, uint32_t r16, int g) {
-    const uint32_t off = ((uint32_t)g >> 2) * ATT_BLOCK + ((((uint32_t)g & 3u) << 5) ^ r16);
-    store_e2m1_group(row, off, in.codes.x, in.codes.y, group_scale_x2(in.scale));
-}
-
-/* The latent of a tile in buffer `buf` from its records at buf + raw_off. Thread t (key_part: key
- * k, part p of P) writes its groups of the blocks below the records, then loads its groups of the
- * overlapped blocks, meets the other producers on BAR_PRODUCER (every read of the records done),
- * and writes those. */
-template <int RB, int PT>
-static __device__ __forceinline__ void dequant_latent_paired(uint8_t *buf, const uint8_t *valid, int t) {
-    using S = paired_shape<RB>;
-    constexpr int P = producer_shape<PT>::parts;
-    constexpr int below = S::groups_below / P, over = (32 - S::groups_below) / P; /* a thread's groups */
-    static_assert(S::groups_below % P == 0 && (32 - S::groups_below) % P == 0, "groups split evenly over the parts");
-    int k, part;
-    key_part<PT>(t, k, part);
-    const uint8_t *rec = buf + S::raw_off + k * RB;
-    const bool v = valid[k] != 0;
+/* Key k's quarter q into tile buffer `buf`: the RoPE chunks 2p, 2p + 1 (368: the bare E4M3 values,
+ * exact in bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks 1 + 2p, 2 + 2p) and, from
+ * part 0, the key's metadata. */
+template <int RB>
+static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a, const record_quarter<RB> &q,
+                                                     uint8_t *buf, tile_meta *m, int k, int part) {
+    if (part == 0) {
+        float s = 0.0f, r = 0.0f;
+        if (q.valid) {
+            const float outer = a.per_token ? __uint_as_float(q.scales_rs.y) : a.outer_scale;
+            s = __fmul_rn(outer, 512.0f);
+            r = RB == NVFP4_MLA_RECORD_BYTES_368 ? __uint_as_float(q.scales_rs.x) : 1.0f;
+        }
+        m->s[k] = s;
+        m->r[k] = r;
+        m->valid[k] = q.valid;
+    }
+    uint4 lo = q.rope[0], hi = q.rope[q.rope_chunks - 1];
+    if (RB == NVFP4_MLA_RECORD_BYTES_368) {
+        const uint2 a0 = e4m3x4_bf16(q.rope[0].x), a1 = e4m3x4_bf16(q.rope[0].y);
+        const uint2 a2 = e4m3x4_bf16(q.rope[0].z), a3 = e4m3x4_bf16(q.rope[0].w);
+        lo = make_uint4(a0.x, a0.y, a1.x, a1.y);
+        hi = make_uint4(a2.x, a2.y, a3.x, a3.y);
+    }
+    *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part)) = lo;
+    *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part + 8)) = hi;
+    /* A group's two chunks sit at ((gq << 5) ^ r16) and that ^ 16 of the key's unswizzled row
+     * (store_e2m1_group's addressing). An invalid entry's zero codes and scale write zeros. */
     const uint32_t r16 = ((uint32_t)k & 7u) << 4;
     uint8_t *row = buf + ATT_BLOCK + (swizzle_off(k, 0) - r16);
-#pragma unroll 1 /* unrolled, the loads hoisted and the producer spilled 132 bytes at 48 registers */
-    for (int g = part * below; g < (part + 1) * below; g++) store_group(load_group(rec, v, g), row, r16, g);
-    latent_group in[over];
 #pragma unroll
-    for (int j = 0; j < over; j++) in[j] = load_group(rec, v, S::groups_below + part * over + j);
-    named_sync(BAR_PRODUCER, PT); /* the records are read; the overlapped blocks may be written */
-#pragma unroll
-    for (int j = 0; j < over; j++) store_group(in[j], row, r16, S::groups_below + part * over + j);
+    for (int j = 0; j < 8; j++) {
+        const uint32_t g = 8u * (uint32_t)part + (uint32_t)j;
+        const uint32_t code = ((j < 4 ? q.scales.x : q.scales.y) >> (8 * (j & 3))) & 0xFFu;
+        const uint32_t w0 = (j & 1) ? q.codes[j >> 1].z : q.codes[j >> 1].x;
+        const uint32_t w1 = (j & 1) ? q.codes[j >> 1].w : q.codes[j >> 1].y;
+        store_e2m1_group(row, (g >> 2) * ATT_BLOCK + (((g & 3u) << 5) ^ r16), w0, w1, group_scale_x2(code));
+    }
 }
 
-/* The paired producer (thread t = 0..PT-1). Tile X: buffer X & 1 (paired_buffer), metadata X % 4
- * (last read by tile X - 4's consumers, all of whose blocks were released before tile X - 2 could
- * be written). */
+/* The paired producer (thread t = 0..PT-1, PT = 256: four threads a key). Tile X: buffer X & 1
+ * (paired_buffer), written once tile X - 2's consumers have freed all nine of its blocks;
+ * metadata X % 4 (last read by tile X - 4's consumers, whose blocks were all freed before tile
+ * X - 2's could be written). */
 template <int RB, int PT>
 static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                               uint8_t *smem, int t) {
-    using S = paired_shape<RB>;
-    const int warp = t >> 5, lane = t & 31;
+    static_assert(producer_shape<PT>::parts == 4, "a quarter record a thread");
     const attend_bars bars = bars_of(smem, pl);
     tile_meta *meta = reinterpret_cast<tile_meta *>(smem + pl.off_meta);
+    int k, part;
+    key_part<PT>(t, k, part);
     tile_cursor cur;
     cur.item = blockIdx.x;
     cursor_seek(a, pl, cur);
-    int32_t next = cur.valid ? load_tile_slot<PT>(a, cur, warp, lane) : -1; /* a tile ahead of the copies */
-    uint32_t issued = 0;
-    /* Tile `issued`'s copies (and their flags, just below them), once tile issued - 2 no longer
-     * needs the blocks they land on. */
-    auto issue_next = [&]() {
-        const uint32_t b = issued & 1u, empty_phase = paired_phase(issued) ^ 1u;
-        for (int i = S::first_overlapped; i < 9; i++) mbar_wait(&bars.slot_empty[9 * b + i], empty_phase);
-        uint8_t *buf = paired_buffer(smem, pl, issued);
-        issue_records<RB, PT>(a, pl, buf + S::raw_off, buf + S::flags_off, &bars.raw_full[b], next, warp, lane);
-        cursor_next(a, pl, cur);
-        next = cur.valid ? load_tile_slot<PT>(a, cur, warp, lane) : -1;
-        issued++;
-    };
-    if (cur.valid) issue_next(); /* tiles 0 and 1: both buffers start free */
-    if (cur.valid) issue_next();
-    for (uint32_t tile = 0;; tile++) {
-        /* Tile `tile` (issued == tile from 2 on): waits for tile - 2's P.V, while the consumers work
-         * on tile - 1; its copies then land while nothing else is left to do. */
-        if (tile >= 2 && cur.valid) issue_next();
-        if (tile >= issued) break;
-        const uint32_t b = tile & 1u, phase = paired_phase(tile);
+    record_quarter<RB> q;
+    load_quarter<RB>(a, pl, cur, k, part, q);
+    for (uint32_t tile = 0; cur.valid; tile++) {
+        const uint32_t b = tile & 1u;
         uint8_t *buf = paired_buffer(smem, pl, tile);
-        const uint8_t *raw = buf + S::raw_off;
-        mbar_wait(&bars.raw_full[b], phase);
-        /* The records of the next tile to be issued (`next`: tile + 1's from tile 2 on, tile 2's at
-         * tile 0, which tile 1 would repeat; loaded by the last issue_next, a copy's latency ago)
-         * into L2. Its copies are issued only once tile - 1's P.V frees their blocks, and then
-         * waited for at once: from HBM that wait was 14% of the producer's samples and left the
-         * consumers waiting for tiles (Nsight Compute, h = 64). */
-        if (tile != 1) prefetch_record<RB>(a, pl, next);
-        for (int i = 0; i < S::first_overlapped; i++) mbar_wait(&bars.slot_empty[9 * b + i], phase ^ 1u);
-        const uint8_t *valid = buf + S::flags_off;
-        write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
-        dequant_rope<RB, PT>(raw, valid, buf, t);
-        dequant_latent_paired<RB, PT>(buf, valid, t);
+        for (int i = 0; i < 9; i++) mbar_wait(&bars.slot_empty[9 * b + i], paired_phase(tile) ^ 1u);
+        write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
         fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
         for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[9 * b + i]);
+        cursor_next(a, pl, cur);
+        load_quarter<RB>(a, pl, cur, k, part, q); /* the next tile's, in flight through the next wait */
     }
 }
 

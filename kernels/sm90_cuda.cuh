@@ -71,10 +71,6 @@ static __device__ __forceinline__ void bulk_copy_g2s(void *dst, const void *src,
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar))
                  : "memory");
 }
-/* Asks L2 for the 128-byte line holding p (a hint: no completion, no fault on a bad address). */
-static __device__ __forceinline__ void prefetch_l2(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
 /* Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (wgmma
  * operand reads, bulk copies) and vice versa. */
 static __device__ __forceinline__ void fence_proxy_async() {
