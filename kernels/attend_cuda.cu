@@ -4,7 +4,8 @@
  * One warp-specialised, persistent kernel family (kernels/attend_pipeline.cuh):
  *  - producer warps (two warpgroups for the narrow wgmma kinds and the paired wide kind, else
  *    one) keep bulk copies of raw records in flight (one copy per record, completing on an
- *    mbarrier) and dequantise each landed tile once per CTA into 8 KB operand blocks of bf16 (64
+ *    mbarrier; the paired wide kind loads records into registers instead) and dequantise each
+ *    tile once per CTA into 8 KB operand blocks of bf16 (64
  *    keys x 64 dims, 128-byte swizzle) handed over through a ring: R raw stages beside the ring,
  *    or, in the paired wide kind (368 and 432 bytes), a ring of two whole-tile buffers written from
  *    records the producer threads hold in registers (attend_producer_paired);
@@ -245,8 +246,9 @@ enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, 
  * Compute, h = 16). Measured: h = 16 138.7 -> 124.7 us; h = 32 172 -> 158 us although its
  * consumer, which used 255 registers with 256 threads, now runs at setmaxnreg's 232 and spills
  * (ptxas -v: a 40-byte stack frame, 56 bytes of spill stores; ptxas allocates each setmaxnreg
- * region to its own count). The paired wide kind takes two as well (ATT_PAIRED_PRODUCER_REGS): one
- * at 88 measured 149 against 145 us at h = 64 (BENCHMARKS.md, seventh session). */
+ * region to its own count). The paired wide kind takes two as well: its producer holds a quarter
+ * record a thread (four threads a key, attend_producer_paired); with bulk copies, one warpgroup at
+ * 88 registers had measured 149 against 145 us at h = 64 (BENCHMARKS.md, seventh session). */
 template <int KIND, int RB>
 struct kind_threads {
     static constexpr bool paired = KIND == KIND_WIDE && wide_pairs(RB);

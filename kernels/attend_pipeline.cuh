@@ -116,7 +116,8 @@ static __device__ __forceinline__ int64_t item_tiles(const item_span &s) {
 struct attend_bars {
     uint64_t *raw_full;   /* [R]: the stage's copies landed (one arrival per producer thread + transaction bytes) */
     uint64_t *slot_full;  /* [S]: the block is written (one arrival per producer thread) */
-    uint64_t *slot_empty; /* [S]: the block is consumed (one arrival per consumer thread) */
+    uint64_t *slot_empty; /* [S]: the block is consumed (one arrival per consumer thread; wide: per thread of the
+                           * warpgroup that reads it last) */
 };
 
 static __device__ __forceinline__ attend_bars bars_of(uint8_t *smem, const attend_plan &pl) {
@@ -150,9 +151,11 @@ static __device__ __forceinline__ uint32_t slot_after(uint32_t s0, uint32_t i, c
 /* A consumer thread releases a slot once its reads of it are complete. Every thread arrives (the
  * barrier counts all consumer threads) so that each thread's own accesses are ordered by its own
  * release: compute-sanitizer racecheck does not carry a __syncwarp into another lane's arrival.
- * The narrow consumers must release in ring (position) order: their producers wait only for the
- * last of a tile's slots (attend_producer, IN_ORDER). A consumer that frees blocks early, as the
- * wide one does, must run with IN_ORDER false. */
+ * In the wide kind only the warpgroup that reads a block last arrives (128 threads): warpgroup
+ * 0's Q.K^T reads of the blocks warpgroup 1 frees come before their BAR_WIDE_P sync, which
+ * precedes warpgroup 1's release. The narrow consumers must release in ring (position) order:
+ * their producers wait only for the last of a tile's slots (attend_producer, IN_ORDER). A consumer
+ * that frees blocks out of ring order, as the wide one does, must run with IN_ORDER false. */
 static __device__ __forceinline__ void release_slot_at(const attend_bars &bars, uint32_t slot) {
     mbar_arrive(&bars.slot_empty[slot]);
 }

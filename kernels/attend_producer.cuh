@@ -1,5 +1,6 @@
 /* The producer warpgroup(s) of the attention pipeline (kernels/attend_pipeline.cuh): bulk copies of
- * raw records into the stages, and their dequantisation into operand blocks. */
+ * raw records into the stages and their dequantisation into operand blocks, or (the paired wide
+ * kind) records loaded into registers and written from there. */
 #ifndef NVFP4_MLA_ATTEND_PRODUCER_CUH
 #define NVFP4_MLA_ATTEND_PRODUCER_CUH
 
@@ -295,8 +296,8 @@ static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_
 
 /* The producer (thread t = 0..PT-1 of its PT / 128 warpgroups): keeps R stages of copies in
  * flight and turns each landed stage into the tile's operand blocks. IN_ORDER: the consumers
- * release slots in ring order (the narrow ones; the wide warpgroups free each other's latent
- * blocks early), so a resident tile waits only for the last of its 9 slots to be released: each
+ * release slots in ring order (the narrow ones; the wide warpgroups each free their own blocks,
+ * out of ring order), so a resident tile waits only for the last of its 9 slots to be released: each
  * consumer thread's arrival there comes after its arrivals on the 8 before. */
 template <int RB, int PT, bool IN_ORDER>
 static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
@@ -409,7 +410,8 @@ static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kerne
     q.scales = __ldg(reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * part));
 #pragma unroll
     for (int i = 0; i < q.rope_chunks; i++)
-        q.rope[i] = __ldg(reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 16 * q.rope_chunks * part + 16 * i));
+        q.rope[i] = __ldg(reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET +
+                                                          16 * q.rope_chunks * part + 16 * i));
     if (part == 0) q.scales_rs = __ldg(reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET));
 }
 
@@ -417,8 +419,9 @@ static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kerne
  * exact in bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks 1 + 2p, 2 + 2p) and, from
  * part 0, the key's metadata. */
 template <int RB>
-static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a, const record_quarter<RB> &q,
-                                                     uint8_t *buf, tile_meta *m, int k, int part) {
+static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a,
+                                                     const record_quarter<RB> &q, uint8_t *buf, tile_meta *m, int k,
+                                                     int part) {
     if (part == 0) {
         float s = 0.0f, r = 0.0f;
         if (q.valid) {

@@ -11,7 +11,8 @@
  * be split by dims across the two warpgroups. Scores for all 64 keys in one warpgroup read Q once
  * a tile (two warpgroups of 32 keys read it twice: about 216 against 144 KB of operand reads a
  * tile), keep whole rows in one warpgroup (no maxima cross warpgroups), and let warpgroup 0 go
- * on to the next tile's Q.K^T while warpgroup 1 runs this tile's P.V. Warpgroup 1 then needs far
+ * on to the next tile's Q.K^T while warpgroup 1 runs this tile's P.V (in the paired kind; in the
+ * 656 kind's 12-slot ring the next tile needs slots that warpgroup 1 frees last). Warpgroup 1 then needs far
  * fewer registers, which go to the producers. FlashMLA's Hopper FP8 decode splits its consumers
  * the same way. Each record is dequantised once per 64 heads.
  */

@@ -184,17 +184,12 @@ static __device__ __forceinline__ float exp2_ftz(float x) {
 
 /* Pins register values in program order against the volatile wgmma statements: after a wait,
  * reads of accumulators cannot move above it (the asynchronous writes are invisible to the
- * compiler); before a wgmma fence, writes to accumulators or A fragments (rescaling, packing
- * P) cannot sink below it, which would make ptxas serialise the wgmma (C7519). */
+ * compiler); before a wgmma fence, writes to accumulators (rescaling) cannot sink below it, which
+ * would make ptxas serialise the wgmma (C7519). */
 template <int N>
 static __device__ __forceinline__ void fence_regs(float *r) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-static __device__ __forceinline__ void fence_regs(uint32_t *r) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
 }
 
 #endif
