@@ -332,14 +332,14 @@ static int align_up(int v, int a) {
     return (v + a - 1) / a * a;
 }
 
-/* Places the raw stages and their flags after the ring (none when paired: the records pass through
- * the producers' registers, stages is 0 and off_raw / off_valid are -1), then the small arrays and
- * barriers; returns the bytes used. */
+/* Places the raw stages and their flags after the ring (none when stages is 0, as in the paired
+ * wide kind, whose records pass through the producers' registers; off_raw / off_valid are then -1),
+ * then the small arrays and barriers; returns the bytes used. */
 static int place_tail(attend_plan &p, int record_bytes, int red_bytes) {
     p.off_raw = p.off_ring + p.slots * ATT_BLOCK;
     p.off_valid = p.off_raw + p.stages * ATT_KEYS * record_bytes;
     p.off_meta = align_up(p.off_valid + p.stages * ATT_KEYS, 16);
-    if (p.paired) p.off_raw = p.off_valid = -1;
+    if (p.stages == 0) p.off_raw = p.off_valid = -1;
     p.off_red = p.off_meta + ATT_META_RING * (int)sizeof(tile_meta);
     p.off_bar = align_up(p.off_red + red_bytes, 8);
     return p.off_bar + (p.stages + 2 * p.slots) * 8;
