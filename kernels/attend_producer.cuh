@@ -147,6 +147,24 @@ static __device__ __forceinline__ void store_e2m1_group(uint8_t *row, uint32_t o
     *reinterpret_cast<uint4 *>(row + (off ^ 16u)) = e2m1x8_block(w1, d2);
 }
 
+/* Latent groups g0 .. g0 + 7 of one key (g0 a multiple of 8) into their blocks, from their 64
+ * code bytes and their 8 scale codes (two words, group g0 in the low byte). `row` is the key's
+ * unswizzled row in the block space, blk_off(b) latent block b's byte offset from it, r16 =
+ * (key % 8) << 4 (store_e2m1_group's addressing). The raw-stage dequantisation and the
+ * register-staged paired producer both write through here. */
+template <typename BlockOff>
+static __device__ __forceinline__ void store_latent_groups8(uint8_t *row, BlockOff blk_off, uint32_t r16, uint32_t g0,
+                                                            const uint4 *codes, uint32_t scales_lo, uint32_t scales_hi) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const uint32_t g = g0 + (uint32_t)j;
+        const uint32_t code = ((j < 4 ? scales_lo : scales_hi) >> (8 * (j & 3))) & 0xFFu;
+        const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
+        const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
+        store_e2m1_group(row, blk_off(g >> 2) + (((g & 3u) << 5) ^ r16), w0, w1, group_scale_x2(code));
+    }
+}
+
 /* Latent block b (dims 64b..64b+63) of the stage's 64 records. Thread t: group t % 4 of the block
  * (two 8-element chunks) of keys t / 4 (+ 32 with 128 threads); unused entries are written as zeros. */
 template <int RB, int PT>
@@ -179,10 +197,10 @@ static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, cons
  * PT / 64 parts (G = 32 / P groups: 16 for 128 producer threads, 8 for 256): its 8G code bytes and
  * G scale codes come in vector loads and give 2G independent 8-element chunks, which is what keeps
  * the warps busy (one block at a time left each thread two dependent chains and the producer
- * latency-bound). blk(b) = latent block b. */
-template <int RB, int PT, typename BlockAt>
-static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage, const uint8_t *valid, BlockAt blk,
-                                                           int t) {
+ * latency-bound). Latent block b is at base + blk_off(b). */
+template <int RB, int PT, typename BlockOff>
+static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage, const uint8_t *valid, uint8_t *base,
+                                                           BlockOff blk_off, int t) {
     constexpr int P = producer_shape<PT>::parts, G = 32 / P;
     int k, half; /* `half`: the part (a half with 128 threads) */
     key_part<PT>(t, k, half);
@@ -196,8 +214,9 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
             const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 16 * G * half + 16 * i) : z;
             const int gl = G * half + i, b = gl >> 2, gq = gl & 3;
             const float scale = (b >> 1) == 0 ? tiles.x : (b >> 1) == 1 ? tiles.y : (b >> 1) == 2 ? tiles.z : tiles.w;
-            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq)) = e4m3x8_scaled(c.x, c.y, scale, true);
-            *reinterpret_cast<uint4 *>(blk(b) + swizzle_off(k, 16 * gq + 8)) = e4m3x8_scaled(c.z, c.w, scale, true);
+            uint8_t *blk = base + blk_off((uint32_t)b);
+            *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq)) = e4m3x8_scaled(c.x, c.y, scale, true);
+            *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq + 8)) = e4m3x8_scaled(c.z, c.w, scale, true);
         }
     } else {
         uint32_t scw[4];
@@ -208,24 +227,17 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
             const uint2 sc = v ? *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * half) : make_uint2(0, 0);
             scw[0] = sc.x, scw[1] = sc.y, scw[2] = scw[3] = 0;
         }
-        constexpr int PG = 8; /* groups per pass: enough ILP, fewer registers (16 measured no faster) */
-        /* A group's two chunks sit at ((gq << 5) ^ r16) and that ^ 16 of the key's unswizzled row
-         * (store_e2m1_group's addressing); the codes are read whatever the entry (load_group). */
+        /* Passes of 8 groups: enough ILP, fewer registers (16 measured no faster). The codes are
+         * read whatever the entry: an invalid entry's zero scale codes make its values zeros. */
         const uint32_t r16 = ((uint32_t)k & 7u) << 4, row = swizzle_off(k, 0) - r16;
 #pragma unroll
-        for (int pass = 0; pass < G / PG; pass++) {
-            uint4 codes[PG / 2];
+        for (int pass = 0; pass < G / 8; pass++) {
+            uint4 codes[4];
 #pragma unroll
-            for (int i = 0; i < PG / 2; i++)
-                codes[i] = *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * G * half + 8 * PG * pass + 16 * i);
-#pragma unroll
-            for (int j = 0; j < PG; j++) { /* group i of this part: 8 code bytes, one scale byte */
-                const int i = PG * pass + j, gl = G * half + i, b = gl >> 2, gq = gl & 3;
-                const __nv_bfloat162 d2 = group_scale_x2((scw[i >> 2] >> (8 * (i & 3))) & 0xFFu);
-                const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
-                const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
-                store_e2m1_group(blk(b) + row, ((uint32_t)gq << 5) ^ r16, w0, w1, d2);
-            }
+            for (int i = 0; i < 4; i++)
+                codes[i] = *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * G * half + 64 * pass + 16 * i);
+            store_latent_groups8(base + row, blk_off, r16, (uint32_t)(G * half + 8 * pass), codes, scw[2 * pass],
+                                 scw[2 * pass + 1]);
             __syncwarp(); /* keeps the second pass's loads after the first pass's stores */
         }
     }
@@ -241,6 +253,13 @@ static __device__ __forceinline__ uint2 e4m3x4_bf16(uint32_t w) {
     const uint32_t b0 = ((t0 << 8) & 0x80008000u) | ((t0 << 4) & 0x07F007F0u);
     const uint32_t b1 = ((t1 << 8) & 0x80008000u) | ((t1 << 4) & 0x07F007F0u);
     return make_uint2(as_u32(__hmul2(as_bf162(b0), two120)), as_u32(__hmul2(as_bf162(b1), two120)));
+}
+
+/* Sixteen E4M3 RoPE codes as two 8-value chunks of bf16 (e4m3x4_bf16: exact). */
+static __device__ __forceinline__ void e4m3x16_bf16(uint4 c, uint4 &lo, uint4 &hi) {
+    const uint2 a0 = e4m3x4_bf16(c.x), a1 = e4m3x4_bf16(c.y), a2 = e4m3x4_bf16(c.z), a3 = e4m3x4_bf16(c.w);
+    lo = make_uint4(a0.x, a0.y, a1.x, a1.y);
+    hi = make_uint4(a2.x, a2.y, a3.x, a3.y);
 }
 
 /* The RoPE block (dims 512..575) of the stage's records: thread t writes the C = 8 / P chunks of
@@ -259,9 +278,7 @@ static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const 
 #pragma unroll
         for (int i = 0; i < C / 2; i++) { /* 16 E4M3 codes = two chunks */
             const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 8 * C * part + 16 * i) : z;
-            const uint2 a0 = e4m3x4_bf16(c.x), a1 = e4m3x4_bf16(c.y), a2 = e4m3x4_bf16(c.z), a3 = e4m3x4_bf16(c.w);
-            out[2 * i] = make_uint4(a0.x, a0.y, a1.x, a1.y);
-            out[2 * i + 1] = make_uint4(a2.x, a2.y, a3.x, a3.y);
+            e4m3x16_bf16(c, out[2 * i], out[2 * i + 1]);
         }
     } else {
         const int off = RB == 656 ? NVFP4_MLA_FP8_656_ROPE_OFFSET : NVFP4_MLA_RECORD_ROPE_OFFSET;
@@ -272,26 +289,37 @@ static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const 
     for (int i = 0; i < C; i++) *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 8 * C * part + 8 * i)) = out[i];
 }
 
-/* Threads 0..63 of the producer: the tile's key metadata. */
-template <int RB>
-static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_args_t &a, const uint8_t *stage,
-                                                  const uint8_t *valid, tile_meta *m, int t) {
-    if (t >= ATT_KEYS) return;
-    const uint8_t *rec = stage + t * RB;
-    const bool v = valid[t] != 0;
+/* Key k's metadata (tile_meta) for an entry that counts (v) or not. The record's s_t and RoPE
+ * scale r come from token_scale() and rope_scale(), called only when the rule needs them: s is
+ * (s_t or the static scale) * 2^9 for NVFP4 records and 1 for 656; r is the stored r (368) or 1. */
+template <int RB, typename TokenScale, typename RopeScale>
+static __device__ __forceinline__ void write_key_meta(const nvfp4_mla_attend_kernel_args_t &a, bool v,
+                                                      TokenScale token_scale, RopeScale rope_scale, tile_meta *m,
+                                                      int k) {
     float s = 0.0f, r = 0.0f;
     if (v) {
         if (RB == 656) {
             s = 1.0f;
         } else {
-            const float outer = a.per_token ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET) : a.outer_scale;
+            const float outer = a.per_token ? token_scale() : a.outer_scale;
             s = __fmul_rn(outer, 512.0f);
         }
-        r = RB == NVFP4_MLA_RECORD_BYTES_368 ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET) : 1.0f;
+        r = RB == NVFP4_MLA_RECORD_BYTES_368 ? rope_scale() : 1.0f;
     }
-    m->s[t] = s;
-    m->r[t] = r;
-    m->valid[t] = v;
+    m->s[k] = s;
+    m->r[k] = r;
+    m->valid[k] = v;
+}
+
+/* Threads 0..63 of the producer: the tile's key metadata from the raw stage. */
+template <int RB>
+static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_args_t &a, const uint8_t *stage,
+                                                  const uint8_t *valid, tile_meta *m, int t) {
+    if (t >= ATT_KEYS) return;
+    const uint8_t *rec = stage + t * RB;
+    write_key_meta<RB>(
+        a, valid[t] != 0, [&] { return *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET); },
+        [&] { return *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET); }, m, t);
 }
 
 /* The producer (thread t = 0..PT-1 of its PT / 128 warpgroups): keeps R stages of copies in
@@ -328,7 +356,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
                 mbar_wait(&bars.slot_empty[slot_after(s0, i, pl)], pos_parity(pos + i, pl) ^ 1u);
             write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
             dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + s0 * ATT_BLOCK, t);
-            dequant_latent_tile<RB, PT>(raw, valid, [&](int b) { return smem + pl.off_ring + slot_after(s0, 1 + b, pl) * ATT_BLOCK; }, t);
+            dequant_latent_tile<RB, PT>(raw, valid, smem + pl.off_ring, [&](uint32_t b) { return slot_after(s0, 1 + b, pl) * ATT_BLOCK; }, t);
             fence_proxy_async();
             for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[slot_after(s0, i, pl)]);
             pos += 9;
@@ -422,38 +450,19 @@ template <int RB>
 static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a,
                                                      const record_quarter<RB> &q, uint8_t *buf, tile_meta *m, int k,
                                                      int part) {
-    if (part == 0) {
-        float s = 0.0f, r = 0.0f;
-        if (q.valid) {
-            const float outer = a.per_token ? __uint_as_float(q.scales_rs.y) : a.outer_scale;
-            s = __fmul_rn(outer, 512.0f);
-            r = RB == NVFP4_MLA_RECORD_BYTES_368 ? __uint_as_float(q.scales_rs.x) : 1.0f;
-        }
-        m->s[k] = s;
-        m->r[k] = r;
-        m->valid[k] = q.valid;
-    }
+    if (part == 0)
+        write_key_meta<RB>(
+            a, q.valid, [&] { return __uint_as_float(q.scales_rs.y); }, [&] { return __uint_as_float(q.scales_rs.x); }, m,
+            k);
     uint4 lo = q.rope[0], hi = q.rope[q.rope_chunks - 1];
-    if (RB == NVFP4_MLA_RECORD_BYTES_368) {
-        const uint2 a0 = e4m3x4_bf16(q.rope[0].x), a1 = e4m3x4_bf16(q.rope[0].y);
-        const uint2 a2 = e4m3x4_bf16(q.rope[0].z), a3 = e4m3x4_bf16(q.rope[0].w);
-        lo = make_uint4(a0.x, a0.y, a1.x, a1.y);
-        hi = make_uint4(a2.x, a2.y, a3.x, a3.y);
-    }
+    if (RB == NVFP4_MLA_RECORD_BYTES_368) e4m3x16_bf16(q.rope[0], lo, hi);
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part)) = lo;
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part + 8)) = hi;
-    /* A group's two chunks sit at ((gq << 5) ^ r16) and that ^ 16 of the key's unswizzled row
-     * (store_e2m1_group's addressing). An invalid entry's zero codes and scale write zeros. */
+    /* An invalid entry's zero codes and scale codes write zeros. */
     const uint32_t r16 = ((uint32_t)k & 7u) << 4;
-    uint8_t *row = buf + ATT_BLOCK + (swizzle_off(k, 0) - r16);
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const uint32_t g = 8u * (uint32_t)part + (uint32_t)j;
-        const uint32_t code = ((j < 4 ? q.scales.x : q.scales.y) >> (8 * (j & 3))) & 0xFFu;
-        const uint32_t w0 = (j & 1) ? q.codes[j >> 1].z : q.codes[j >> 1].x;
-        const uint32_t w1 = (j & 1) ? q.codes[j >> 1].w : q.codes[j >> 1].y;
-        store_e2m1_group(row, (g >> 2) * ATT_BLOCK + (((g & 3u) << 5) ^ r16), w0, w1, group_scale_x2(code));
-    }
+    uint8_t *row = buf + ATT_BLOCK + (swizzle_off(k, 0) - r16); /* latent block 0's row of key k */
+    store_latent_groups8(row, [](uint32_t b) { return b * (uint32_t)ATT_BLOCK; }, r16, 8u * (uint32_t)part, q.codes,
+                         q.scales.x, q.scales.y);
 }
 
 /* The paired producer (thread t = 0..PT-1, PT = 256: four threads a key). Tile X: buffer X & 1
