@@ -317,6 +317,24 @@ static void run_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint3
     run_case_checked(nq, h, topk, layout, mode, 0, nq);
 }
 
+/* As run_case_checked, with every query q where q % 4 == 1 given valid_len 0: items of no tiles
+ * among items with tiles, on every CTA's walk (the producer's cursor skips them, the consumers'
+ * epilogues still store their zero rows and lse). */
+static void run_case_zero_lengths(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode,
+                                  int64_t check) {
+    attend_case_t c = case_make(nq, h, topk, layout, mode, 0);
+    for (int64_t q = 1; q < nq; q += 4) c.valid[q] = 0;
+    case_run_gpu(&c);
+    const double vmax = case_vmax(&c);
+    double worst[3] = {0, 0, 0};
+    for (int64_t k = 0; k < check && k < nq; k++) case_check_query(&c, k, vmax, worst);
+    fprintf(stderr, "%-8s nq %4lld h %3lld topk %4lld layout %u mode %u zero lengths, checked %4lld: max |out diff| "
+            "%.2e, beyond rel 2/128: %.2e of max|V| (bound 1e-3), max |lse diff| %.2e\n", config_name, (long long)nq,
+            (long long)h, (long long)topk, layout, mode, (long long)(check < nq ? check : nq), worst[0], worst[1],
+            worst[2]);
+    case_free(&c);
+}
+
 /* compute-sanitizer racecheck's run (NVFP4_MLA_GPU_TEST_RACECHECK): it instruments every shared
  * access, so it gets one small case per consumer and record size, on a context whose planner sees
  * 2 SMs (white-box: the plan's arithmetic is the same for any SM count). One query of 1024 entries
@@ -336,6 +354,7 @@ static bool race_shapes(void) {
     run_case(3, 128, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC); /* items after items */
     run_case(2, 64, 512, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);  /* wide, 432: paired too */
     run_case(2, 64, 512, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC); /* wide, 656: the 12-slot ring */
+    run_case(2, 64, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* wide, 368 per-token */
     gpu->cuda.sm_count = sms;
     return true;
 }
@@ -509,6 +528,12 @@ static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **stat
     run_case_checked(80, 64, 512, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 16, 3);
     run_case_checked(80, 128, 300, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC, 0, 3);
     run_case_checked(80, 96, 700, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 0, 3);
+    /* The paired wide kind (not light: 300 x 64 heads x 1 tile > 128 x 132 head-tiles) with one
+     * tile an item; 432 records on padded pages; items of no tiles between items with tiles. */
+    run_case_checked(300, 64, 64, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, 0, 4);
+    run_case_checked(80, 64, 512, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC, 48, 3);
+    run_case_zero_lengths(160, 64, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 8);
+    run_case_zero_lengths(160, 64, 512, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 8);
     close_gpu();
 }
 
