@@ -23,6 +23,10 @@
 
 #if NVFP4_HAVE_WGMMA
 
+#ifndef ATT_WIDE_PV_N128
+#define ATT_WIDE_PV_N128 1 /* UNVERIFIED (branch wide-n256): the paired kind's P.V as m64n128k16 */
+#endif
+
 struct wide_state {
     float o[4][32]; /* O rows 16w + lane/4 (+8), dims 64(4c + b) + 8j + 2(lane%4) (+1) */
     float m[2];     /* warpgroup 0: running row maximum (log2 domain) of rows lane/4 and lane/4 + 8 */
@@ -169,8 +173,17 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
     uint64_t vd[4]; /* V block descriptors; a k-step (16 keys) is +2048 bytes = +128 */
 #pragma unroll
     for (int b = 0; b < 4; b++) vd[b] = sw128_desc(warp_uniform(tl.block(smem, pl, first + b)), 1024, ATT_BLOCK);
-    /* k-step major: consecutive wgmma go to different accumulators */
-    if constexpr (P_IN_REGS) {
+    if constexpr (PAIRED && ATT_WIDE_PV_N128) { /* the blocks contiguous: two n128 wgmma a k-step */
+        float *o = &st.o[0][0]; /* wide_state.o as two n128 accumulators: block b's columns at o + 32b */
+        const uint64_t pd = sw128_desc(warp_uniform(smem_addr(pbuf)), 1024, 16);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if constexpr (P_IN_REGS) wgmma_rs_n128<1>(o + 64 * h, pf[kk], vd[2 * h] + 128 * kk, 1);
+                else wgmma_ss_n128<0, 1>(o + 64 * h, pd + 2 * kk, vd[2 * h] + 128 * kk, 1);
+            }
+    } else if constexpr (P_IN_REGS) { /* k-step major: consecutive wgmma go to different accumulators */
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
 #pragma unroll
