@@ -148,10 +148,11 @@ static __device__ __forceinline__ void store_e2m1_group(uint8_t *row, uint32_t o
 }
 
 /* Latent groups g0 .. g0 + 7 of one key (g0 a multiple of 8) into their blocks, from their 64
- * code bytes and their 8 scale codes (two words, group g0 in the low byte). `row` is the key's
- * unswizzled row in the block space, blk_off(b) latent block b's byte offset from it, r16 =
- * (key % 8) << 4 (store_e2m1_group's addressing). The raw-stage dequantisation and the
- * register-staged paired producer both write through here. */
+ * code bytes and their 8 scale codes (two words, group g0 in the low byte). `row` = base +
+ * swizzle_off(key, 0) - r16 (the key's row, swizzle removed), blk_off(b) = latent block b's offset
+ * from base, r16 = (key % 8) << 4 (store_e2m1_group's addressing). The resident raw-stage
+ * dequantisation (dequant_latent_tile) and the register-staged paired producer write through
+ * here; dequant_latent (the streaming rings, one group a thread) keeps its own loop. */
 template <typename BlockOff>
 static __device__ __forceinline__ void store_latent_groups8(uint8_t *row, BlockOff blk_off, uint32_t r16, uint32_t g0,
                                                             const uint4 *codes, uint32_t scales_lo, uint32_t scales_hi) {
@@ -227,15 +228,16 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
             const uint2 sc = v ? *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * half) : make_uint2(0, 0);
             scw[0] = sc.x, scw[1] = sc.y, scw[2] = scw[3] = 0;
         }
-        /* Passes of 8 groups: enough ILP, fewer registers (16 measured no faster). The codes are
-         * read whatever the entry: an invalid entry's zero scale codes make its values zeros. */
+        /* Passes of 8 groups (store_latent_groups8's shape; 16 a pass measured no faster). The codes
+         * are read whatever the entry: an invalid entry's zero scale codes make its values zeros. */
         const uint32_t r16 = ((uint32_t)k & 7u) << 4, row = swizzle_off(k, 0) - r16;
 #pragma unroll
         for (int pass = 0; pass < G / 8; pass++) {
             uint4 codes[4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                codes[i] = *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * G * half + 64 * pass + 16 * i);
+                codes[i] = *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * G * half +
+                                                             64 * pass + 16 * i);
             store_latent_groups8(base + row, blk_off, r16, (uint32_t)(G * half + 8 * pass), codes, scw[2 * pass],
                                  scw[2 * pass + 1]);
             __syncwarp(); /* keeps the second pass's loads after the first pass's stores */
@@ -291,7 +293,8 @@ static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const 
 
 /* Key k's metadata (tile_meta) for an entry that counts (v) or not. The record's s_t and RoPE
  * scale r come from token_scale() and rope_scale(), called only when the rule needs them: s is
- * (s_t or the static scale) * 2^9 for NVFP4 records and 1 for 656; r is the stored r (368) or 1. */
+ * (s_t or the static scale) * 2^9 for NVFP4 records and 1 for 656; r is the stored r (368) or 1;
+ * s = r = 0 for an entry that counts nothing. */
 template <int RB, typename TokenScale, typename RopeScale>
 static __device__ __forceinline__ void write_key_meta(const nvfp4_mla_attend_kernel_args_t &a, bool v,
                                                       TokenScale token_scale, RopeScale rope_scale, tile_meta *m,
@@ -440,6 +443,8 @@ static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kerne
     for (int i = 0; i < q.rope_chunks; i++)
         q.rope[i] = __ldg(reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET +
                                                           16 * q.rope_chunks * part + 16 * i));
+    static_assert(NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET == NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET + 4,
+                  "scales_rs: r, then s_t, in one 8-byte load");
     if (part == 0) q.scales_rs = __ldg(reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET));
 }
 
@@ -460,7 +465,7 @@ static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kern
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part + 8)) = hi;
     /* An invalid entry's zero codes and scale codes write zeros. */
     const uint32_t r16 = ((uint32_t)k & 7u) << 4;
-    uint8_t *row = buf + ATT_BLOCK + (swizzle_off(k, 0) - r16); /* latent block 0's row of key k */
+    uint8_t *row = buf + ATT_BLOCK + (swizzle_off(k, 0) - r16); /* store_latent_groups8's row; base: block 1 */
     store_latent_groups8(row, [](uint32_t b) { return b * (uint32_t)ATT_BLOCK; }, r16, 8u * (uint32_t)part, q.codes,
                          q.scales.x, q.scales.y);
 }
