@@ -12,8 +12,8 @@
  * a tile (two warpgroups of 32 keys read it twice: about 216 against 144 KB of operand reads a
  * tile), keep whole rows in one warpgroup (no maxima cross warpgroups), and let warpgroup 0 go
  * on to the next tile's Q.K^T while warpgroup 1 runs this tile's P.V (in the paired kind; in the
- * 656 kind's 12-slot ring the next tile needs slots that warpgroup 1 frees last). Warpgroup 1 then needs far
- * fewer registers, which go to the producers. FlashMLA's Hopper FP8 decode splits its consumers
+ * 656 kind's 12-slot ring the next tile needs slots that warpgroup 1 frees last). Warpgroup 1
+ * then needs far fewer registers, which go to the producers. FlashMLA's Hopper FP8 decode splits its consumers
  * the same way. Each record is dequantised once per 64 heads.
  */
 #ifndef NVFP4_MLA_ATTEND_WIDE_CUH
@@ -90,6 +90,17 @@ static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_
     if (!PAIRED) tl.release(bars, pl, 0); /* paired: P goes into the RoPE block; warpgroup 1 frees it */
 }
 
+/* This warpgroup's O rows times their alpha (rows lane/4 and lane/4 + 8 of each warp); skipped
+ * by whole warps, since most tiles move no maximum. */
+static __device__ __forceinline__ void wide_rescale(wide_state &st, const float *alpha) {
+    if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int i = 0; i < 32; i++) st.o[b][i] *= alpha[(i >> 1) & 1];
+    }
+}
+
 /* Softmax over the tile's 64 keys (warpgroup 0, which holds whole rows: no maxima cross
  * warpgroups): updates m, l, leaves P' = p * s as this warpgroup's A fragments, writes P' to the P
  * tile at pbuf and the rows' alpha to xalpha for warpgroup 1, and rescales this warpgroup's O. */
@@ -154,16 +165,11 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
         if (c == 0) xalpha[16 * warp + g + 8 * h] = alpha[h];
     fence_proxy_async();
     named_sync(BAR_WIDE_P, 256); /* P' and alpha of the tile ready for warpgroup 1 */
-    if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) { /* most tiles move no maximum */
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-#pragma unroll
-            for (int i = 0; i < 32; i++) st.o[b][i] *= alpha[(i >> 1) & 1];
-    }
+    wide_rescale(st, alpha);
 }
 
 /* O += P V over latent blocks first .. first + 3 (dims 64 (first - 1) ..): warpgroup 0 with P from
- * its registers (pf), warpgroup 1 from the P tile (pd); then frees them. */
+ * its registers (pf), warpgroup 1 from the P tile at pbuf (pf unused: null); then frees them. */
 template <bool PAIRED, bool P_IN_REGS>
 static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
                                                wide_state &st, const wide_tile<PAIRED> &tl, int first,
@@ -184,8 +190,8 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
         for (int kk = 0; kk < 4; kk++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                if constexpr (P_IN_REGS) wgmma_rs_n128<1>(o + 64 * h, pf[kk], vd[2 * h] + 128 * kk, 1);
-                else wgmma_ss_n128<0, 1>(o + 64 * h, pd + 2 * kk, vd[2 * h] + 128 * kk, 1);
+                if constexpr (P_IN_REGS) wgmma_rs_n128(o + 64 * h, pf[kk], vd[2 * h] + 128 * kk, 1);
+                else wgmma_ss_n128<0>(o + 64 * h, pd + 2 * kk, vd[2 * h] + 128 * kk, 1);
             }
     } else if constexpr (P_IN_REGS) { /* k-step major: consecutive wgmma go to different accumulators */
 #pragma unroll
@@ -305,9 +311,9 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
         for (int64_t k = 0; k < tiles; k++, tile++, pos += 9) {
             const wide_tile<PAIRED> tl(smem, pl, pos, tile);
             uint8_t *pbuf = PAIRED ? paired_buffer(smem, pl, tile) : smem + pl.off_p;
-            uint32_t pf[4][4];
             if constexpr (CW == 0) {
                 float lat[32], rope[32];
+                uint32_t pf[4][4]; /* P' as A fragments */
                 wide_scores<PAIRED>(pl, smem, bars, tl, lat, rope);
                 if (k > 0) named_sync(BAR_WIDE_P_FREE, 256); /* warpgroup 1 is done with the last P and alpha */
                 wide_softmax(a, st, lat, rope, meta[tile % ATT_META_RING], warp, lane, pf, pbuf, xalpha);
@@ -318,13 +324,8 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
                 float alpha[2];
 #pragma unroll
                 for (int h = 0; h < 2; h++) alpha[h] = xalpha[16 * warp + (lane >> 2) + 8 * h];
-                if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-                    for (int b = 0; b < 4; b++)
-#pragma unroll
-                        for (int i = 0; i < 32; i++) st.o[b][i] *= alpha[(i >> 1) & 1];
-                }
-                wide_pv<PAIRED, false>(pl, smem, bars, st, tl, 5, pf, pbuf);
+                wide_rescale(st, alpha);
+                wide_pv<PAIRED, false>(pl, smem, bars, st, tl, 5, nullptr, pbuf);
                 if (PAIRED) tl.release(bars, pl, 0); /* P, in the RoPE block, is read */
                 if (k + 1 < tiles) named_sync(BAR_WIDE_P_FREE, 256);
             }
