@@ -114,7 +114,7 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
                                                       const float *rope, const tile_meta &meta, int warp, int lane) {
     float *red_max = reinterpret_cast<float *>(smem + pl.off_red); /* [4 warps][32 columns] */
     uint8_t *pt = smem + pl.off_p;
-    const float scale_log2 = a.sm_scale * 1.4426950408889634f;
+    const float scale_log2 = score_scale_log2(a);
     const int g = lane >> 2;
     float sk[2], lk[2], rk[2]; /* the key's latent scale; both score scales times log2(e) sm_scale */
     bool vk[2];

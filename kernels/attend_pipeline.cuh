@@ -82,6 +82,39 @@ struct tile_meta {
                               * flags took over 4 tiles kept the ring one slot short of 17) */
 };
 
+/* The wide kind's key metadata: what its softmax multiplies by, precomputed once a key by the
+ * producer. The consumer then forms a score in two FFMA from one 16-byte load a key, where the
+ * (s, r, valid) form took three loads, two scale multiplies, a compare and a -inf move (about
+ * 100 of its ~400 softmax instructions a warp-tile, Nsight Compute, h = 64). Four times
+ * tile_meta's bytes: the wide kind has the room, the narrow rings at 32 heads do not. */
+struct alignas(16) wide_key {
+    float ls;   /* latent score scale: tile_meta's s * sm_scale * log2(e) */
+    float rs;   /* RoPE score scale: tile_meta's r * sm_scale * log2(e) */
+    float bias; /* 0 when the entry counts, else -inf (its scale factors are 0) */
+    float s;    /* P scale: tile_meta's s */
+};
+struct wide_meta {
+    wide_key key[ATT_KEYS];
+};
+
+/* The score scale in log2 units that both forms use: exp2 of it is e^(sm_scale * score). */
+static __device__ __forceinline__ float score_scale_log2(const nvfp4_mla_attend_kernel_args_t &a) {
+    return a.sm_scale * 1.4426950408889634f;
+}
+
+/* One key's metadata into either form: s and r as write_key_meta makes them, v whether it counts. */
+static __device__ __forceinline__ void put_key_meta(const nvfp4_mla_attend_kernel_args_t &, tile_meta *m, int k,
+                                                    float s, float r, bool v) {
+    m->s[k] = s;
+    m->r[k] = r;
+    m->valid[k] = v;
+}
+static __device__ __forceinline__ void put_key_meta(const nvfp4_mla_attend_kernel_args_t &a, wide_meta *m, int k,
+                                                    float s, float r, bool v) {
+    const float l2 = score_scale_log2(a);
+    m->key[k] = wide_key{s * l2, r * l2, v ? 0.0f : -INFINITY, s};
+}
+
 /* One item: query q's top-k entries [begin, end) for head group `group`. */
 struct item_span {
     int64_t q;

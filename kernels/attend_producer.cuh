@@ -291,14 +291,13 @@ static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const 
     for (int i = 0; i < C; i++) *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 8 * C * part + 8 * i)) = out[i];
 }
 
-/* Key k's metadata (tile_meta) for an entry that counts (v) or not. The record's s_t and RoPE
- * scale r come from token_scale() and rope_scale(), called only when the rule needs them: s is
- * (s_t or the static scale) * 2^9 for NVFP4 records and 1 for 656; r is the stored r (368) or 1;
- * s = r = 0 for an entry that counts nothing. */
-template <int RB, typename TokenScale, typename RopeScale>
+/* Key k's metadata (tile_meta, or the wide kind's wide_meta: put_key_meta) for an entry that
+ * counts (v) or not. The record's s_t and RoPE scale r come from token_scale() and rope_scale(),
+ * called only when the rule needs them: s is (s_t or the static scale) * 2^9 for NVFP4 records
+ * and 1 for 656; r is the stored r (368) or 1; s = r = 0 for an entry that counts nothing. */
+template <int RB, typename TokenScale, typename RopeScale, typename Meta>
 static __device__ __forceinline__ void write_key_meta(const nvfp4_mla_attend_kernel_args_t &a, bool v,
-                                                      TokenScale token_scale, RopeScale rope_scale, tile_meta *m,
-                                                      int k) {
+                                                      TokenScale token_scale, RopeScale rope_scale, Meta *m, int k) {
     float s = 0.0f, r = 0.0f;
     if (v) {
         if (RB == 656) {
@@ -309,15 +308,13 @@ static __device__ __forceinline__ void write_key_meta(const nvfp4_mla_attend_ker
         }
         r = RB == NVFP4_MLA_RECORD_BYTES_368 ? rope_scale() : 1.0f;
     }
-    m->s[k] = s;
-    m->r[k] = r;
-    m->valid[k] = v;
+    put_key_meta(a, m, k, s, r, v);
 }
 
 /* Threads 0..63 of the producer: the tile's key metadata from the raw stage. */
-template <int RB>
+template <int RB, typename Meta>
 static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_args_t &a, const uint8_t *stage,
-                                                  const uint8_t *valid, tile_meta *m, int t) {
+                                                  const uint8_t *valid, Meta *m, int t) {
     if (t >= ATT_KEYS) return;
     const uint8_t *rec = stage + t * RB;
     write_key_meta<RB>(
@@ -329,13 +326,14 @@ static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_
  * flight and turns each landed stage into the tile's operand blocks. IN_ORDER: the consumers
  * release slots in ring order (the narrow ones; the wide warpgroups each free their own blocks,
  * out of ring order), so a resident tile waits only for the last of its 9 slots to be released: each
- * consumer thread's arrival there comes after its arrivals on the 8 before. */
-template <int RB, int PT, bool IN_ORDER>
+ * consumer thread's arrival there comes after its arrivals on the 8 before. Meta: the consumers'
+ * key metadata form (tile_meta, or wide_meta for the wide kind). */
+template <int RB, int PT, bool IN_ORDER, typename Meta>
 static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                        int t) {
     const int warp = t >> 5, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
-    tile_meta *meta = reinterpret_cast<tile_meta *>(smem + pl.off_meta);
+    Meta *meta = reinterpret_cast<Meta *>(smem + pl.off_meta);
     const int per_tile = pl.resident ? 9 : 17;
     tile_cursor cur;
     cur.item = blockIdx.x;
@@ -453,7 +451,7 @@ static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kerne
  * part 0, the key's metadata. */
 template <int RB>
 static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a,
-                                                     const record_quarter<RB> &q, uint8_t *buf, tile_meta *m, int k,
+                                                     const record_quarter<RB> &q, uint8_t *buf, wide_meta *m, int k,
                                                      int part) {
     if (part == 0)
         write_key_meta<RB>(
@@ -479,7 +477,7 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
                                               uint8_t *smem, int t) {
     static_assert(producer_shape<PT>::parts == 4, "a quarter record a thread");
     const attend_bars bars = bars_of(smem, pl);
-    tile_meta *meta = reinterpret_cast<tile_meta *>(smem + pl.off_meta);
+    wide_meta *meta = reinterpret_cast<wide_meta *>(smem + pl.off_meta);
     int k, part;
     key_part<PT>(t, k, part);
     tile_cursor cur;

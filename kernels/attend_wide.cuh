@@ -104,11 +104,9 @@ static __device__ __forceinline__ void wide_rescale(wide_state &st, const float 
 /* Softmax over the tile's 64 keys (warpgroup 0, which holds whole rows: no maxima cross
  * warpgroups): updates m, l, leaves P' = p * s as this warpgroup's A fragments, writes P' to the P
  * tile at pbuf and the rows' alpha to xalpha for warpgroup 1, and rescales this warpgroup's O. */
-static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kernel_args_t &a, wide_state &st,
-                                                    const float *lat, const float *rope, const tile_meta &meta,
-                                                    int warp, int lane, uint32_t (*pf)[4], uint8_t *pbuf,
-                                                    float *xalpha) {
-    const float scale_log2 = a.sm_scale * 1.4426950408889634f;
+static __device__ __forceinline__ void wide_softmax(wide_state &st, const float *lat, const float *rope,
+                                                    const wide_meta &meta, int warp, int lane, uint32_t (*pf)[4],
+                                                    uint8_t *pbuf, float *xalpha) {
     const int g = lane >> 2, c = lane & 3;
     float sc[32], sk[16];
     float mx[2] = {-INFINITY, -INFINITY};
@@ -116,14 +114,12 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int key = 8 * j + 2 * c + e;
-            const float s = meta.s[key], ls = s * scale_log2, rs = meta.r[key] * scale_log2;
-            const bool v = meta.valid[key] != 0;
-            sk[2 * j + e] = s;
+            const wide_key m = meta.key[8 * j + 2 * c + e]; /* -inf bias: an entry that counts nothing */
+            sk[2 * j + e] = m.s;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int i = 4 * j + 2 * h + e;
-                sc[i] = v ? fmaf(lat[i], ls, rope[i] * rs) : -INFINITY;
+                sc[i] = fmaf(lat[i], m.ls, fmaf(rope[i], m.rs, m.bias));
                 mx[h] = fmaxf(mx[h], sc[i]);
             }
         }
@@ -134,14 +130,19 @@ static __device__ __forceinline__ void wide_softmax(const nvfp4_mla_attend_kerne
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 2));
         alpha[h] = advance_max(st.m[h], mx[h]);
     }
+    /* A row whose maximum is still -inf has only -inf scores: against 0 they give p = 0, with one
+     * select a row rather than one a score (-inf - -inf would be NaN). */
+    float mu[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) mu[h] = st.m[h] == -INFINITY ? 0.0f : st.m[h];
     uint32_t w[16]; /* [j][h]: bf16 pair of row g + 8h, keys 8j + 2c (+1) */
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const float p0 = st.m[h] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + 2 * h] - st.m[h]);
-            const float p1 = st.m[h] == -INFINITY ? 0.0f : exp2_ftz(sc[4 * j + 2 * h + 1] - st.m[h]);
+            const float p0 = exp2_ftz(sc[4 * j + 2 * h] - mu[h]);
+            const float p1 = exp2_ftz(sc[4 * j + 2 * h + 1] - mu[h]);
             sum[h] += p0 + p1;
             w[2 * j + h] = bf16_pair(p0 * sk[2 * j], p1 * sk[2 * j + 1]);
         }
@@ -293,7 +294,7 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
     constexpr int cw = CW;
     const int warp = (t >> 5) & 3, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
-    const tile_meta *meta = reinterpret_cast<const tile_meta *>(smem + pl.off_meta);
+    const wide_meta *meta = reinterpret_cast<const wide_meta *>(smem + pl.off_meta);
     float *xalpha = reinterpret_cast<float *>(smem + pl.off_red); /* [64 rows] */
     uint32_t pos = 0, tile = 0;
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
@@ -316,7 +317,7 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
                 uint32_t pf[4][4]; /* P' as A fragments */
                 wide_scores<PAIRED>(pl, smem, bars, tl, lat, rope);
                 if (k > 0) named_sync(BAR_WIDE_P_FREE, 256); /* warpgroup 1 is done with the last P and alpha */
-                wide_softmax(a, st, lat, rope, meta[tile % ATT_META_RING], warp, lane, pf, pbuf, xalpha);
+                wide_softmax(st, lat, rope, meta[tile % ATT_META_RING], warp, lane, pf, pbuf, xalpha);
                 wide_pv<PAIRED, true>(pl, smem, bars, st, tl, 1, pf, pbuf);
             } else {
                 named_sync(BAR_WIDE_P, 256);
