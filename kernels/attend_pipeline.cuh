@@ -84,9 +84,11 @@ struct tile_meta {
 
 /* The wide kind's key metadata: what its softmax multiplies by, precomputed once a key by the
  * producer. The consumer then forms a score in two FFMA from one 16-byte load a key, where the
- * (s, r, valid) form took three loads, two scale multiplies, a compare and a -inf move (about
- * 100 of its ~400 softmax instructions a warp-tile, Nsight Compute, h = 64). Four times
- * tile_meta's bytes: the wide kind has the room, the narrow rings at 32 heads do not. */
+ * (s, r, valid) form took three loads, two scale multiplies, a compare and a -inf move: the
+ * softmax went from 480 to 331 SASS instructions, warpgroup 0 from 837 to 732 executed a
+ * warp-tile (Nsight Compute, h = 64). Measured: 656 records 1-2.5% faster at h = 64 / 128, 368
+ * the same (their producer sets the pace; BENCHMARKS.md, thirteenth session). 1 KB a tile
+ * against tile_meta's 576 bytes: the wide kind has the room, the narrow rings at 32 heads do not. */
 struct alignas(16) wide_key {
     float ls;   /* latent score scale: tile_meta's s * sm_scale * log2(e) */
     float rs;   /* RoPE score scale: tile_meta's r * sm_scale * log2(e) */
