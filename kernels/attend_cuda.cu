@@ -44,8 +44,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <type_traits>
-
 #include "attend_narrow.cuh"
 #include "attend_pipeline.cuh"
 #include "attend_producer.cuh"
@@ -300,9 +298,8 @@ __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
         if constexpr (PAIRED)
             attend_producer_paired<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
         else
-            attend_producer<RB, PRODUCERS, KIND != KIND_WIDE,
-                            std::conditional_t<KIND == KIND_WIDE, wide_meta, tile_meta>>(a, pl, smem,
-                                                                                          threadIdx.x - CONSUMERS);
+            attend_producer<RB, PRODUCERS, KIND != KIND_WIDE, meta_of<KIND == KIND_WIDE>>(a, pl, smem,
+                                                                                         threadIdx.x - CONSUMERS);
         if constexpr (ONE_LAUNCH)
             merge_if_last(a, pl, smem, threadIdx.x - CONSUMERS, PRODUCERS, CONSUMERS, BAR_PRODUCER);
     } else {
@@ -344,7 +341,7 @@ static int place_tail(attend_plan &p, int record_bytes, int red_bytes) {
     p.off_valid = p.off_raw + p.stages * ATT_KEYS * record_bytes;
     p.off_meta = align_up(p.off_valid + p.stages * ATT_KEYS, 16);
     if (p.stages == 0) p.off_raw = p.off_valid = -1;
-    p.off_red = p.off_meta + ATT_META_RING * (int)(p.wide ? sizeof(wide_meta) : sizeof(tile_meta));
+    p.off_red = p.off_meta + ATT_META_RING * meta_bytes(p.wide);
     p.off_bar = align_up(p.off_red + red_bytes, 8);
     return p.off_bar + (p.stages + 2 * p.slots) * 8;
 }

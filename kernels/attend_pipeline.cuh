@@ -19,7 +19,8 @@
  * keeps the latent blocks for P.V, 9 blocks a tile) or those followed by latent blocks 0..7 again
  * ("streaming", 17 blocks a tile: for shared memory that cannot hold a whole tile, the 99 KB
  * parts). Slots are handed over with full/empty mbarriers in FIFO order; per-tile key metadata
- * (validity, outer scale, RoPE scale) rides in a ring of 4 beside them, which is safe because the
+ * (validity, outer scale, RoPE scale: tile_meta, or the wide kind's wide_meta) rides in a ring of 4
+ * beside them, which is safe because the
  * producer can be at most two tiles ahead (slots <= 2 blocks-per-tile, checked by the planner).
  *
  * Values in the operand blocks (why the scales are folded, not applied): NVFP4 latent values are
@@ -36,6 +37,8 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "codec.h"
 #include "decode_cuda.cuh"
@@ -74,7 +77,8 @@ struct attend_plan {
     int32_t bytes;           /* dynamic shared memory requested (alignment slack included) */
 };
 
-/* Key metadata of one tile, written by the producer with the tile's RoPE block. */
+/* Key metadata of one tile for the narrow consumers, written by the producer with the tile's RoPE
+ * block (the wide consumer's form: wide_meta). */
 struct tile_meta {
     float s[ATT_KEYS];       /* latent score/P scale: (s_t or s) * 2^9 (NVFP4), 1 (656), 0 if unused */
     float r[ATT_KEYS];       /* RoPE score scale: r (368), 1 (432, 656) */
@@ -84,22 +88,32 @@ struct tile_meta {
 
 /* The wide kind's key metadata: what its softmax multiplies by, precomputed once a key by the
  * producer. The consumer then forms a score in two FFMA from one 16-byte load a key, where the
- * (s, r, valid) form took three loads, two scale multiplies, a compare and a -inf move: the
- * softmax went from 480 to 331 SASS instructions, warpgroup 0 from 837 to 732 executed a
- * warp-tile (Nsight Compute, h = 64). Measured: 656 records 1-2.5% faster at h = 64 / 128, 368
+ * (s, r, valid) form took three loads, two scale multiplies, a compare and a -inf move. With
+ * one -inf select a row instead of one a score (wide_softmax), the softmax went from 480 to 331
+ * static SASS instructions, and warpgroup 0 from 837 to 732 executed a warp-tile (Nsight
+ * Compute, h = 64). Measured: 656 records 1-2.5% faster at h = 64 / 128, 368
  * the same (their producer sets the pace; BENCHMARKS.md, thirteenth session). 1 KB a tile
  * against tile_meta's 576 bytes: the wide kind has the room, the narrow rings at 32 heads do not. */
 struct alignas(16) wide_key {
     float ls;   /* latent score scale: tile_meta's s * sm_scale * log2(e) */
     float rs;   /* RoPE score scale: tile_meta's r * sm_scale * log2(e) */
-    float bias; /* 0 when the entry counts, else -inf (its scale factors are 0) */
+    float bias; /* 0 when the entry counts, else -inf (its scale factors are 0 and the producer
+                 * writes its operand rows as zeros, so its score is -inf for finite Q; a Q row
+                 * holding inf or NaN gives NaN there, where the narrow kinds' mask gives -inf) */
     float s;    /* P scale: tile_meta's s */
 };
 struct wide_meta {
     wide_key key[ATT_KEYS];
 };
 
-/* The score scale in log2 units that both forms use: exp2 of it is e^(sm_scale * score). */
+/* A consumer's metadata form (the wide kind's or the narrow kinds') and its bytes a tile. */
+template <bool WIDE>
+using meta_of = std::conditional_t<WIDE, wide_meta, tile_meta>;
+static __host__ __device__ constexpr int meta_bytes(bool wide) {
+    return wide ? (int)sizeof(wide_meta) : (int)sizeof(tile_meta);
+}
+
+/* The factor that takes a score to log2 units in both forms: exp2(score * it) = e^(sm_scale * score). */
 static __device__ __forceinline__ float score_scale_log2(const nvfp4_mla_attend_kernel_args_t &a) {
     return a.sm_scale * 1.4426950408889634f;
 }

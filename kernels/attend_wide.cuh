@@ -114,12 +114,12 @@ static __device__ __forceinline__ void wide_softmax(wide_state &st, const float 
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const wide_key m = meta.key[8 * j + 2 * c + e]; /* -inf bias: an entry that counts nothing */
-            sk[2 * j + e] = m.s;
+            const wide_key key = meta.key[8 * j + 2 * c + e]; /* -inf bias: an entry that counts nothing */
+            sk[2 * j + e] = key.s;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int i = 4 * j + 2 * h + e;
-                sc[i] = fmaf(lat[i], m.ls, fmaf(rope[i], m.rs, m.bias));
+                sc[i] = fmaf(lat[i], key.ls, fmaf(rope[i], key.rs, key.bias));
                 mx[h] = fmaxf(mx[h], sc[i]);
             }
         }
