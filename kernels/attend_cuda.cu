@@ -47,6 +47,7 @@
 #include "attend_narrow.cuh"
 #include "attend_pipeline.cuh"
 #include "attend_producer.cuh"
+#include "attend_producer_paired.cuh"
 #include "attend_wide.cuh"
 #include "backends.h"
 #include "codec.h"

@@ -1,6 +1,7 @@
 /* The attention kernel's shared parts (kernels/attend_cuda.cu): the launch plan and its
  * shared-memory map, the walk over work items and the ring's hand-over. The roles are in
- * attend_producer.cuh (copies, dequantisation), attend_narrow.cuh (with its engines in
+ * attend_producer.cuh (copies, dequantisation) and attend_producer_paired.cuh (the paired wide
+ * kind's register-staged records), attend_narrow.cuh (with its engines in
  * attend_narrow_engines.cuh) and attend_wide.cuh (the consumers, sharing attend_consumer.cuh).
  *
  * Pipeline of one CTA (persistent: it takes items blockIdx.x, blockIdx.x + gridDim.x, ...; an

@@ -1,6 +1,7 @@
 /* The producer warpgroup(s) of the attention pipeline (kernels/attend_pipeline.cuh): bulk copies of
- * raw records into the stages and their dequantisation into operand blocks, or (the paired wide
- * kind) records loaded into registers and written from there. */
+ * raw records into the stages and their dequantisation into operand blocks, and the record rules
+ * (dequantisation, key metadata) that the paired wide kind's producer (attend_producer_paired.cuh)
+ * shares. */
 #ifndef NVFP4_MLA_ATTEND_PRODUCER_CUH
 #define NVFP4_MLA_ATTEND_PRODUCER_CUH
 
@@ -381,119 +382,6 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             cursor_next(a, pl, cur);
             issued++;
         }
-    }
-}
-
-/* ---- producer of the paired tile buffers (the wide kind) ----
- *
- * The ring is two tiles: 18 slots, tile X's nine blocks the contiguous buffer X & 1 (RoPE block,
- * then latent blocks 0..7; paired_buffer). Beside 72 KB of Q there is no room for raw stages as
- * well as two buffers, so the records are staged in the producer's registers instead: thread t
- * (key_part: key k, part p of 4) loads its quarter of key k's record of tile X + 1 (64 code bytes,
- * 8 group-scale codes, 16 RoPE codes or 32 RoPE bytes, and for part 0 the two scales) right after
- * writing tile X, so the loads are in flight while it waits for tile X - 1's consumers to free
- * the buffer, and the buffer is then written from registers in one pass. Measured on the H200
- * against the bulk copies into each buffer's tail that this replaced (which could only be issued
- * once tile X - 2's P.V had freed the tail, and then were waited for at once): h = 64 115.6 ->
- * 104.3 us, h = 128 220.4 -> 194.6 us; an L2 prefetch a tile ahead of the loads measured slower
- * (107.7 / 200.8 us). BENCHMARKS.md, eleventh session.
- *
- * Whether the wide kind pairs its buffers for records of record_bytes. Not for 656: a quarter
- * record would be 41 registers a thread (not tried), and the paired producer with 656-byte records
- * copied into the buffers' tails measured slower than the 12-slot ring (223 against 168 us at
- * h = 64, seventh session). */
-static __host__ __device__ constexpr bool wide_pairs(int record_bytes) {
-    return record_bytes != 656;
-}
-
-/* A producer thread's quarter of one record (zeros for an entry that counts nothing). */
-template <int RB>
-struct record_quarter {
-    static constexpr int rope_chunks = RB == NVFP4_MLA_RECORD_BYTES_368 ? 1 : 2;
-    uint4 codes[4];          /* payload bytes 64p .. 64p + 63: latent groups 8p .. 8p + 7 */
-    uint2 scales;            /* their E4M3 group-scale codes */
-    uint4 rope[rope_chunks]; /* RoPE dims 16p .. 16p + 15: 16 E4M3 codes (368) or 16 bf16 (432) */
-    uint2 scales_rs;         /* part 0: the f32 bits of the RoPE scale r and of s_t */
-    bool valid;
-};
-
-/* Part `part` of the record of entry `k` of the cursor's tile, by read-only loads. */
-template <int RB>
-static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
-                                                    const tile_cursor &c, int k, int part, record_quarter<RB> &q) {
-    static_assert(wide_pairs(RB), "quarters of 368 and 432 byte records");
-    const int64_t e = c.entry + k;
-    const int32_t slot = c.valid && e < c.span.end ? sane_slot(a, __ldg(a.slots + c.span.q * a.slot_stride + e)) : -1;
-    const uint4 z = make_uint4(0, 0, 0, 0);
-    q.valid = slot >= 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) q.codes[i] = z;
-    q.scales = q.scales_rs = make_uint2(0, 0);
-#pragma unroll
-    for (int i = 0; i < q.rope_chunks; i++) q.rope[i] = z;
-    if (!q.valid) return;
-    const uint8_t *rec = record_src<RB>(a, pl, slot);
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        q.codes[i] = __ldg(reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 64 * part + 16 * i));
-    q.scales = __ldg(reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * part));
-#pragma unroll
-    for (int i = 0; i < q.rope_chunks; i++)
-        q.rope[i] = __ldg(reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET +
-                                                          16 * q.rope_chunks * part + 16 * i));
-    static_assert(NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET == NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET + 4,
-                  "scales_rs: r, then s_t, in one 8-byte load");
-    if (part == 0) q.scales_rs = __ldg(reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET));
-}
-
-/* Key k's quarter q into tile buffer `buf`: the RoPE chunks 2p, 2p + 1 (368: the bare E4M3 values,
- * exact in bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks 1 + 2p, 2 + 2p) and, from
- * part 0, the key's metadata. */
-template <int RB>
-static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a,
-                                                     const record_quarter<RB> &q, uint8_t *buf, wide_meta *m, int k,
-                                                     int part) {
-    if (part == 0)
-        write_key_meta<RB>(
-            a, q.valid, [&] { return __uint_as_float(q.scales_rs.y); }, [&] { return __uint_as_float(q.scales_rs.x); }, m,
-            k);
-    uint4 lo = q.rope[0], hi = q.rope[q.rope_chunks - 1];
-    if (RB == NVFP4_MLA_RECORD_BYTES_368) e4m3x16_bf16(q.rope[0], lo, hi);
-    *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part)) = lo;
-    *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part + 8)) = hi;
-    /* An invalid entry's zero codes and scale codes write zeros. */
-    const uint32_t r16 = ((uint32_t)k & 7u) << 4;
-    uint8_t *row = buf + ATT_BLOCK + (swizzle_off(k, 0) - r16); /* store_latent_groups8's row; base: block 1 */
-    store_latent_groups8(row, [](uint32_t b) { return b * (uint32_t)ATT_BLOCK; }, r16, 8u * (uint32_t)part, q.codes,
-                         q.scales.x, q.scales.y);
-}
-
-/* The paired producer (thread t = 0..PT-1, PT = 256: four threads a key). Tile X: buffer X & 1
- * (paired_buffer), written once tile X - 2's consumers have freed all nine of its blocks;
- * metadata X % 4 (last read by tile X - 4's consumers, whose blocks were all freed before tile
- * X - 2's could be written). */
-template <int RB, int PT>
-static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
-                                              uint8_t *smem, int t) {
-    static_assert(producer_shape<PT>::parts == 4, "a quarter record a thread");
-    const attend_bars bars = bars_of(smem, pl);
-    wide_meta *meta = reinterpret_cast<wide_meta *>(smem + pl.off_meta);
-    int k, part;
-    key_part<PT>(t, k, part);
-    tile_cursor cur;
-    cur.item = blockIdx.x;
-    cursor_seek(a, pl, cur);
-    record_quarter<RB> q;
-    load_quarter<RB>(a, pl, cur, k, part, q);
-    for (uint32_t tile = 0; cur.valid; tile++) {
-        const uint32_t b = tile & 1u;
-        uint8_t *buf = paired_buffer(smem, pl, tile);
-        for (int i = 0; i < 9; i++) mbar_wait(&bars.slot_empty[9 * b + i], paired_phase(tile) ^ 1u);
-        write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
-        fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
-        for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[9 * b + i]);
-        cursor_next(a, pl, cur);
-        load_quarter<RB>(a, pl, cur, k, part, q); /* the next tile's, in flight through the next wait */
     }
 }
 
