@@ -23,10 +23,6 @@
 
 #if NVFP4_HAVE_WGMMA
 
-#ifndef ATT_WIDE_PV_N128
-#define ATT_WIDE_PV_N128 1 /* paired P.V as m64n128k16 (0: m64n64k16; n128 measured 1-2% faster) */
-#endif
-
 struct wide_state {
     float o[4][32]; /* O rows 16w + lane/4 (+8), dims 64(4c + b) + 8j + 2(lane%4) (+1); o[2h], o[2h + 1]
                      * contiguous: the paired kind's n128 accumulator h (wide_pv, wgmma_ss_n128) */
@@ -180,11 +176,12 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
     wgmma_fence();
     /* V block descriptors; a k-step (16 keys) is +2048 bytes = +128. LBO = ATT_BLOCK matters to the
      * n128 form alone: it reads vd[2h]'s columns 64..127 from block first + 2h + 1, 8 KB on in a
-     * paired buffer (vd[1], vd[3]: the n64 forms only). */
+     * paired buffer (vd[1], vd[3]: the ring's n64 forms only). */
     uint64_t vd[4];
 #pragma unroll
     for (int b = 0; b < 4; b++) vd[b] = sw128_desc(warp_uniform(tl.block(smem, pl, first + b)), 1024, ATT_BLOCK);
-    if constexpr (PAIRED && ATT_WIDE_PV_N128) { /* the blocks contiguous: two n128 wgmma a k-step */
+    if constexpr (PAIRED) { /* the blocks contiguous: two n128 wgmma a k-step (1-2% faster than four
+                             * n64, BENCHMARKS.md, twelfth session; the ring's blocks need not be) */
         float *o = &st.o[0][0]; /* o + 64h = st.o[2h], st.o[2h + 1]: block b's columns at o + 32b */
         const uint64_t pd = sw128_desc(warp_uniform(smem_addr(pbuf)), 1024, 16);
 #pragma unroll
@@ -192,7 +189,7 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 if constexpr (P_IN_REGS) wgmma_rs_n128(o + 64 * h, pf[kk], vd[2 * h] + 128 * kk, 1);
-                else wgmma_ss_n128<0>(o + 64 * h, pd + 2 * kk, vd[2 * h] + 128 * kk, 1);
+                else wgmma_ss_n128(o + 64 * h, pd + 2 * kk, vd[2 * h] + 128 * kk, 1);
             }
     } else if constexpr (P_IN_REGS) { /* k-step major: consecutive wgmma go to different accumulators */
 #pragma unroll
