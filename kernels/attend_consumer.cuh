@@ -130,11 +130,19 @@ static __device__ __forceinline__ void stage_flush(const item_out &o, const uint
     }
 }
 
+/* A row's log-sum-exp in base 2 (the kernels' domain: the scores carry log2 e) from its maximum m
+ * and its sum of 2^(x - m); -inf for a row that saw no entry. Times ATT_LN2 it is the natural lse
+ * the ABI returns (store_lse, and the split-K merge's merged_lse). */
+#define ATT_LN2 0.6931471805599453f
+static __device__ __forceinline__ float lse2_of(float m, float sum) {
+    return sum > 0.0f ? m + log2f(sum) : -INFINITY;
+}
+
 /* Stores the row statistics of head `head`: l (sum) and m (log2-domain max). */
 static __device__ __forceinline__ void store_lse(const item_out &o, int64_t head, float l, float m) {
     if (head >= o.heads) return;
-    const float lse2 = l > 0.0f ? m + log2f(l) : -INFINITY;
-    if (o.lse) o.lse[head * o.lse_head_stride] = lse2 * 0.6931471805599453f;
+    const float lse2 = lse2_of(m, l);
+    if (o.lse) o.lse[head * o.lse_head_stride] = lse2 * ATT_LN2;
     if (o.partial_lse) o.partial_lse[head] = lse2;
 }
 

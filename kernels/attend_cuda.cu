@@ -127,7 +127,7 @@ static __device__ __forceinline__ bool arrive_last(unsigned long long *counter, 
 /* A merged row's lse (natural log) from its largest partial log2-sum-exp m and the sum of its
  * weights 2^(lse_s - m); -inf for a row no split saw. merge_row and merge_if_last share it. */
 static __device__ __forceinline__ float merged_lse(float m, float sum) {
-    return sum > 0.0f ? (m + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+    return lse2_of(m, sum) * ATT_LN2;
 }
 
 /* Merges the split partials of one (query, head) row: one warp, 16 columns per lane. */
