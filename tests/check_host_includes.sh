@@ -6,7 +6,7 @@
 #   usage: check_host_includes.sh SOURCE_ROOT
 set -u
 cd "$1" || exit 1
-kernel_headers=$(cd kernels && ls ./*.h ./*.cuh | sed 's|^\./||')
+kernel_headers=$(cd kernels && find . -name '*.h' -o -name '*.cuh' | sed 's|^.*/||')
 status=0
 for header in $kernel_headers; do
     if grep -rn --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' --include='*.cpp' \
