@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """No function longer than about one screen (house style, design.md): every C, C++, CUDA and Python
-function under abi/, kernels/, plugin/, host_shims/ and tests/ has at most LIMIT lines, counted from
-the first line of its signature to its closing brace (C) or its last line (Python).
+function under abi/, kernels/, plugin/, host_shims/, bench/ and tests/ has at most LIMIT lines,
+counted from the first line of its signature to its closing brace (C) or its last line (Python).
 
 The attention kernel family (kernels/attend/attend_cuda.cu, kernels/attend/attend_*.cuh) is left to
 the attention work that replaces it; PENDING lists the functions of files that work owns too, each by
@@ -16,7 +16,7 @@ import sys
 LIMIT = 80
 EXEMPT = re.compile(r"kernels/attend/attend_cuda\.cu$|kernels/attend/attend_[a-z]+\.cuh$")
 PENDING = set()
-FOLDERS = ("abi", "kernels", "plugin", "host_shims", "tests")
+FOLDERS = ("abi", "kernels", "plugin", "host_shims", "bench", "tests")
 C_FILES = (".c", ".h", ".cu", ".cuh", ".cpp")
 
 

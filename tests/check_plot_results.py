@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""host_shims/python/bench/plot_results.py draws both charts: quality.png from the committed
+"""bench/plot_results.py draws both charts: quality.png from the committed
 results/quality.json, bench.png from a file of bench.json's shape whose numbers are placeholders
 (1.0 everywhere: this checks the drawing, the real chart comes from the GPU run's bench.json).
 Skips (77) without matplotlib.
@@ -26,7 +26,7 @@ with tempfile.TemporaryDirectory() as out:
     shape = os.path.join(out, "bench-shape.json")
     with open(shape, "w") as f:
         json.dump({"device": "placeholder", "copy_tbps": 1.0, "gather368_tbps": 1.0, "rows": rows}, f)
-    subprocess.run([sys.executable, os.path.join(root, "host_shims/python/bench/plot_results.py"),
+    subprocess.run([sys.executable, os.path.join(root, "bench/plot_results.py"),
                     "--quality", os.path.join(root, "results/quality.json"), "--bench", shape, "--out", out], check=True)
     for name in ("quality.png", "bench.png"):
         with open(os.path.join(out, name), "rb") as f:

@@ -1,7 +1,7 @@
-"""Decode context parallelism through torch.distributed (examples/dcp_decode.py, bench/dcp_measure.py):
-one process per GPU over NCCL, world size 2 and NVFP4_MLA_DCP_WORLD_SIZE when it names a larger one;
-the merged decode equals one attend over the whole cache and the all-gathered records equal the
-single-GPU writer's bytes (the example exits 1 otherwise); the measurement writes its JSON. Skips
+"""Decode context parallelism through torch.distributed (examples/dcp_decode.py, the repository's
+bench/dcp_measure.py): one process per GPU over NCCL, world size 2 and NVFP4_MLA_DCP_WORLD_SIZE when
+it names a larger one; the merged decode equals one attend over the whole cache and the all-gathered
+records equal the single-GPU writer's bytes (the example exits 1 otherwise); the measurement writes its JSON. Skips
 without PyTorch or with fewer GPUs than the world size. The same recipe also runs over gloo on the
 plugin's CPU backend wherever PyTorch is installed. NVLink multicast stays off in every process."""
 import json
@@ -49,7 +49,7 @@ def test_dcp_measurement_should_write_its_table_and_json(plugin_path, tmp_path):
     if GPUS < 2:
         pytest.skip(f"the DCP measurement needs 2 GPUs, {GPUS} visible")
     out = tmp_path / "dcp.json"
-    done = run("bench/dcp_measure.py", plugin_path, "--world-size", "2", "--quick", "--json", str(out))
+    done = run("../../bench/dcp_measure.py", plugin_path, "--world-size", "2", "--quick", "--json", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["meta"]["world"] == 2 and result["meta"]["nvls"]["NCCL_NVLS_ENABLE"] == "0"

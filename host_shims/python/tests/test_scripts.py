@@ -24,7 +24,8 @@ def test_example_backend_should_run_a_decode_step_through_the_prepared_calls(plu
 
 def test_hot_path_benchmark_should_time_every_form_on_the_cpu_backend(plugin_path, tmp_path):
     out = tmp_path / "hot_path.json"
-    done = run("bench/hot_path.py", plugin_path, "--device", "cpu", "--calls", "3", "--reps", "1", "--json", str(out))
+    done = run("../../bench/hot_path.py", plugin_path, "--device", "cpu", "--calls", "3", "--reps", "1", "--json",
+               str(out))
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["host_us_per_call"]
     assert [(r["h"], r["batch"], r["backend"]) for r in rows] == [(16, 0, "cpu"), (128, 0, "cpu")]

@@ -15,7 +15,7 @@ through the plugin's table with prepared argument structs so that host time stay
 
 Usage (GPU machine; FlashMLA from `../shared/tools/flashmla-fetch` or an installed vLLM):
   NVFP4_MLA_PLUGIN=build-gpu/plugin PYTHONPATH=host_shims/python \\
-      python3 host_shims/python/bench/flashmla_compare.py [--flashmla .anchor/_flashmla_C.abi3.so] [--json out.json]
+      python3 bench/flashmla_compare.py [--flashmla .anchor/_flashmla_C.abi3.so] [--json out.json]
 """
 import argparse
 import ctypes as C

@@ -18,7 +18,7 @@ JSON (--json). Skips (77) with fewer than 2 GPUs. `--device cpu` runs it over gl
 CPU backend (development only: those are not figures).
 Usage, on a machine with 2 or more GPUs:
   NVFP4_MLA_PLUGIN=build-gpu/plugin PYTHONPATH=host_shims/python \\
-      python3 host_shims/python/bench/dcp_measure.py [--world-size N] [--json dcp.json] [--quick]
+      python3 bench/dcp_measure.py [--world-size N] [--json dcp.json] [--quick]
 """
 import argparse
 import json
@@ -30,7 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host_shims", "python", "examples"))
 import dcp_decode as dcp  # noqa: E402  (the recipe: Sharding, Rank, launch)
 
 ROW_BYTES = 576 * 2

@@ -18,7 +18,7 @@ zero-row calls: the shim's and the plugin's per-call work without kernel work, l
 
 Usage (GPU machine, PyTorch with CUDA):
   NVFP4_MLA_PLUGIN=build-gpu/plugin PYTHONPATH=host_shims/python \\
-      python3 host_shims/python/bench/hot_path.py [--device cuda|cpu] [--json hot_path.json]
+      python3 bench/hot_path.py [--device cuda|cpu] [--json hot_path.json]
 """
 import argparse
 import json
