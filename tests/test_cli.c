@@ -18,15 +18,16 @@
 #include "host_codes.h" /* the host side's bf16 conversions; the test reaches the plugin only through the CLI */
 
 static char tmp[] = "/tmp/nvfp4_cli_XXXXXX";
-static char cli[2048], data[2048];
+static char cli[2048], profile[2048];
 static char out_text[1 << 16], err_text[1 << 16];
 
 static int setup(void **state) {
     (void)state;
-    const char *c = getenv("NVFP4_MLA_CLI"), *p = getenv("NVFP4_MLA_PLUGIN_PATH"), *d = getenv("NVFP4_MLA_TEST_DATA");
-    if (!c || !p || !d || !mkdtemp(tmp)) return -1;
+    const char *c = getenv("NVFP4_MLA_CLI"), *p = getenv("NVFP4_MLA_PLUGIN_PATH");
+    const char *r = getenv("NVFP4_MLA_TEST_PROFILE"); /* the real profile, product data (data/) */
+    if (!c || !p || !r || !mkdtemp(tmp)) return -1;
     snprintf(cli, sizeof cli, "%s", c);
-    snprintf(data, sizeof data, "%s", d);
+    snprintf(profile, sizeof profile, "%s", r);
     setenv("NVFP4_MLA_PLUGIN", p, 1);
     return 0;
 }
@@ -197,7 +198,7 @@ static void probe_should_report_and_decide(void **state) {
     assert_non_null(strstr(out_text, "\"accepted\":\ttrue"));
     assert_non_null(strstr(out_text, "\"abi\":\t\"1.1\""));
     char env[4200];
-    snprintf(env, sizeof env, "KV_FP8_ROPE=1 VLLM_NVFP4_MLA_SCALES_FILE=%s/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json", data);
+    snprintf(env, sizeof env, "KV_FP8_ROPE=1 VLLM_NVFP4_MLA_SCALES_FILE=%s", profile);
     assert_int_equal(run(env, "probe"), 0);
     assert_non_null(strstr(out_text, "static-calibrated-v1:52462f01"));
     assert_int_equal(run("KV_FP8_ROPE=1 VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "probe"), 0);

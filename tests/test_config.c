@@ -18,10 +18,10 @@
 #include "errors.h"
 #include "settings.h"
 
-#define REAL_FILE "glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json"
 #define REAL_SHA "52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"
 
 static char data_dir[2048];
+static char real_file[2048]; /* the real profile, product data (data/): NVFP4_MLA_TEST_PROFILE */
 static char tmp_dir[] = "/tmp/nvfp4_cfg_XXXXXX";
 
 static const char *data_path(const char *name) {
@@ -45,6 +45,8 @@ static int setup(void **state) {
     (void)state;
     const char *d = getenv("NVFP4_MLA_TEST_DATA");
     snprintf(data_dir, sizeof data_dir, "%s", d ? d : "tests/data");
+    const char *r = getenv("NVFP4_MLA_TEST_PROFILE");
+    snprintf(real_file, sizeof real_file, "%s", r ? r : "data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json");
     return mkdtemp(tmp_dir) ? 0 : -1;
 }
 
@@ -97,7 +99,7 @@ static void identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4(void *
 static void identity_should_name_layout_and_mode(void **state) {
     (void)state;
     char file_env[4200];
-    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", real_file);
     const char *dynamic[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "KV_FP8_ROPE=1", NULL};
     const char *dynamic_words[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=True", "KV_FP8_ROPE=TRUE", NULL};
     const char *static368[] = {file_env, "KV_FP8_ROPE=true", NULL};
@@ -115,7 +117,7 @@ static void identity_should_name_layout_and_mode(void **state) {
 static void settings_should_refuse_values_they_do_not_understand(void **state) {
     (void)state;
     char file_env[4200];
-    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", real_file);
     const char *accepted = "is not a boolean: use 1 or true for on, 0 or false for off (any case); unset or empty is off";
     struct {
         const char *env[4], *needle;
@@ -172,7 +174,7 @@ static void identity_should_change_with_one_byte_of_the_scales_file(void **state
     (void)state;
     char *text;
     size_t len;
-    assert_int_equal(nvfp4_read_file(data_path(REAL_FILE), 1 << 22, &text, &len), NVFP4_MLA_OK);
+    assert_int_equal(nvfp4_read_file(real_file, 1 << 22, &text, &len), NVFP4_MLA_OK);
     char *hook = strstr(text, "\"hook\": \"mla.py");
     assert_non_null(hook);
     hook[9] = 'M'; /* "mla.py" -> "Mla.py": still a valid file, other bytes */
@@ -191,7 +193,7 @@ static void identity_should_change_with_one_byte_of_the_scales_file(void **state
 static void configuration_should_fail_closed_on_conflicts_and_missing_files(void **state) {
     (void)state;
     char file_env[4200];
-    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", real_file);
     const char *both[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "KV_FP8_ROPE=1", file_env, NULL};
     const char *dyn432[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", NULL};
     const char *missing[] = {"VLLM_NVFP4_MLA_SCALES_FILE=/nonexistent/scales.json", "KV_FP8_ROPE=1", NULL};
@@ -206,7 +208,7 @@ static void configuration_should_fail_closed_on_conflicts_and_missing_files(void
 static void scales_should_come_from_override_then_checkpoint_then_one(void **state) {
     (void)state;
     char file_env[4200];
-    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", data_path(REAL_FILE));
+    snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", real_file);
     const char *override[] = {file_env, "KV_FP8_ROPE=1", NULL};
     const char *plain[] = {"KV_FP8_ROPE=1", NULL};
     struct {
@@ -407,7 +409,7 @@ static void scales_files_should_be_regular_and_bounded(void **state) {
 static void real_production_file_should_load(void **state) {
     (void)state;
     nvfp4_calibration_t cal;
-    assert_int_equal(nvfp4_calibration_load_file(data_path(REAL_FILE), &cal), NVFP4_MLA_OK);
+    assert_int_equal(nvfp4_calibration_load_file(real_file, &cal), NVFP4_MLA_OK);
     assert_int_equal(cal.num_layers, 78);
     assert_true(cal.scales[0] == (float)(0.04833984375 / 2688));
     float lo = cal.scales[0], hi = cal.scales[0];

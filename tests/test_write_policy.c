@@ -282,9 +282,8 @@ static void writer_policy_setting_should_follow_the_choice_rule(void **state) {
 static void cache_identity_should_not_depend_on_the_writer_policy(void **state) {
     (void)state;
     char scales[4096];
-    const char *data = getenv("NVFP4_MLA_TEST_DATA");
-    snprintf(scales, sizeof scales, "VLLM_NVFP4_MLA_SCALES_FILE=%s/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json",
-             data ? data : "tests/data");
+    const char *profile = getenv("NVFP4_MLA_TEST_PROFILE");
+    snprintf(scales, sizeof scales, "VLLM_NVFP4_MLA_SCALES_FILE=%s", profile ? profile : "data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json");
     const char *modes[3][3] = {{"KV_FP8_ROPE=1", NULL}, {"KV_FP8_ROPE=1", "VLLM_NVFP4_MLA_DYNAMIC_SCALE=1"},
                                {scales, NULL}};
     for (int m = 0; m < 3; m++) {

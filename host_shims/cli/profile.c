@@ -1,7 +1,7 @@
 /* The real per-layer magnitude profile `demo` and `quality` generate latents from (see synth.h).
  *
  * The default profile is compiled in (profile_data.h, generated from
- * tests/data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json at build time), so an installed tool
+ * data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json at build time), so an installed tool
  * works from any folder. The plugin still reads the static scales from a file, exactly as a server
  * does: the built-in bytes are copied into a private temporary folder for that, removed afterwards,
  * and their cache identity is the real file's. */

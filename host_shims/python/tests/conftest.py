@@ -30,6 +30,12 @@ def data_dir():
 
 
 @pytest.fixture(scope="session")
+def profile_path():
+    """The real magnitude profile, product data (data/ of the repository)."""
+    return _env("NVFP4_MLA_TEST_PROFILE")
+
+
+@pytest.fixture(scope="session")
 def plugin(plugin_path):
     import nvfp4_mla
     return nvfp4_mla.load(plugin_path)

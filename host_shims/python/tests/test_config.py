@@ -7,7 +7,6 @@ import pytest
 
 import nvfp4_mla
 
-REAL = "glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json"
 REAL_SHA = "52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"
 
 
@@ -63,8 +62,8 @@ def test_from_env_should_refuse_what_the_plugin_refuses_in_its_words(plugin, env
     assert words in plugin.table.last_error().decode()
 
 
-def test_identity_strings_should_come_from_the_plugin(plugin, data_dir):
-    static = nvfp4_mla.CacheFormat(fp8_rope=True, scales_file=os.path.join(data_dir, REAL))
+def test_identity_strings_should_come_from_the_plugin(plugin, profile_path):
+    static = nvfp4_mla.CacheFormat(fp8_rope=True, scales_file=profile_path)
     assert static.record_abi(plugin, "nvfp4_ds_mla") == f"nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:{REAL_SHA}"
     assert static.record_abi(plugin, "fp8") == "vllm-default-v1"
     dynamic = nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True)
@@ -79,8 +78,8 @@ def test_offload_namespace_should_add_fields_only_for_non_default_identities(plu
     assert nvfp4_mla.CacheFormat().offload_namespace(plugin, "nvfp4_ds_mla", 64, 78) == {}
 
 
-def test_validate_should_fail_closed_with_the_plugins_words(plugin, data_dir):
-    both = nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True, scales_file=os.path.join(data_dir, REAL))
+def test_validate_should_fail_closed_with_the_plugins_words(plugin, profile_path):
+    both = nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True, scales_file=profile_path)
     with pytest.raises(nvfp4_mla.ConfigError, match="are mutually exclusive"):
         both.validate(plugin)
     with pytest.raises(nvfp4_mla.ConfigError, match="VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 requires KV_FP8_ROPE=1"):
