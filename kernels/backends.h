@@ -30,11 +30,11 @@ typedef struct nvfp4_mla_backend_ops {
     /* Attention. Plans once for the call and refuses (INVALID_ARGUMENT, both sizes named) when
      * args->workspace_bytes is less than that plan needs, before writing anything. */
     void (*attend)(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
-    /* The merge of partial attentions (kernels/merge_*.{c,cu}). */
+    /* The merge of partial attentions (kernels/merge/merge_*.{c,cu}). */
     void (*merge)(const nvfp4_mla_merge_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 } nvfp4_mla_backend_ops_t;
 
-/* ---- CPU (kernels/..._cpu.c, backend_cpu.c): always built. ---- */
+/* ---- CPU (kernels/{codec,attend,merge}/..._cpu.c, backend_cpu.c): always built. ---- */
 extern const nvfp4_mla_backend_ops_t nvfp4_mla_cpu_ops;
 void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 void nvfp4_mla_gather_cpu(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
@@ -42,7 +42,7 @@ uint64_t nvfp4_mla_attend_workspace_cpu(const nvfp4_mla_attend_kernel_args_t *ar
 void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 void nvfp4_mla_merge_cpu(const nvfp4_mla_merge_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 
-/* ---- CUDA (kernels/..._cuda.cu, cuda_device.cu): built when the toolkit is there. ---- */
+/* ---- CUDA (kernels/{codec,attend,merge}/..._cuda.cu, cuda_device.cu): built when the toolkit is there. ---- */
 
 /* What a CUDA context reads of its device once, at init (nvfp4_mla_cuda_probe). */
 typedef struct nvfp4_mla_cuda_limits {
@@ -67,7 +67,7 @@ uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *a
 void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 void nvfp4_mla_merge_cuda(const nvfp4_mla_merge_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 /* Lets every attend kernel use `smem_per_block` bytes of dynamic shared memory on the current
- * device (kernels/attend_cuda.cu; called by nvfp4_mla_cuda_prepare). 0 or a cudaError_t. */
+ * device (kernels/attend/attend_cuda.cu; called by nvfp4_mla_cuda_prepare). 0 or a cudaError_t. */
 int nvfp4_mla_attend_cuda_prepare(int smem_per_block);
 
 #ifdef __cplusplus

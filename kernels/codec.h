@@ -129,7 +129,7 @@ typedef struct nvfp4_mla_kernel_result {
 /* Encode one token into one record (the writer's body, exposed for tests and tools that build
  * records without a cache). `latent` [512] and `rope` [64] are f32 already converted from the
  * input; `rope_bf16` [64] holds the input's RoPE as bf16 for the 432 layout; `writer_policy` an
- * NVFP4_MLA_WRITER_POLICY_* id (kernels/write_policy.h). Returns the number of non-finite inputs
+ * NVFP4_MLA_WRITER_POLICY_* id (kernels/codec/write_policy.h). Returns the number of non-finite inputs
  * seen. */
 uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, const uint16_t *rope_bf16,
                                      int32_t record_bytes, int32_t per_token, float outer_scale,

@@ -1,4 +1,4 @@
-/* Writer policies (kernels/write_policy.h, README "Writer policies"): the mse policy's arithmetic on
+/* Writer policies (kernels/codec/write_policy.h, README "Writer policies"): the mse policy's arithmetic on
  * hand-computed groups, its guarantee against rtn, rtn's bytes unchanged, and the policy's path
  * through the configuration (NVFP4_MLA_WRITER_POLICY) and the write arguments. The hand-computed
  * values were also checked by an independent model with exact rationals (E4M3 and E2M1 rounding)

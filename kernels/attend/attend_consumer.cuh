@@ -1,4 +1,4 @@
-/* What the two consumers of the attention pipeline share (kernels/attend_narrow.cuh,
+/* What the two consumers of the attention pipeline share (kernels/attend/attend_narrow.cuh,
  * attend_wide.cuh): loading Q into operand blocks, the operand order of the latent, and the
  * stores of an item's outputs or split partials. */
 #ifndef NVFP4_MLA_ATTEND_CONSUMER_CUH

@@ -1,7 +1,7 @@
-/* Sparse MLA attention over records on CUDA, checked against kernels/attend_cpu.c
+/* Sparse MLA attention over records on CUDA, checked against kernels/attend/attend_cpu.c
  * (tests/test_gpu_attend.c).
  *
- * One warp-specialised, persistent kernel family (kernels/attend_pipeline.cuh):
+ * One warp-specialised, persistent kernel family (kernels/attend/attend_pipeline.cuh):
  *  - producer warps (two warpgroups for the narrow wgmma kinds and the paired wide kind, else
  *    one) keep bulk copies of raw records in flight (one copy per record, completing on an
  *    mbarrier; the paired wide kind loads records into registers instead) and dequantise each

@@ -1,4 +1,4 @@
-/* The narrow consumer of the attention pipeline (kernels/attend_pipeline.cuh): one warpgroup
+/* The narrow consumer of the attention pipeline (kernels/attend/attend_pipeline.cuh): one warpgroup
  * serving N = 16 or 32 heads of one query, for h <= 32 (tensor-parallel ranks hold 16 or 32 heads)
  * and for every h where wgmma is not available.
  *

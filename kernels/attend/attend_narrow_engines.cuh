@@ -1,4 +1,4 @@
-/* The narrow consumer's engines (kernels/attend_narrow.cuh holds the tile flow that uses them):
+/* The narrow consumer's engines (kernels/attend/attend_narrow.cuh holds the tile flow that uses them):
  * its accumulator state, the score and P.V products on the two engines (wgmma from shared memory
  * on sm_90a, mma.sync with ldmatrix elsewhere), the resident ring's descriptors, and where an
  * O^T value sits. */

@@ -1,4 +1,4 @@
-/* The attention kernel's shared parts (kernels/attend_cuda.cu): the launch plan and its
+/* The attention kernel's shared parts (kernels/attend/attend_cuda.cu): the launch plan and its
  * shared-memory map, the walk over work items and the ring's hand-over. The roles are in
  * attend_producer.cuh (copies, dequantisation) and attend_producer_paired.cuh (the paired wide
  * kind's register-staged records), attend_narrow.cuh (with its engines in

@@ -1,4 +1,4 @@
-/* The producer warpgroup(s) of the attention pipeline (kernels/attend_pipeline.cuh): bulk copies of
+/* The producer warpgroup(s) of the attention pipeline (kernels/attend/attend_pipeline.cuh): bulk copies of
  * raw records into the stages and their dequantisation into operand blocks, and the record rules
  * (dequantisation, key metadata) that the paired wide kind's producer (attend_producer_paired.cuh)
  * shares. */

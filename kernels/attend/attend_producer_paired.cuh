@@ -1,4 +1,4 @@
-/* The paired wide kind's producer (kernels/attend_pipeline.cuh, attend_wide.cuh): records loaded
+/* The paired wide kind's producer (kernels/attend/attend_pipeline.cuh, attend_wide.cuh): records loaded
  * into the producer threads' registers a tile ahead and written from there into two tile buffers.
  * Its record rules (dequantisation, key metadata, the tile walk) are attend_producer.cuh's. */
 #ifndef NVFP4_MLA_ATTEND_PRODUCER_PAIRED_CUH

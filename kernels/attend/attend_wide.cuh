@@ -1,4 +1,4 @@
-/* The wide consumer of the attention pipeline (kernels/attend_pipeline.cuh), sm_90a: two
+/* The wide consumer of the attention pipeline (kernels/attend/attend_pipeline.cuh), sm_90a: two
  * warpgroups serving 64 heads of one query (h > 32; h = 128 runs as two items per query).
  *
  *   S [64 heads, 64 keys]       = Q . K^T     warpgroup 0 alone (A = Q, B = the operand blocks,

@@ -1,4 +1,4 @@
-/* PTX wrappers of the CUDA attention kernel (kernels/attend_cuda.cu): asynchronous 16-byte copies
+/* PTX wrappers of the CUDA attention kernel (kernels/attend/attend_cuda.cu): asynchronous 16-byte copies
  * into shared memory, ldmatrix, and the bf16 tensor-core MMA. sm_80 and up. */
 #ifndef NVFP4_MLA_MMA_CUDA_CUH
 #define NVFP4_MLA_MMA_CUDA_CUH

@@ -1,5 +1,5 @@
 /* PTX wrappers of the Hopper-generation asynchronous machinery the attention pipeline uses
- * (kernels/attend_cuda.cu): mbarriers with transaction counts, bulk copies global -> shared,
+ * (kernels/attend/attend_cuda.cu): mbarriers with transaction counts, bulk copies global -> shared,
  * named barriers, proxy fences, stmatrix, and (sm_90a only) wgmma with its shared-memory matrix
  * descriptors and setmaxnreg. Everything but wgmma/setmaxnreg exists on every target the plugin
  * builds (sm_90, sm_100a, sm_120a); NVFP4_HAVE_WGMMA says where wgmma does.

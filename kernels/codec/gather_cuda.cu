@@ -1,4 +1,4 @@
-/* The gather reader on CUDA: records by slot to bf16 rows, values identical to kernels/gather_cpu.c.
+/* The gather reader on CUDA: records by slot to bf16 rows, values identical to kernels/codec/gather_cpu.c.
  *
  * One warp per row: lane g decodes latent group g (8 payload bytes, one scale code, the outer scale)
  * into 16 bf16 values, two 16-byte stores; lanes 0..7 also write the RoPE chunk g (8 codes times

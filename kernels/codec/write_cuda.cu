@@ -1,4 +1,4 @@
-/* The record writer on CUDA: byte-identical to kernels/write_cpu.c for every input.
+/* The record writer on CUDA: byte-identical to kernels/codec/write_cpu.c for every input.
  *
  * One warp per token: lane g owns latent group g (16 values, two 16-byte loads) and RoPE values
  * 2g, 2g+1. The per-token amax and the RoPE amax are warp reductions; every arithmetic step is the
