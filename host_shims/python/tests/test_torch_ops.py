@@ -408,3 +408,25 @@ def test_hand_captured_ops_should_replay_new_data_like_eager(plugin, torch_ops, 
         torch.cuda.synchronize()
         print(f"\ntorch.cuda.graph of the ops on {ctx.device_name}, batch {batch}: 3 replays with new data equal "
               "eager bit for bit")
+
+
+# ---- The example backend and the hot-path benchmark, with PyTorch. ----
+
+@needs_torch
+def test_example_backend_should_show_the_compiled_path_beside_the_prepared_one(plugin):
+    from test_scripts import run
+    done = run("examples/sparse_mla_backend.py", plugin.path)
+    assert done.returncode == 0, done.stderr
+    assert "prepared and one-shot outputs agree" in done.stdout
+    assert "compiled torch ops and prepared outputs agree" in done.stdout
+
+
+@needs_torch
+def test_hot_path_benchmark_should_time_the_torch_ops_beside_the_prepared_calls(plugin, tmp_path):
+    from test_scripts import run
+    out = tmp_path / "hot_path.json"
+    done = run("bench/hot_path.py", plugin.path, "--device", "cpu", "--calls", "3", "--reps", "1", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    import json
+    for r in json.loads(out.read_text())["host_us_per_call"]:
+        assert all(r[f] > 0 for f in ("write op", "attend op", "attend op new", "write run", "attend run"))
