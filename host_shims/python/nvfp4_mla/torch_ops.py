@@ -33,7 +33,8 @@ strides and device) and the struct they built is kept on the context; later call
 write only data pointers, the stream and the workspace into it (as a prepared call does, prepared.py).
 Like its context, a context's ops are called by one thread at a time. The ops are registered with
 torch.library.define + impl (Python kernels on the CPU and CUDA keys) rather than custom_op, whose
-autograd and mutation wrappers cost about 20 us more per call (bench/hot_path.py measures the ops).
+autograd and mutation wrappers cost about 10 us more per call (BENCHMARKS.md; bench/hot_path.py
+measures the ops).
 
 Attend's workspace: the context's kept workspace for the stream when it already holds enough (the one
 its one-shot and prepared attends grow), else a temporary from PyTorch's caching allocator (itself
