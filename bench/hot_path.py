@@ -7,7 +7,11 @@ holds them all), and the median over `reps` is divided by `calls`, after 0.2 s o
 cold process reads its first rows up to 1.6x slower). Forms:
   one-shot   Context.write / Context.attend (every array described and checked per call);
   arrays     a prepared call given new arrays (pointers and row counts read per call);
-  run        a prepared call on its bound buffers (what a CUDA graph or persistent buffers use).
+  run        a prepared call on its bound buffers (what a CUDA graph or persistent buffers use);
+  op         the PyTorch operator (nvfp4_mla.torch_ops, bound with bind(): torch.ops.nvfp4_mla.write,
+             attend_out into the bound out), what torch.compile calls; measured where PyTorch is
+             installed (on the CPU backend the numpy buffers are shared as CPU tensors);
+  op new     the functional attend op, which allocates out and lse per call.
 A decode step is one layer's write of `batch` new tokens then attend of `batch` queries over top-k
 2048 random slots. On CUDA it is timed three ways between CUDA events (median of `reps` runs of
 `calls` steps): eager one-shot, eager prepared, and replays of the step captured once in
@@ -100,6 +104,14 @@ class NumpyLib:
     def cache(self, tokens):
         return np.zeros((tokens // 64, 64, 368), np.uint8)
 
+    def as_torch(self, a):
+        """A CPU tensor sharing the array's memory (uint16 bf16 bits as torch.bfloat16); an empty array
+        (the zero-row calls) as a new empty tensor, since numpy gives those zero strides."""
+        import torch
+        t = torch.from_numpy(a.view(np.int16) if a.dtype == np.uint16 else a)
+        t = t.view(torch.bfloat16) if a.dtype == np.uint16 else t
+        return torch.empty(t.shape, dtype=t.dtype) if a.size == 0 else t
+
 
 class TorchLib:
     """PyTorch CUDA tensors on cuda:0."""
@@ -126,6 +138,9 @@ class TorchLib:
     def cache(self, tokens):
         return self.torch.zeros(tokens // 64, 64, 368, dtype=self.torch.uint8, device="cuda")
 
+    def as_torch(self, a):
+        return a
+
 
 def host_rows(lib, ctx, cache, grid, calls, reps):
     """Host us per call of write and attend in each form, per (h, batch) of the grid."""
@@ -142,11 +157,28 @@ def host_rows(lib, ctx, cache, grid, calls, reps):
             "attend arrays": lambda: a(b.q, b.topk, b.out),
             "attend run": a.run,
         }
+        forms.update(op_forms(lib, ctx, b))
         row = {"h": heads, "batch": batch, "backend": lib.device}
         for name, fn in forms.items():
             row[name] = round(host_us(fn, calls, reps, lib.sync), 2)
         rows.append(row)
     return rows
+
+
+def op_forms(lib, ctx, b):
+    """The torch ops' forms for these buffers (none where PyTorch is not installed)."""
+    try:
+        from nvfp4_mla import torch_ops
+    except ImportError:
+        return {}
+    ops = torch_ops.bind(ctx, **KW)
+    kv, slots, q, topk, out, cache = (lib.as_torch(a) for a in (b.kv, b.slots, b.q, b.topk, b.out, b.cache))
+    kv_c, k_pe = kv[:, :512], kv[:, 512:]
+    return {
+        "write op": lambda: ops.write(kv_c, k_pe, slots, cache),
+        "attend op": lambda: ops.attend(q, topk, cache, sm_scale=SM_SCALE, out=out),
+        "attend op new": lambda: ops.attend(q, topk, cache, sm_scale=SM_SCALE),
+    }
 
 
 def device_us(torch, stream, fn, calls, reps):
@@ -238,6 +270,8 @@ def main():
         cache = lib.cache(lib.cache_tokens)
         host = host_rows(lib, ctx, cache, grid, args.calls, args.reps)
         print(table(host, [k for k in host[0] if " " in k]))
+        if "write op" not in host[0]:
+            print("(torch ops not measured: PyTorch is not installed)")
         steps = step_rows(lib, ctx, cache, grid, args.calls, args.reps) if cuda else []
         if steps:
             print(f"\n# us per decode step (write of batch tokens + attend, top-k {TOPK}), between CUDA events")

@@ -12,6 +12,11 @@ copies its queries and top-k into the bound buffers and runs attend.run(n) (or g
 where attend is absent). On CUDA, (1) and (3) are what an engine captures in a CUDA graph
 (torch.cuda.graph on a side stream, with stream=that stream at bind): run() only updates the bound
 struct and launches, and the prepared attend keeps its workspace as long as it lives.
+
+(4) An engine that compiles its model calls the same steps as PyTorch operators
+(nvfp4_mla.torch_ops, where PyTorch is installed): bind(ctx, cfg) once, then ops.write / ops.attend
+inside the compiled function, which torch.compile(fullgraph=True) traces as one graph (on CUDA,
+mode="reduce-overhead" captures it in a CUDA graph). Same bytes as the prepared calls.
 """
 import os
 import sys
@@ -62,6 +67,34 @@ def decode(ctx, cache, buf, attend, q, topk, layout, mode, scale):
     return out
 
 
+def compiled_step(ctx, cfg, cache, step, slot_mapping, q, topk, want):
+    """(4) The decode step of (1) and (3) as PyTorch operators under torch.compile, on CPU tensors
+    sharing the numpy buffers: the same output bytes as the prepared calls."""
+    try:
+        import torch
+        from nvfp4_mla import torch_ops
+    except ImportError:
+        print("PyTorch is not installed: the compiled path (nvfp4_mla.torch_ops) is not shown")
+        return
+    ops = torch_ops.bind(ctx, cfg)  # the context and the start-up format (layout, scale mode, policy)
+    scale = cfg.layer_scale(0)
+
+    @torch.compile(fullgraph=True)  # one graph: a graph break would raise
+    def decode_step(kv, slot_mapping, q, topk, cache):
+        ops.write(kv[:, :512], kv[:, 512:], slot_mapping, cache, outer_scale=scale)
+        out, _lse = ops.attend(q, topk, cache, sm_scale=576 ** -0.5, outer_scale=scale)
+        return out
+
+    def bf16(bits):
+        return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+
+    # The step's tokens again, into a copy of the cache: the same records, so the same attention.
+    out = decode_step(bf16(step), torch.from_numpy(slot_mapping), bf16(q), torch.from_numpy(topk),
+                      torch.from_numpy(cache.copy()))
+    assert bytes(out.view(torch.int16).numpy()) == bytes(want)
+    print("compiled torch ops and prepared outputs agree")
+
+
 def main():
     plugin = nvfp4_mla.load()                                   # NVFP4_MLA_PLUGIN
     fmt = nvfp4_mla.CacheFormat.from_env({"KV_FP8_ROPE": "1"})  # a server reads os.environ once
@@ -97,6 +130,7 @@ def main():
         ctx.attend(q, topk, cache, once, layout=layout, scale_mode=mode, outer_scale=scale, sm_scale=576 ** -0.5)
         assert bytes(once) == bytes(out)
         print("prepared and one-shot outputs agree")
+        compiled_step(ctx, cfg, cache, step, buf["slot_mapping"][:6].copy(), q, topk, out)
     cfg.close()
     ctx.close()
     assert LAYOUT_FP8_ROPE_368 == layout

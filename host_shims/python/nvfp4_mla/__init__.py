@@ -8,6 +8,9 @@
     attend = ctx.prepare_attend(q, topk, cache, out, layout=..., scale_mode=..., sm_scale=...)
     attend.run(n)                                    # per step: pointers, rows, stream only
     ctx.merge(partial_out, partial_lse, out, lse=lse)  # decode context parallelism (ABI 1.1)
+
+nvfp4_mla.torch_ops (optional; imports torch, which this package otherwise never does) registers the
+calls as PyTorch operators (torch.ops.nvfp4_mla.*) for torch.compile and CUDA graphs.
 """
 
 from . import _abi

@@ -1,0 +1,444 @@
+"""PyTorch operators of the plugin's calls (issue 39): what torch.compile traces and CUDA graphs capture.
+
+Importing this module imports torch and registers, in the `nvfp4_mla` namespace, (`import nvfp4_mla`
+alone never imports torch):
+
+    write(kv_c, k_pe, slot_mapping, cache!, context, layout, scale_mode, outer_scale, writer_policy=0,
+          capture_max_abs!?=None, nonfinite_count!?=None) -> ()
+    gather(cache, slots, context, layout, scale_mode, outer_scale) -> out [N, 576] bf16
+    gather_out(cache, slots, out!, context, layout, scale_mode, outer_scale) -> ()
+    attend(q, slots, cache, context, layout, scale_mode, outer_scale, sm_scale, valid_len?=None)
+          -> (out [n_q, h, 512] bf16, lse [n_q, h] f32)
+    attend_out(q, slots, cache, out!, lse!?, context, layout, scale_mode, outer_scale, sm_scale,
+               valid_len?=None) -> ()
+    merge(partial_out, partial_lse, context) -> (out [n_q, h, 512] bf16, lse [n_q, h] f32)
+    merge_out(partial_out, partial_lse, out!, lse!?, context) -> ()
+
+(`!`: mutated, declared in the schema; `?`: optional). Each takes the same arrays as the Context call of
+its name and is checked by the same code (Context._write_args and its siblings), so a wrong dtype or
+shape is refused with the shim's words: by the fake implementation while torch.compile traces, by the
+real one in eager calls. The fake implementations give the outputs' shapes and dtypes without touching
+data; the real ones call the plugin on PyTorch's current stream of the context's device.
+
+`context` is an integer naming a Context (`context_id(ctx)`, held weakly: closing the context makes
+the ops refuse it). An engine holds one Context per device and the cache format decided at start-up;
+`bind(ctx, config)` keeps both and calls the ops with them:
+
+    ops = nvfp4_mla.torch_ops.bind(ctx, cfg)       # cfg: CacheFormat.open(plugin) (layout, mode, policy)
+    ops.write(kv_c, k_pe, slot_mapping, cache)     # inside torch.compile(fullgraph=True): no graph break
+    out, lse = ops.attend(q, topk, cache, sm_scale=...)
+
+Per call: the shim's checks run once per signature of a call (its scalars and each tensor's dtype, shape,
+strides and device) and the struct they built is kept on the context; later calls of that signature
+write only data pointers, the stream and the workspace into it (as a prepared call does, prepared.py).
+Like its context, a context's ops are called by one thread at a time. The ops are registered with
+torch.library.define + impl (Python kernels on the CPU and CUDA keys) rather than custom_op, whose
+autograd and mutation wrappers cost about 10 us more per call (BENCHMARKS.md; bench/hot_path.py
+measures the ops).
+
+Attend's workspace: the context's kept workspace for the stream when it already holds enough (the one
+its one-shot and prepared attends grow), else a temporary from PyTorch's caching allocator (itself
+per stream), freed when the op returns. Ops never grow the context's workspace and never use it while
+a CUDA graph is captured: a graph must own its scratch (a kept workspace replaced by a larger one
+would leave the graph reading freed memory), and torch.compile's CUDA graphs (mode="reduce-overhead")
+warm up with every allocation routed to the graph's pool, where a workspace kept past the op would be
+reclaimed by the pool under the context. A temporary made during capture is the graph's, like every
+PyTorch op's scratch.
+"""
+
+import ctypes as C
+import itertools
+import weakref
+
+try:
+    import torch
+except ImportError as exc:  # the rest of the package works without it
+    raise ImportError("nvfp4_mla.torch_ops needs PyTorch (pip install torch); the rest of nvfp4_mla does not") from exc
+
+from . import _abi
+from .arrays import tensor
+from .context import _policy
+from .errors import member
+from .prepared import _Prepared
+
+NAMESPACE = "nvfp4_mla"
+_LATENT, _ROW = _abi.LATENT_DIM, _abi.ROW_DIM
+
+# ---- Contexts by integer (an operator's schema takes ints, not Python objects). ----
+
+_ids = itertools.count(1)
+_contexts = {}  # id -> weakref to the Context
+_context_ids = weakref.WeakKeyDictionary()  # Context -> id
+
+
+def context_id(ctx):
+    """The integer the ops take for `ctx` (one per context, for its life; the ops hold it weakly)."""
+    cid = _context_ids.get(ctx)
+    if cid is None:
+        cid = _context_ids[ctx] = next(_ids)
+        _contexts[cid] = weakref.ref(ctx, lambda _ref, cid=cid: _contexts.pop(cid, None))
+    return cid
+
+
+def _context(cid, op):
+    ref = _contexts.get(cid)
+    ctx = ref() if ref is not None else None
+    if ctx is None or getattr(ctx, "_handle", None) is None:
+        raise ValueError(f"{NAMESPACE}.{op}: context {cid} is not an open nvfp4_mla.Context "
+                         "(take the id from nvfp4_mla.torch_ops.context_id(ctx) or bind(ctx, ...), and keep ctx open)")
+    return ctx
+
+
+def _stream(ctx):
+    """PyTorch's current stream on the context's device (None on a CPU context)."""
+    if ctx.device[0] == _abi.DEVICE_CPU:
+        return None
+    return torch._C._cuda_getCurrentRawStream(ctx.device[1]) or None
+
+
+def _workspace(ctx, stream, need, like):
+    """Attend's scratch: the context's kept one when it holds enough and no graph is captured, else a
+    temporary (the module's docstring says why; CPU contexts use their kept one, grown as needed)."""
+    if need == 0:
+        return None
+    if ctx.device[0] == _abi.DEVICE_CPU:
+        return ctx._workspace(stream, need, like)
+    if not torch.cuda.is_current_stream_capturing():
+        have = ctx._workspaces.get(stream)
+        if have is not None and have.shape[0] >= need:
+            return have
+    return torch.empty(need, dtype=torch.uint8, device=like.device)
+
+
+# ---- Fake (meta) tensors seen by the shim's checks: metadata only, sizes at their hints. ----
+
+def _hints(values):
+    """Concrete sizes: a symbolic size at its hint (the example value it was traced with), None when
+    it has none (a data-dependent size: the real call checks it)."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.SymInt):
+            node = v.node
+            v = node.hint if node.has_hint() else None
+            if v is None:
+                return None
+        out.append(int(v))
+    return tuple(out)
+
+
+class _Described:
+    """What arrays.describe reads of a PyTorch tensor (dtype, device, shape, strides, a data pointer),
+    for a fake tensor that has no data: the shim's checks run on it unchanged."""
+    __slots__ = ("dtype", "device", "shape", "_strides")
+
+    def __init__(self, t, shape, strides):
+        self.dtype, self.device, self.shape, self._strides = t.dtype, t.device, shape, strides
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return 0
+
+
+def _described(*tensors):
+    """The tensors as _Described (None stays None), or None when a size is data-dependent."""
+    out = []
+    for t in tensors:
+        if t is None:
+            out.append(None)
+            continue
+        shape, strides = _hints(t.shape), _hints(t.stride())
+        if shape is None or strides is None:
+            return None
+        out.append(_Described(t, shape, strides))
+    return out
+
+
+# ---- The operators. ----
+
+_lib = torch.library.Library(NAMESPACE, "FRAGMENT")
+_TAGS = (torch.Tag.needs_fixed_stride_order,)  # the plugin reads the strides it is given; keep the caller's
+_SCHEMAS = {
+    "write": "(Tensor kv_c, Tensor k_pe, Tensor slot_mapping, Tensor(a!) cache, int context, int layout, "
+             "int scale_mode, float outer_scale, int writer_policy=0, Tensor(b!)? capture_max_abs=None, "
+             "Tensor(c!)? nonfinite_count=None) -> ()",
+    "gather": "(Tensor cache, Tensor slots, int context, int layout, int scale_mode, float outer_scale) -> Tensor",
+    "gather_out": "(Tensor cache, Tensor slots, Tensor(a!) out, int context, int layout, int scale_mode, "
+                  "float outer_scale) -> ()",
+    "attend": "(Tensor q, Tensor slots, Tensor cache, int context, int layout, int scale_mode, float outer_scale, "
+              "float sm_scale, Tensor? valid_len=None) -> (Tensor, Tensor)",
+    "attend_out": "(Tensor q, Tensor slots, Tensor cache, Tensor(a!) out, Tensor(b!)? lse, int context, int layout, "
+                  "int scale_mode, float outer_scale, float sm_scale, Tensor? valid_len=None) -> ()",
+    "merge": "(Tensor partial_out, Tensor partial_lse, int context) -> (Tensor, Tensor)",
+    "merge_out": "(Tensor partial_out, Tensor partial_lse, Tensor(a!) out, Tensor(b!)? lse, int context) -> ()",
+}
+
+
+def _register(name, real, fake):
+    torch.library.define(f"{NAMESPACE}::{name}", _SCHEMAS[name], lib=_lib, tags=_TAGS)
+    torch.library.impl(f"{NAMESPACE}::{name}", ("CPU", "CUDA"), real, lib=_lib)
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_lib)
+
+
+# ---- The real implementations: the shim's checks once per signature, then pointers only. ----
+#
+# A one-shot Context call describes and checks every array (tens of microseconds of Python). The ops
+# keep, per context, the argument struct the one-shot checks built for each signature of the call (the
+# scalars, and each tensor's dtype, shape, strides and device: everything the checks read but the data
+# pointer), and per call write only the data pointers, the stream and attend's workspace into it, as a
+# prepared call does (prepared.py, whose launch they share). A new signature is checked in full, so
+# every refusal is the shim's, in its words; the plugin still checks what it always checks (alignment
+# of the pointers included) on every call.
+
+_MAX_SIGNATURES = 256  # per context; past it the kept structs are dropped and rebuilt as calls come
+
+
+class _Signature(_Prepared):
+    """One checked argument struct; per call, the tensors' data pointers (the fields named at bind)."""
+
+    def __init__(self, ctx, op, args, names):
+        super().__init__(ctx, op, args, None)
+        base, kinds = type(args), dict(type(args)._fields_)
+        # A Tensor field's data pointer, or a plain pointer field (write's capture_max_abs, nonfinite_count).
+        self._ptrs = tuple(C.c_void_p.from_buffer(args, getattr(base, n).offset + (_DATA if kinds[n] is _abi.Tensor
+                                                                                   else 0)) for n in names)
+        self.workspace_need = 0
+
+    def run(self, tensors, stream):
+        for ptr, t in zip(self._ptrs, tensors):
+            ptr.value = t.data_ptr()
+        self._launch(stream)
+
+
+_DATA = _abi.Tensor.data.offset
+
+
+def _meta(t):
+    return None if t is None else (t.dtype, t.shape, t.stride(), t.device)
+
+
+def _call(ctx, key, bind):
+    """The context's checked struct for `key`, made by bind() (the shim's checks) at its first call."""
+    calls = ctx.__dict__.get("_torch_op_calls")
+    if calls is None:
+        calls = ctx.__dict__["_torch_op_calls"] = {}  # on the context: dropped with it
+    call = calls.get(key)
+    if call is None:
+        if len(calls) >= _MAX_SIGNATURES:
+            calls.clear()
+        call = calls[key] = bind()
+    return call
+
+
+def _present(tensors, names):
+    return [t for t in tensors if t is not None], [n for t, n in zip(tensors, names) if t is not None]
+
+
+def _write(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_scale, writer_policy=0,
+           capture_max_abs=None, nonfinite_count=None):
+    ctx = _context(context, "write")
+    tensors = (kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count)
+    key = ("write", layout, scale_mode, outer_scale, writer_policy, *map(_meta, tensors))
+    present, names = _present(tensors, ("kv_c", "k_pe", "slot_mapping", "cache", "capture_max_abs",
+                                        "nonfinite_count"))
+    stream = _stream(ctx)
+    call = _call(ctx, key, lambda: _Signature(ctx, "write", ctx._write_args(
+        *tensors[:4], layout, scale_mode, outer_scale, *tensors[4:], stream, writer_policy), names))
+    call.run(present, stream)
+
+
+def _write_fake(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_scale, writer_policy=0,
+                capture_max_abs=None, nonfinite_count=None):
+    d = _described(kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count)
+    if d is not None:
+        _context(context, "write")._write_args(*d[:4], layout, scale_mode, outer_scale, d[4], d[5], None,
+                                               writer_policy)
+
+
+def _gather_out(cache, slots, out, context, layout, scale_mode, outer_scale):
+    ctx = _context(context, "gather")
+    tensors = (cache, slots, out)
+    key = ("gather", layout, scale_mode, outer_scale, *map(_meta, tensors))
+    stream = _stream(ctx)
+    call = _call(ctx, key, lambda: _Signature(ctx, "gather", ctx._gather_args(
+        *tensors, layout, scale_mode, outer_scale, stream), ("cache", "slots", "out")))
+    call.run(tensors, stream)
+
+
+def _gather_out_fake(cache, slots, out, context, layout, scale_mode, outer_scale):
+    d = _described(cache, slots, out)
+    if d is not None:
+        _context(context, "gather")._gather_args(*d, layout, scale_mode, outer_scale, None)
+
+
+def _gather(cache, slots, context, layout, scale_mode, outer_scale):
+    out = slots.new_empty((slots.shape[0], _ROW), dtype=torch.bfloat16)
+    _gather_out(cache, slots, out, context, layout, scale_mode, outer_scale)
+    return out
+
+
+def _gather_fake(cache, slots, context, layout, scale_mode, outer_scale):
+    out = slots.new_empty((slots.shape[0], _ROW), dtype=torch.bfloat16)
+    _gather_out_fake(cache, slots, out, context, layout, scale_mode, outer_scale)
+    return out
+
+
+def _bind_attend(ctx, tensors, names, layout, scale_mode, outer_scale, sm_scale, stream):
+    q, slots, cache, out, lse, valid_len = tensors
+    args = ctx._attend_args(q, slots, cache, out, layout, scale_mode, sm_scale, outer_scale, valid_len, lse, stream)
+    need = ctx.attend_workspace_bytes(args)  # shapes only: the same for every call of the signature
+    if need:
+        # Described from an empty stand-in (no memory): each call points it at a workspace of >= need bytes.
+        args.workspace, _ = tensor(q.new_empty(0, dtype=torch.uint8), "workspace", (_abi.DTYPE_U8,), 1, ctx.device)
+        args.workspace.shape[0] = need
+        names = names + ["workspace"]
+    call = _Signature(ctx, "attend", args, names)
+    call.workspace_need = need
+    return call
+
+
+def _attend_out(q, slots, cache, out, lse, context, layout, scale_mode, outer_scale, sm_scale, valid_len=None):
+    ctx = _context(context, "attend")
+    tensors = (q, slots, cache, out, lse, valid_len)
+    key = ("attend", layout, scale_mode, outer_scale, sm_scale, *map(_meta, tensors))
+    present, names = _present(tensors, ("q", "slots", "cache", "out", "lse", "valid_len"))
+    stream = _stream(ctx)
+    call = _call(ctx, key, lambda: _bind_attend(ctx, tensors, names, layout, scale_mode, outer_scale, sm_scale,
+                                                stream))
+    if call.workspace_need:
+        present.append(_workspace(ctx, stream, call.workspace_need, q))
+    call.run(present, stream)
+
+
+def _attend_out_fake(q, slots, cache, out, lse, context, layout, scale_mode, outer_scale, sm_scale, valid_len=None):
+    d = _described(q, slots, cache, out, valid_len, lse)
+    if d is not None:
+        _context(context, "attend")._attend_args(*d[:4], layout, scale_mode, sm_scale, outer_scale, d[4], d[5], None)
+
+
+def _attend_outputs(q):
+    rows, heads = q.shape[0], q.shape[1] if q.dim() > 1 else 0
+    return (q.new_empty((rows, heads, _LATENT), dtype=torch.bfloat16),
+            q.new_empty((rows, heads), dtype=torch.float32))
+
+
+def _attend(q, slots, cache, context, layout, scale_mode, outer_scale, sm_scale, valid_len=None):
+    out, lse = _attend_outputs(q)
+    _attend_out(q, slots, cache, out, lse, context, layout, scale_mode, outer_scale, sm_scale, valid_len)
+    return out, lse
+
+
+def _attend_fake(q, slots, cache, context, layout, scale_mode, outer_scale, sm_scale, valid_len=None):
+    out, lse = _attend_outputs(q)
+    _attend_out_fake(q, slots, cache, out, lse, context, layout, scale_mode, outer_scale, sm_scale, valid_len)
+    return out, lse
+
+
+def _merge_out(partial_out, partial_lse, out, lse, context):
+    ctx = _context(context, "merge")
+    tensors = (partial_out, partial_lse, out, lse)
+    key = ("merge", *map(_meta, tensors))
+    present, names = _present(tensors, ("partial_out", "partial_lse", "out", "lse"))
+    stream = _stream(ctx)
+    call = _call(ctx, key, lambda: _Signature(ctx, "merge", ctx._merge_args(*tensors, stream), names))
+    call.run(present, stream)
+
+
+def _merge_out_fake(partial_out, partial_lse, out, lse, context):
+    d = _described(partial_out, partial_lse, out, lse)
+    if d is not None:
+        ctx = _context(context, "merge")
+        member(ctx.plugin, "merge")  # Unsupported while tracing, as prepare_merge, on a 1.0 table
+        ctx._merge_args(*d, None)
+
+
+def _merge_outputs(partial_out):
+    shape = tuple(partial_out.shape[1:3]) if partial_out.dim() > 2 else (0, 0)
+    return (partial_out.new_empty(shape + (_LATENT,), dtype=torch.bfloat16),
+            partial_out.new_empty(shape, dtype=torch.float32))
+
+
+def _merge(partial_out, partial_lse, context):
+    out, lse = _merge_outputs(partial_out)
+    _merge_out(partial_out, partial_lse, out, lse, context)
+    return out, lse
+
+
+def _merge_fake(partial_out, partial_lse, context):
+    out, lse = _merge_outputs(partial_out)
+    _merge_out_fake(partial_out, partial_lse, out, lse, context)
+    return out, lse
+
+
+for _name, _real, _fake in (("write", _write, _write_fake), ("gather", _gather, _gather_fake),
+                            ("gather_out", _gather_out, _gather_out_fake), ("attend", _attend, _attend_fake),
+                            ("attend_out", _attend_out, _attend_out_fake), ("merge", _merge, _merge_fake),
+                            ("merge_out", _merge_out, _merge_out_fake)):
+    _register(_name, _real, _fake)
+
+ops = getattr(torch.ops, NAMESPACE)  # torch.ops.nvfp4_mla
+
+
+# ---- An engine's view: one context and the start-up cache format, bound once. ----
+
+class BoundOps:
+    """The ops called with one context and one cache format (layout, scale mode, writer policy), as an
+    engine holds them; plain Python that torch.compile traces through (its fields become constants of
+    the graph). outer_scale left out is the mode's default; a static-mode layer passes its own
+    (PluginConfig.layer_scale(layer))."""
+
+    def __init__(self, ctx, layout, scale_mode, writer_policy=_abi.WRITER_POLICY_RTN):
+        self.context = ctx  # held: the ops hold it only weakly
+        self.context_id = context_id(ctx)
+        self.layout, self.scale_mode, self.writer_policy = int(layout), int(scale_mode), int(writer_policy)
+        self.default_outer_scale = float(_abi.default_outer_scale(self.scale_mode))
+
+    def _outer(self, outer_scale):
+        return self.default_outer_scale if outer_scale is None else float(outer_scale)
+
+    def write(self, kv_c, k_pe, slot_mapping, cache, *, outer_scale=None, capture_max_abs=None,
+              nonfinite_count=None):
+        """Context.write as an op: the cache (and the optional capture/counter arrays) mutated in place."""
+        ops.write(kv_c, k_pe, slot_mapping, cache, self.context_id, self.layout, self.scale_mode,
+                  self._outer(outer_scale), self.writer_policy, capture_max_abs, nonfinite_count)
+
+    def gather(self, cache, slots, *, outer_scale=None, out=None):
+        """Context.gather as an op: a new [N, 576] bf16 tensor, or `out` filled in place."""
+        if out is None:
+            return ops.gather(cache, slots, self.context_id, self.layout, self.scale_mode, self._outer(outer_scale))
+        ops.gather_out(cache, slots, out, self.context_id, self.layout, self.scale_mode, self._outer(outer_scale))
+        return out
+
+    def attend(self, q, slots, cache, *, sm_scale, outer_scale=None, valid_len=None, out=None, lse=None):
+        """Context.attend as an op: new (out, lse), or `out` (and `lse`, optional) filled in place and
+        returned as (out, lse)."""
+        if out is None:
+            if lse is not None:
+                raise ValueError("attend: lse= needs out= (without out, the op returns new out and lse)")
+            return ops.attend(q, slots, cache, self.context_id, self.layout, self.scale_mode, self._outer(outer_scale),
+                              float(sm_scale), valid_len)
+        ops.attend_out(q, slots, cache, out, lse, self.context_id, self.layout, self.scale_mode,
+                       self._outer(outer_scale), float(sm_scale), valid_len)
+        return out, lse
+
+    def merge(self, partial_out, partial_lse, *, out=None, lse=None):
+        """Context.merge as an op: new (out, lse), or `out` (and `lse`, optional) filled in place."""
+        if out is None:
+            if lse is not None:
+                raise ValueError("merge: lse= needs out= (without out, the op returns new out and lse)")
+            return ops.merge(partial_out, partial_lse, self.context_id)
+        ops.merge_out(partial_out, partial_lse, out, lse, self.context_id)
+        return out, lse
+
+
+def bind(ctx, config=None, *, layout=None, scale_mode=None, writer_policy=None):
+    """BoundOps for `ctx` and the start-up format: a PluginConfig (CacheFormat.open: its layout, scale
+    mode and writer policy), or those given by name (a keyword overrides the config's)."""
+    if config is not None:
+        layout = config.layout if layout is None else layout
+        scale_mode = config.scale_mode if scale_mode is None else scale_mode
+        writer_policy = config.writer_policy if writer_policy is None else writer_policy
+    if layout is None or scale_mode is None:
+        raise ValueError("bind: give a PluginConfig or both layout= and scale_mode=")
+    return BoundOps(ctx, layout, scale_mode, _policy(writer_policy))
