@@ -258,7 +258,7 @@ static int write_checked(const calibrate_opts_t *o, cli_host_t *host, const char
     if (cli_out_open("calibrate", o->out, &out)) {
         return 1;
     }
-    fputs(text, out.f); /* a failed write leaves the stream's error flag, which the sync reports */
+    cli_out_write(&out, text, strlen(text)); /* a failure (and its errno) is reported by the sync */
     if (cli_out_sync(&out)) {
         return 1;
     }

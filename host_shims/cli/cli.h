@@ -3,6 +3,7 @@
 #ifndef NVFP4_MLA_CLI_H
 #define NVFP4_MLA_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,19 +49,38 @@ int cli_read_file(const char *cmd, const char *path, size_t max_bytes, uint8_t *
  * the `count` inputs (NULL entries are skipped): run before anything is read or written. */
 int cli_check_distinct(const char *cmd, const char *out, const char *const *inputs, int count);
 
+/* Temporary files and folders that a fatal signal (INT, TERM, HUP, QUIT, PIPE, ALRM, XCPU, XFSZ,
+ * USR1/2) must not leave behind: its handler removes them (files, then folders) and raises the signal
+ * again with its default action (cleanup.c). Register with the signals held from before the path is
+ * created, and forget it with them held across its rename or removal. add returns the slot, or -1
+ * when the table is full or the path too long (then nothing is registered). */
+#define CLI_CLEANUP_PATH_MAX 4200
+void cli_signals_hold(sigset_t *old);
+void cli_signals_release(const sigset_t *old);
+int cli_cleanup_add(const char *path, int is_folder);
+void cli_cleanup_forget(int slot);
+
 /* An output written atomically: bytes go to `f`, a temporary file beside the target; commit
- * flushes, fsync()s and renames it over the target; on any failure (and on abort) the temporary file
- * is removed and the target is untouched. A target that is a link is replaced where it leads; one
- * that exists but is not a regular file is refused. Messages carry strerror. */
+ * flushes, fsync()s and renames it over the target; on any failure (on abort, and on a fatal signal)
+ * the temporary file is removed and the target is untouched. A target that is a link is replaced
+ * where it leads; one that exists but is not a regular file is refused. A new file gets the mode
+ * 0666 less the umask; a replaced one its permission bits (0777), never setuid, setgid or sticky:
+ * the new file belongs to whoever runs the tool. Writes go through cli_out_write / cli_out_printf,
+ * which keep the errno of the first failed write, so every message names the cause ("No space left
+ * on device") even when a later call or the final flush reports the stream's error. */
 typedef struct cli_out {
     FILE *f;              /* the temporary file; owned */
     const char *cmd;      /* for messages; borrowed */
     const char *path;     /* as the user gave it; borrowed */
     char target[4096];    /* the file that is replaced */
-    char temp[4200];      /* the temporary file beside it; "" once renamed or removed */
+    char temp[CLI_CLEANUP_PATH_MAX]; /* the temporary file beside it; "" once renamed or removed */
+    int cleanup;          /* its slot in the signal cleanup table (cli_cleanup_add) */
+    int error;            /* errno of the first failed write; 0 while none failed */
     int synced;           /* flushed and fsync()ed */
 } cli_out_t;
 int cli_out_open(const char *cmd, const char *path, cli_out_t *out);
+void cli_out_write(cli_out_t *out, const void *data, size_t len);
+void cli_out_printf(cli_out_t *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_out_sync(cli_out_t *out);   /* flush + fsync: the temporary file is complete (may be read) */
 int cli_out_commit(cli_out_t *out); /* sync if needed, then rename over the target */
 void cli_out_abort(cli_out_t *out);

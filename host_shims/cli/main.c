@@ -1,5 +1,6 @@
 /* nvfp4-mla: the command-line host of the plugin. Every subcommand reaches the plugin through the
  * C loader and the ABI table only, so whatever it shows, a runtime can call. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,6 +29,20 @@ static void usage(FILE *out) {
     }
 }
 
+/* What a command printed must reach its reader: a full disk (or /dev/full) under stdout is an error
+ * with its cause, never exit 0 with the tables lost. */
+static int check_stdout(int rc) {
+    errno = 0;
+    const int flush_failed = fflush(stdout) != 0;
+    const int e = errno;
+    if (flush_failed || ferror(stdout)) {
+        fprintf(stderr, "nvfp4-mla: cannot write standard output: %s\n",
+                flush_failed && e ? strerror(e) : "an earlier write to it failed");
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
@@ -35,7 +50,7 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
-            return commands[i].run(argc - 1, argv + 1);
+            return check_stdout(commands[i].run(argc - 1, argv + 1));
         }
     }
     fprintf(stderr, "nvfp4-mla: unknown command \"%s\"\n", argv[1]);

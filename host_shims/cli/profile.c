@@ -45,16 +45,29 @@ static int profile_from_text(const char *cmd, const char *origin, const char *te
 static int builtin_file(const char *cmd, cli_profile_t *p) {
     const char *tmp = getenv("TMPDIR");
     snprintf(p->temp_dir, sizeof p->temp_dir, "%s/nvfp4-mla-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (!mkdtemp(p->temp_dir)) {
-        p->temp_dir[0] = '\0';
-        return cli_fail(cmd, "cannot create a temporary folder for the built-in profile: %s", strerror(errno));
+    /* Registered for the signal cleanup from before the folder exists: an interrupted run leaves nothing. */
+    sigset_t held;
+    cli_signals_hold(&held);
+    const int made = mkdtemp(p->temp_dir) != NULL, e = errno;
+    if (made) {
+        snprintf(p->scales_path, sizeof p->scales_path, "%s/%s", p->temp_dir, cli_profile_name);
+        p->cleanup[0] = cli_cleanup_add(p->temp_dir, 1);
+        p->cleanup[1] = cli_cleanup_add(p->scales_path, 0);
     }
-    snprintf(p->scales_path, sizeof p->scales_path, "%s/%s", p->temp_dir, cli_profile_name);
+    cli_signals_release(&held);
+    if (!made) {
+        p->temp_dir[0] = '\0';
+        return cli_fail(cmd, "cannot create a temporary folder for the built-in profile: %s", strerror(e));
+    }
+    if (p->cleanup[0] < 0 || p->cleanup[1] < 0) {
+        return cli_fail(cmd, "%s: too many temporary files to clean up on a signal", p->scales_path);
+    }
     return cli_write_file(cmd, p->scales_path, cli_profile_bytes, cli_profile_size);
 }
 
 int cli_profile_load(const char *cmd, const char *path, cli_profile_t *p) {
     memset(p, 0, sizeof *p);
+    p->cleanup[0] = p->cleanup[1] = -1;
     if (!path) {
         snprintf(p->label, sizeof p->label, "built-in %s", cli_profile_name);
         int rc = profile_from_text(cmd, p->label, (const char *)cli_profile_bytes, cli_profile_size, p) ||
@@ -83,8 +96,14 @@ void cli_profile_free(cli_profile_t *p) {
     free(p->max_abs);
     p->max_abs = NULL;
     if (p->temp_dir[0]) {
+        sigset_t held;
+        cli_signals_hold(&held);
         unlink(p->scales_path);
         rmdir(p->temp_dir);
+        cli_cleanup_forget(p->cleanup[0]);
+        cli_cleanup_forget(p->cleanup[1]);
+        p->cleanup[0] = p->cleanup[1] = -1;
         p->temp_dir[0] = '\0';
+        cli_signals_release(&held);
     }
 }

@@ -118,7 +118,7 @@ typedef struct quality_run {
     cli_host_t host;
     float *scales;    /* [profile.layers] */
     uint16_t *tokens; /* [o.count, 576] bf16 */
-    cli_out_t out;
+    cli_out_t out;    /* written through cli_out_printf, which keeps a failed write's errno */
     FILE *json;       /* out.f, or NULL without --json */
     int rows;         /* JSON rows written */
 } quality_run_t;
@@ -148,7 +148,7 @@ static int reconstruction_row(quality_run_t *r, synth_rng_t *rng, int heavy, int
         rms[m] = err[m].layer_rel_rms, median[m] = err[m].median_token_rel;
         sums[0][m] += rms[m], sums[1][m] += median[m], sums[2][m] = fmax(sums[2][m], rms[m]);
         if (r->json && active(m)) {
-            fprintf(r->json, "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
+            cli_out_printf(&r->out, "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
                              "\"median_token_rel\": %.6f, \"zero_tokens\": %.6f, \"subnormal_groups\": %.6f}",
                     r->rows++ ? ",\n" : "", heavy ? "student-t3" : "gaussian", l, max_abs, mode_names[m], rms[m],
                     median[m], err[m].zero_tokens, err[m].subnormal_groups);
@@ -222,7 +222,7 @@ static int attention_table(quality_run_t *r) {
         printf("\n");
         for (int m = 0; r->json && m < MODES; m++) {
             if (active(m)) {
-                fprintf(r->json, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}",
+                cli_out_printf(&r->out, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}",
                         picks[p], mode_names[m], e[m]);
             }
         }
@@ -252,7 +252,7 @@ static int quality_open(quality_run_t *r) {
     }
     if ((r->json = r->o.json_path ? r->out.f : NULL)) {
         char *label = json_string(r->profile.label);
-        fprintf(r->json,
+        cli_out_printf(&r->out,
                 "{\"scales_file\": %s, \"tokens_per_layer\": %lld, \"seed\": %llu, \"writer_policy\": \"%s\", "
                 "\"layers\": [\n", label ? label : "null", r->o.count, r->o.seed, policy);
         free(label);
@@ -270,7 +270,7 @@ int cli_quality_cmd(int argc, char **argv) {
     if (!rc) {
         rc = reconstruction_table(&r, 0) || reconstruction_table(&r, 1) || attention_table(&r);
         if (r.json) {
-            fprintf(r.json, "\n]}\n");
+            cli_out_printf(&r.out, "\n]}\n");
             rc = rc ? (cli_out_abort(&r.out), rc) : cli_out_commit(&r.out);
         }
         cli_host_close(&r.host);
