@@ -41,6 +41,12 @@ int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf
 #define CLI_MAX_CAPTURE_BYTES ((size_t)16 << 20)    /* calibrate's per-rank captures */
 #define CLI_MAX_CALIBRATION_BYTES ((size_t)4 << 20) /* v1 files (the plugin's own limit) */
 
+/* Parses JSON text (length-bounded) as the plugin does: a refusal names its cause (empty, cut short,
+ * NaN/Infinity, nested too deep, malformed, trailing data: plugin/json_text.h) and the byte offset,
+ * after `origin` ("x.json is empty (no JSON value)"). NULL after printing one line. */
+struct cJSON;
+struct cJSON *cli_json_parse(const char *cmd, const char *origin, const char *text, size_t len);
+
 /* Reads a whole regular file of at most max_bytes (the caller frees; a NUL follows the data). A FIFO,
  * device or directory is refused without blocking. 0 on success, else one line printed and 1. */
 int cli_read_file(const char *cmd, const char *path, size_t max_bytes, uint8_t **data, size_t *len);
@@ -109,6 +115,10 @@ void cli_scales_env(const char *path, char buf[CLI_SCALES_ENV_MAX], const char *
 /* The plugin's nvfp4_ds_mla configuration for the environment `env`, asked for as a server asks
  * (no model folder, no host); the plugin's status, its last error on refusal. */
 nvfp4_mla_status_t cli_config_for_env(cli_host_t *host, const char *const *env, nvfp4_mla_config_t **cfg);
+/* The plugin's refusal (last_error) of the scales file the tool handed it as
+ * VLLM_NVFP4_MLA_SCALES_FILE=`given`, in the user's terms: without the variable, which the user did
+ * not set, and with `given` (a temporary file, say) named `shown` wherever it appears. */
+void cli_scales_refusal(cli_host_t *host, const char *given, const char *shown, char *out, size_t size);
 
 nvfp4_mla_tensor_t cli_tensor_2d(void *data, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride);
 nvfp4_mla_tensor_t cli_tensor_1d(void *data, int32_t dtype, int64_t n);
@@ -139,9 +149,13 @@ int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, c
 int cli_check_codec_flags(const char *cmd, cli_codec_flags_t *flags, int need_mode);
 
 /* Encodes / decodes T tokens through the plugin's CPU write and gather entries.
- * tokens: [T, 576] bf16 (latent then RoPE); records: [T, record_bytes]; rows: [T, 576] bf16. */
+ * tokens: [T, 576] bf16 (latent then RoPE); records: [T, record_bytes]; rows: [T, 576] bf16.
+ * cli_encode refuses NaN/Inf input (the plugin's nonfinite_count, which cli_encode_counted adds to
+ * *nonfinite and leaves to the caller). */
 int cli_encode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens,
                int64_t count, uint8_t *records);
+int cli_encode_counted(const char *cmd, cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens,
+                       int64_t count, uint8_t *records, uint64_t *nonfinite);
 int cli_decode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *flags, const uint8_t *records,
                int64_t count, uint16_t *rows);
 

@@ -12,8 +12,8 @@ static const struct {
     const char *usage;
 } commands[] = {
     {"probe", cli_probe, "probe [--plugin P] [--json] [--model-dir D] [--cache-dtype T]  load and describe a plugin"},
-    {"encode", cli_encode_cmd, "encode --layout 368|432 --mode per-token|static [--scale S] [--policy rtn|mse] IN OUT  bf16 [T,576] -> records (writer policy: rtn by default)"},
-    {"decode", cli_decode_cmd, "decode --layout 368|432 --mode per-token|static [--scale S] IN OUT  records -> bf16 [T,576]"},
+    {"encode", cli_encode_cmd, "encode --layout 368|432 --mode per-token|static [--scale S] [--policy rtn|mse] [--force] IN OUT  bf16 [T,576] -> records (writer policy: rtn by default; NaN/Inf input refused unless --force)"},
+    {"decode", cli_decode_cmd, "decode --layout 368|432 --mode per-token|static [--scale S] [--force] IN OUT  records -> bf16 [T,576] (records whose s_t contradicts --mode refused unless --force)"},
     {"inspect", cli_inspect_cmd, "inspect --layout 368|432 [--tokens N] IN  scales and code statistics of a record file"},
     {"quality", cli_quality_cmd, "quality [--scales FILE] [--tokens N] [--seed S] [--policy rtn|mse] [--json FILE]  reconstruction error per layer and mode, rtn and the policy (mse by default; built-in GLM-5.2 profile by default)"},
     {"calibrate", cli_calibrate_cmd, "calibrate --out FILE [--model M] ... [--no-check] CAPTURE...  envelope of captures -> v1 scales file, checked by the plugin before it is written"},
@@ -50,6 +50,12 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
+            for (int a = 2; a < argc; a++) { /* "encode --help" asks for help, not for a value of --help */
+                if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
+                    printf("usage: nvfp4-mla %s\n", commands[i].usage);
+                    return check_stdout(0);
+                }
+            }
             return check_stdout(commands[i].run(argc - 1, argv + 1));
         }
     }

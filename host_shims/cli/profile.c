@@ -12,18 +12,36 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "json_text.h"
 #include "profile_data.h"
 #include "synth.h"
 
+/* The max_abs array of a v1 document, or NULL after saying what the text is instead. */
+static const cJSON *max_abs_of(const char *cmd, const char *origin, const cJSON *root) {
+    const cJSON *array = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "max_abs") : NULL;
+    if (!cJSON_IsObject(root)) {
+        cli_fail(cmd, "%s holds %s, not a v1 scales file (a JSON object with a \"max_abs\" array)", origin,
+                 nvfp4_json_type_name(root->type));
+    } else if (!array) {
+        cli_fail(cmd, "%s: no \"max_abs\" key to take the magnitude profile from", origin);
+    } else if (!cJSON_IsArray(array) || !array->child) {
+        cli_fail(cmd, "%s: \"max_abs\" is %s, not a non-empty array of per-layer magnitudes", origin,
+                 cJSON_IsArray(array) ? "empty" : nvfp4_json_type_name(array->type));
+    } else {
+        return array;
+    }
+    return NULL;
+}
+
 /* max_abs[] of a v1 document. */
 static int profile_from_text(const char *cmd, const char *origin, const char *text, size_t len, cli_profile_t *p) {
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, NULL, 0);
-    const cJSON *array = cJSON_GetObjectItemCaseSensitive(root, "max_abs");
-    int n = cJSON_GetArraySize(array);
-    if (!cJSON_IsArray(array) || n < 1) {
+    cJSON *root = cli_json_parse(cmd, origin, text, len);
+    const cJSON *array = root ? max_abs_of(cmd, origin, root) : NULL;
+    if (!array) {
         cJSON_Delete(root);
-        return cli_fail(cmd, "%s: no \"max_abs\" array to take the magnitude profile from", origin);
+        return 1;
     }
+    const int n = cJSON_GetArraySize(array);
     if (!(p->max_abs = malloc((size_t)n * sizeof *p->max_abs))) {
         cJSON_Delete(root);
         return cli_fail(cmd, "out of memory");
@@ -76,6 +94,12 @@ int cli_profile_load(const char *cmd, const char *path, cli_profile_t *p) {
             cli_profile_free(p);
         }
         return rc;
+    }
+    const size_t n = strlen(path);
+    if (n && (strchr(" \t\n\v\f\r", path[0]) || strchr(" \t\n\v\f\r", path[n - 1]))) {
+        /* The plugin reads VLLM_NVFP4_MLA_SCALES_FILE stripped (as vLLM does): it would read another file. */
+        return cli_fail(cmd, "--scales \"%s\" has leading or trailing whitespace, which the plugin strips from "
+                             "VLLM_NVFP4_MLA_SCALES_FILE: give the path without it", path);
     }
     uint8_t *text;
     size_t len;

@@ -22,13 +22,15 @@ static int active(int m) {
 }
 
 /* Per-layer static scales, asked of the plugin exactly as a runtime would. */
-static int layer_scales(cli_host_t *host, const char *path, int layers, float *scales) {
+static int layer_scales(cli_host_t *host, const char *path, const char *shown, int layers, float *scales) {
     char env_file[CLI_SCALES_ENV_MAX];
     const char *env[3];
     cli_scales_env(path, env_file, env);
     nvfp4_mla_config_t *cfg;
     if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
-        return cli_fail("quality", "%s", host->table->last_error());
+        char why[2048];
+        cli_scales_refusal(host, path, shown, why, sizeof why);
+        return cli_fail("quality", "the plugin refuses the scales file %s: %s", shown, why);
     }
     for (int l = 0; l < layers; l++) {
         host->table->config_layer_scale(cfg, (uint32_t)l, &scales[l]);
@@ -245,7 +247,7 @@ static int quality_open(quality_run_t *r) {
     if (cli_host_open(&r->host, r->o.plugin)) {
         return 1;
     }
-    if (layer_scales(&r->host, r->profile.scales_path, layers, r->scales) ||
+    if (layer_scales(&r->host, r->profile.scales_path, r->profile.label, layers, r->scales) ||
         (r->o.json_path && cli_out_open("quality", r->o.json_path, &r->out))) {
         cli_host_close(&r->host);
         return 1;
