@@ -115,14 +115,19 @@ class Context:
         return t
 
     def write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=None,
-              capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None):
+              capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None, out_of_range_count=None):
         """Quantise kv_c [T,512] and k_pe [T,64] (bf16 or f16) into cache records at slot_mapping [T]
-        (int64). capture_max_abs: optional 1-element f32 array max-reduced with max |kv_c|;
-        nonfinite_count: optional 1-element int64 array incremented by NaN/Inf inputs.
-        writer_policy: "rtn" (None, the default), "mse" or an id: the configuration's
-        PluginConfig.writer_policy. Readers take none: records of every policy read alike."""
+        (int64; negative = padding, skipped). capture_max_abs: optional 1-element f32 array
+        max-reduced with max |kv_c|; nonfinite_count: optional 1-element int64 array incremented by
+        NaN/Inf inputs. A slot at or past the cache's capacity is a bug that loses a record: a CPU
+        context raises InvalidArgument naming it before writing anything; a CUDA write, which cannot
+        see the slots without a sync, drops that token and adds it to out_of_range_count (optional
+        1-element int64 array on the device; read it once the stream has run the write: non-zero
+        means records were lost). writer_policy: "rtn" (None, the default), "mse" or an id: the
+        configuration's PluginConfig.writer_policy. Readers take none: records of every policy read
+        alike."""
         args = self._write_args(kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale, capture_max_abs,
-                                nonfinite_count, stream, writer_policy)
+                                nonfinite_count, stream, writer_policy, out_of_range_count)
         check(self.plugin, member(self.plugin, "write")(self._handle, C.byref(args)), "write")
 
     def gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=None, stream=None):
@@ -161,11 +166,13 @@ class Context:
     # ---- The prepared path (prepared.py): checked once at bind, then per call only what changes. ----
 
     def prepare_write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=None,
-                      capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None):
+                      capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None,
+                      out_of_range_count=None):
         """A PreparedWrite bound to these arrays and writer policy (checked now, as write checks them)."""
         return PreparedWrite(self, self._write_args(kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale,
-                                                    capture_max_abs, nonfinite_count, stream, writer_policy),
-                             (kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count))
+                                                    capture_max_abs, nonfinite_count, stream, writer_policy,
+                                                    out_of_range_count),
+                             (kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count, out_of_range_count))
 
     def prepare_gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=None, stream=None):
         """A PreparedGather bound to these arrays (checked now, as gather checks them)."""
@@ -189,7 +196,7 @@ class Context:
     # ---- Argument structs: every array checked (dtype, shape, strides, device) before any call. ----
 
     def _write_args(self, kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale, capture_max_abs,
-                    nonfinite_count, stream, writer_policy=None):
+                    nonfinite_count, stream, writer_policy=None, out_of_range_count=None):
         layout, scale_mode = _mode(layout, scale_mode)
         kv, (_, in_dtype, shape, *_rest) = tensor(kv_c, "kv_c", (_abi.DTYPE_BF16, _abi.DTYPE_F16), 2, self.device,
                                                   (None, _LATENT), required=True)
@@ -197,10 +204,13 @@ class Context:
         sl, _ = tensor(slot_mapping, "slot_mapping", (_abi.DTYPE_I64,), 1, self.device, (shape[0],), required=True)
         cap, _ = tensor(capture_max_abs, "capture_max_abs", (_abi.DTYPE_F32,), 1, self.device, (1,), written=True)
         cnt, _ = tensor(nonfinite_count, "nonfinite_count", (_abi.DTYPE_I64,), 1, self.device, (1,), written=True)
+        oor, _ = tensor(out_of_range_count, "out_of_range_count", (_abi.DTYPE_I64,), 1, self.device, (1,),
+                        written=True)
         return _abi.WriteArgs(struct_size=C.sizeof(_abi.WriteArgs), layout=layout, scale_mode=scale_mode,
                               outer_scale=_outer(scale_mode, outer_scale), writer_policy=_policy(writer_policy),
                               kv_c=kv, k_pe=pe, slot_mapping=sl, cache=self._cache(cache, layout, written=True),
-                              capture_max_abs=cap.data, nonfinite_count=cnt.data, stream=self._stream(stream))
+                              capture_max_abs=cap.data, nonfinite_count=cnt.data, stream=self._stream(stream),
+                              out_of_range_count=oor.data)
 
     def _gather_args(self, cache, slots, out, layout, scale_mode, outer_scale, stream):
         layout, scale_mode = _mode(layout, scale_mode)

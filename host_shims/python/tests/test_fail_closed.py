@@ -1,6 +1,7 @@
 """Issue 37 in the shim: every array the plugin writes must be writable (numpy's flag, the array
 interface's, PyTorch's own in-place rules), and a mistaken argument is named with its real cause."""
 import os
+import re
 import subprocess
 import sys
 
@@ -147,3 +148,22 @@ def test_dcp_example_should_say_it_needs_torch(plugin_path, tmp_path):
     assert done.returncode == 77
     assert "dcp_decode.py: needs PyTorch with torch.distributed (No module named 'torch')" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_slot_past_the_cache_should_be_refused_on_the_cpu_before_anything_is_written(ctx):
+    """Issue 37, case 6: one rule for write, gather and attend; the CPU refuses a slot >= capacity
+    (negative slots stay padding); the CUDA counter is passed through (read-only refused)."""
+    x = tokens(4)
+    cache, counted = np.zeros((1, 4, 368), np.uint8), np.zeros(1, np.int64)
+    with pytest.raises(nvfp4_mla.InvalidArgument, match=re.escape(
+            "write: slot_mapping[2] = 99 is at or past the cache's capacity 4 (num_blocks * block_size): its "
+            "token's record would be lost")):
+        ctx.write(x[:, :512], x[:, 512:], np.array([0, -1, 99, 3], np.int64), cache, out_of_range_count=counted, **KW)
+    assert not cache.any() and counted[0] == 0
+    ctx.write(x[:, :512], x[:, 512:], np.array([0, -1, -5, 3], np.int64), cache, out_of_range_count=counted, **KW)
+    assert cache[0, 0].any() and not cache[0, 1:3].any() and cache[0, 3].any() and counted[0] == 0
+    with pytest.raises(nvfp4_mla.ArrayError, match="^out_of_range_count: it is read-only"):
+        ctx.write(x[:, :512], x[:, 512:], np.arange(4, dtype=np.int64), cache, out_of_range_count=read_only(counted),
+                  **KW)
+    with pytest.raises(nvfp4_mla.InvalidArgument, match=re.escape("gather: slots[1] = 4 is neither -1 nor in [0, 4)")):
+        ctx.gather(cache, np.array([0, 4], np.int32), np.zeros((2, 576), np.uint16), **KW)
