@@ -180,10 +180,17 @@ static void loader_should_refuse_a_malformed_selection(void **state) {
 /* Issue 37: a name without a slash is the file of that name in the working folder, never one the
  * dynamic loader's search path finds ("libc.so.6" used to load the system libc and be refused only
  * as "not a plugin"). */
+static char test_cwd[4096]; /* the folder to return to, whatever the test's outcome (back_home) */
+
+static int back_home(void **state) {
+    (void)state;
+    return chdir(test_cwd);
+}
+
 static void loader_should_take_a_bare_name_as_a_file_in_the_working_folder(void **state) {
     (void)state;
-    char here[4096], dir[] = "/tmp/nvfp4_loader_XXXXXX", link_path[4200];
-    assert_non_null(getcwd(here, sizeof here));
+    char dir[] = "/tmp/nvfp4_loader_XXXXXX", link_path[4200];
+    assert_non_null(getcwd(test_cwd, sizeof test_cwd));
     assert_non_null(mkdtemp(dir));
     assert_int_equal(chdir(dir), 0);
     nvfp4_mla_loader_t l;
@@ -198,7 +205,6 @@ static void loader_should_take_a_bare_name_as_a_file_in_the_working_folder(void 
     assert_string_equal(l.path, "./libnvfp4_mla.so");
     nvfp4_mla_loader_close(&l);
     unlink(link_path);
-    assert_int_equal(chdir(here), 0);
     rmdir(dir);
 }
 
@@ -400,7 +406,7 @@ int main(void) {
         cmocka_unit_test(loader_should_accept_a_null_member_its_table_does_not_cover),
         cmocka_unit_test(loader_should_mask_merge_a_1_0_table_lacks),
         cmocka_unit_test(loader_should_refuse_a_malformed_selection),
-        cmocka_unit_test(loader_should_take_a_bare_name_as_a_file_in_the_working_folder),
+        cmocka_unit_test_teardown(loader_should_take_a_bare_name_as_a_file_in_the_working_folder, back_home),
         cmocka_unit_test(loader_should_name_every_missing_capability),
         cmocka_unit_test(loader_should_handle_selection_by_environment),
         cmocka_unit_test(loader_should_give_the_plugins_cache_identity),
