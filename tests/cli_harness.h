@@ -19,6 +19,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "host_codes.h" /* the host side's bf16 conversions; the tests reach the plugin only through the CLI */
+
 static char tmp[] = "/tmp/nvfp4_cli_XXXXXX";
 static char cli[2048], data[2048];
 static char out_text[1 << 16], err_text[1 << 16];
@@ -114,6 +116,19 @@ static inline int leftovers(const char *dir) {
     for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     closedir(d);
     return n;
+}
+
+/* T tokens [T, 576] bf16 of uniform values in +-scale/2, written to tmp/in.bf16. */
+enum { T = 100 };
+static uint16_t tokens[T * 576];
+
+static inline void make_tokens(double scale) {
+    uint64_t s = 99;
+    for (int i = 0; i < T * 576; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = host_bf16_bits((float)(((double)(s >> 11) * 0x1p-53 - 0.5) * scale));
+    }
+    write_file("in.bf16", tokens, sizeof tokens);
 }
 
 #endif

@@ -1,19 +1,6 @@
 /* The nvfp4-mla tool as a user runs it: encode/decode/inspect on files, calibrate, probe, writer
  * policies; errors are one clear line and a non-zero exit. Runs the built CLI against the built plugin. */
 #include "cli_harness.h"
-#include "host_codes.h" /* the host side's bf16 conversions; the test reaches the plugin only through the CLI */
-
-enum { T = 100 };
-static uint16_t tokens[T * 576];
-
-static void make_tokens(double scale) {
-    uint64_t s = 99;
-    for (int i = 0; i < T * 576; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[i] = host_bf16_bits((float)(((double)(s >> 11) * 0x1p-53 - 0.5) * scale));
-    }
-    write_file("in.bf16", tokens, sizeof tokens);
-}
 
 /* Relative RMS error of the latents of tmp/NAME (bf16 [T,576]) against the tokens. */
 static double latent_error(const char *name) {

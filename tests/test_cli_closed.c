@@ -5,21 +5,8 @@
 #include <signal.h>
 
 #include "cli_harness.h"
-#include "host_codes.h"
 
 #define SCALES "glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json" /* in NVFP4_MLA_TEST_DATA */
-
-enum { T = 100 };
-static uint16_t tokens[T * 576];
-
-static void make_tokens(double scale) {
-    uint64_t s = 7;
-    for (int i = 0; i < T * 576; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[i] = host_bf16_bits((float)(((double)(s >> 11) * 0x1p-53 - 0.5) * scale));
-    }
-    write_file("in.bf16", tokens, sizeof tokens);
-}
 
 static void make_dir(const char *name) {
     char path[4096];
