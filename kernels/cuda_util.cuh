@@ -51,6 +51,26 @@ static inline bool nvfp4_cuda_guard_ok(const nvfp4_device_guard &guard, nvfp4_ml
     return false;
 }
 
+/* Launches `kernel` on `stream` with programmatic stream serialisation: the grid may begin while
+ * the stream's previous grid finishes, so a kernel launched this way calls pdl_wait
+ * (sm90_cuda.cuh) before it touches memory that grid may write or read. Stream capture records
+ * the dependency as a programmatic graph edge. Returns the launch's error. */
+template <typename... Params, typename... Args>
+static inline cudaError_t nvfp4_launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                           void *stream, Args &&...args) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = (cudaStream_t)stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
+}
+
 /* A grid of `blocks` CTAs fits one launch; else INVALID_ARGUMENT naming `count` `items` of `op`. */
 static inline bool nvfp4_cuda_grid_fits(int64_t blocks, nvfp4_mla_kernel_result_t *result, const char *op,
                                         int64_t count, const char *items) {

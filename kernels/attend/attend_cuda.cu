@@ -125,42 +125,67 @@ static __device__ __forceinline__ bool arrive_last(unsigned long long *counter, 
 }
 
 /* A merged row's lse (natural log) from its largest partial log2-sum-exp m and the sum of its
- * weights 2^(lse_s - m); -inf for a row no split saw. merge_row and merge_if_last share it. */
+ * weights 2^(lse_s - m); -inf for a row no split saw. Both merges share it. */
 static __device__ __forceinline__ float merged_lse(float m, float sum) {
     return lse2_of(m, sum) * ATT_LN2;
 }
 
-/* Merges the split partials of one (query, head) row: one warp, 16 columns per lane. */
-static __device__ __forceinline__ void merge_row(const nvfp4_mla_attend_kernel_args_t &a, int splits, int64_t row,
-                                                 int lane) {
-    const int64_t qi = row / a.num_heads, head = row % a.num_heads;
+/* The separate merge launch (NVFP4_MLA_ATTEND_MERGE=separate, auto under graph capture, and
+ * plans whose merge one CTA would read too slowly): one CTA of 128 threads a (query, head) row,
+ * thread c owning columns 4c .. 4c + 3. Each thread issues its loads before it uses any: the
+ * row's split lse values (threads < splits) and its partials, ATT_MERGE_ROW_BATCH splits at a
+ * time, so a row costs about one L2 round trip a batch. (One warp a row, walking the splits one
+ * load after another, took 10 us at 16 splits on the H200: the largest part of a light call.)
+ * Launched dependent on the attention grid (nvfp4_launch_pdl), so its launch overlaps that grid's
+ * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
+ * merge_if_last's: the outputs are bit-identical to the in-launch merge's. */
+#define ATT_MERGE_ROW_BATCH 16
+__global__ void __launch_bounds__(128)
+    nvfp4_attend_merge_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a, int splits) {
+    __shared__ float weight[64]; /* splits <= 64 (the plan's cap) */
+    __shared__ float warp_max[2];
+    pdl_wait();    /* the attention grid's partials */
+    pdl_release(); /* the stream's next grid may start its prologue */
+    const int64_t row = blockIdx.x, stride = a.num_queries * a.num_heads;
+    const int c = threadIdx.x;
     const float *partial_o = (const float *)a.workspace;
-    const float *partial_lse = partial_o + (int64_t)splits * a.num_queries * a.num_heads * 512;
-    const int64_t stride = a.num_queries * a.num_heads;
-    float lmax = -INFINITY;
-    for (int sp = 0; sp < splits; sp++) lmax = fmaxf(lmax, partial_lse[sp * stride + row]);
-    float acc[16] = {0}, wsum = 0.0f;
-    if (lmax != -INFINITY) {
-        for (int sp = 0; sp < splits; sp++) {
-            const float w = exp2f(partial_lse[sp * stride + row] - lmax);
-            wsum += w;
-            const float *po = partial_o + (sp * stride + row) * 512 + 16 * lane;
+    const float *partial_lse = partial_o + (int64_t)splits * stride * 512;
+    const float4 *src = reinterpret_cast<const float4 *>(partial_o + row * 512) + c;
+    const int64_t split_step = stride * 128; /* float4s from one split's row to the next's */
+    const float l = c < splits ? __ldcg(partial_lse + c * stride + row) : -INFINITY;
+    float4 v[ATT_MERGE_ROW_BATCH];
 #pragma unroll
-            for (int i = 0; i < 16; i++) acc[i] += w * po[i];
+    for (int j = 0; j < ATT_MERGE_ROW_BATCH; j++)
+        v[j] = j < splits ? __ldcg(src + j * split_step) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float m = l; /* the row's largest lse: threads 0 .. 63 hold them */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+    if (c < 64 && (c & 31) == 0) warp_max[c >> 5] = m;
+    __syncthreads();
+    m = fmaxf(warp_max[0], warp_max[1]);
+    if (c < splits) weight[c] = m == -INFINITY ? 0.0f : exp2f(l - m);
+    __syncthreads();
+    float sum = 0.0f; /* merge_if_last's order: split 0, 1, ... */
+    for (int sp = 0; sp < splits; sp++) sum += weight[sp];
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int sp = 0; sp < splits; sp += ATT_MERGE_ROW_BATCH) {
+        if (sp > 0) {
+#pragma unroll
+            for (int j = 0; j < ATT_MERGE_ROW_BATCH; j++)
+                v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int j = 0; j < ATT_MERGE_ROW_BATCH; j++) {
+            if (sp + j >= splits) break;
+            const float w = weight[sp + j];
+            acc.x += w * v[j].x, acc.y += w * v[j].y, acc.z += w * v[j].z, acc.w += w * v[j].w;
         }
     }
-    const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
-    uint16_t *out = a.out + qi * a.out_stride_token + head * a.out_stride_head + 16 * lane;
-#pragma unroll
-    for (int i = 0; i < 16; i += 2) *(uint32_t *)(out + i) = bf16_pair(acc[i] * inv, acc[i + 1] * inv);
-    if (a.lse && lane == 0) a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] = merged_lse(lmax, wsum);
-}
-
-/* The separate merge launch (NVFP4_MLA_ATTEND_MERGE=separate, auto under graph capture, and
- * plans whose merge one CTA would read too slowly): four rows a CTA. */
-__global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int splits) {
-    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (row < a.num_queries * a.num_heads) merge_row(a, splits, row, threadIdx.x & 31);
+    const float k = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int64_t qi = row / a.num_heads, head = row % a.num_heads;
+    uint16_t *dst = a.out + qi * a.out_stride_token + head * a.out_stride_head + 4 * c;
+    *reinterpret_cast<uint2 *>(dst) = make_uint2(bf16_pair(acc.x * k, acc.y * k), bf16_pair(acc.z * k, acc.w * k));
+    if (a.lse && c == 0) a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] = merged_lse(m, sum);
 }
 
 /* The in-launch merge (plan.one_launch), run by the producer threads (t < nthreads of them), idle
@@ -170,7 +195,7 @@ __global__ void nvfp4_attend_merge_kernel(nvfp4_mla_attend_kernel_args_t a, int 
  * partial store precedes what follows), arrive once for the CTA's (query, head group) and, for the
  * last split, merge the group's rows in the ring's shared memory (the consumers read their last
  * block before arriving). The last arrival fences again before the rows are read, through L2
- * (__ldcg: other SMs wrote them). Same arithmetic, in the same order, as merge_row: the outputs
+ * (__ldcg: other SMs wrote them). Same arithmetic, in the same order, as the merge kernel: the outputs
  * are bit-identical to the separate merge's. Producers merge at their own register count (136 in
  * the narrow wgmma kinds; the mma.sync kinds do not rebalance; the wide kind has no in-launch
  * instantiation): no setmaxnreg rebalance, and only the consumers' arrival crosses roles. `bar`
@@ -205,7 +230,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         const float w0 = m == -INFINITY ? 0.0f : exp2f(l0 - m), w1 = m == -INFINITY ? 0.0f : exp2f(l1 - m);
-        float sum = 0.0f; /* merge_row's order: split 0, 1, ... */
+        float sum = 0.0f; /* split 0, 1, ...: the merge kernel's order */
         for (int sp = 0; sp < splits; sp++) sum += __shfl_sync(0xffffffffu, sp < 32 ? w0 : w1, sp & 31);
         if (lane < splits) weight[r * 64 + lane] = w0;
         if (lane + 32 < splits) weight[r * 64 + lane + 32] = w1;
@@ -291,6 +316,8 @@ __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
         mbar_init_fence();
     }
     __syncthreads();
+    pdl_wait();    /* the stream's previous grid: its writes of q, slots, the cache; its reads of out */
+    pdl_release(); /* the merge (or the stream's next grid) may start launching */
     if (threadIdx.x >= CONSUMERS) {
 #if NVFP4_HAVE_WGMMA
         constexpr int PRODUCER_REGS = kind_threads<KIND, RB>::producer_regs;
@@ -413,8 +440,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
     const int64_t base_items = a->num_queries * p.groups;
     int64_t splits = base_items >= sms || base_items == 0 ? 1 : sms / base_items;
-    const int64_t most = tiles / 2 > 1 ? tiles / 2 : 1; /* at least two tiles a split */
-    splits = splits < most ? splits : most;
+    splits = splits < tiles || tiles == 0 ? splits : tiles; /* down to one tile a split */
     splits = splits < 64 ? splits : 64;
     const int64_t per_split = tiles > 0 ? (tiles + splits - 1) / splits : 1;
     p.tiles_per_split = (int32_t)per_split;
@@ -449,16 +475,17 @@ struct kind_merges_in_launch {
     static constexpr bool value = KIND != KIND_WIDE;
 };
 
+/* Every attention grid is launched dependent on the stream's previous grid (nvfp4_launch_pdl): its
+ * barrier set-up and register reallocation overlap that grid's tail (the kernel waits, pdl_wait,
+ * before it reads or writes global memory). */
 template <int KIND, int RB>
 static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
     if constexpr (kind_merges_in_launch<KIND>::value) {
-        if (pl.one_launch) {
-            nvfp4_attend_kernel<KIND, RB, true><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
-            return cudaGetLastError();
-        }
+        if (pl.one_launch)
+            return nvfp4_launch_pdl(nvfp4_attend_kernel<KIND, RB, true>, pl.grid, pl.threads, pl.bytes, a->stream, *a,
+                                    pl);
     }
-    nvfp4_attend_kernel<KIND, RB, false><<<pl.grid, pl.threads, pl.bytes, (cudaStream_t)a->stream>>>(*a, pl);
-    return cudaGetLastError();
+    return nvfp4_launch_pdl(nvfp4_attend_kernel<KIND, RB, false>, pl.grid, pl.threads, pl.bytes, a->stream, *a, pl);
 }
 
 template <int RB>
@@ -520,11 +547,13 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     if (pl.one_launch && args->merge_mode == NVFP4_ATTEND_MERGE_AUTO && stream_capturing(args->stream)) {
         pl.one_launch = 0;
     }
+    const int64_t rows = args->num_queries * args->num_heads; /* the separate merge's CTAs */
+    if (pl.splits > 1 && !pl.one_launch && !nvfp4_cuda_grid_fits(rows, result, "attend", rows, "merged rows")) {
+        return;
+    }
     cudaError_t err = launch_plan(args, pl);
     if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch) {
-        const int64_t rows = args->num_queries * args->num_heads;
-        nvfp4_attend_merge_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, (cudaStream_t)args->stream>>>(*args, pl.splits);
-        err = cudaGetLastError();
+        err = nvfp4_launch_pdl(nvfp4_attend_merge_kernel, (unsigned)rows, 128, 0, args->stream, *args, (int)pl.splits);
     }
     nvfp4_cuda_result(result, err, "attend: kernel launch");
 }

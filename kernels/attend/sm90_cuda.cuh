@@ -76,6 +76,21 @@ static __device__ __forceinline__ void bulk_copy_g2s(void *dst, const void *src,
 static __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+/* ---- programmatic dependent launch (sm_90+; launches made with nvfp4_launch_pdl) ----
+ * A grid launched with programmatic stream serialisation may start while the grid before it on
+ * the stream still runs: its prologue (barrier set-up, register reallocation) overlaps that grid's
+ * tail, or, in a CUDA graph, the launch of its node does. pdl_wait blocks until the grids it
+ * depends on have completed and their memory is visible; a thread reads or writes nothing that
+ * another grid of the stream touches before it. pdl_release lets the grid after this one start
+ * launching once every CTA of this grid has released (or exited). Both are no-ops for a grid
+ * launched without the attribute. */
+static __device__ __forceinline__ void pdl_wait() {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+static __device__ __forceinline__ void pdl_release() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 /* Barrier `id` (1..15) over `count` threads (a multiple of 32) of the CTA. */
 static __device__ __forceinline__ void named_sync(uint32_t id, uint32_t count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
