@@ -77,7 +77,7 @@
 #define ATT_NARROW_CONSUMER_REGS 232
 #endif
 #ifndef ATT_ONE_LAUNCH_MERGE_BYTES
-#define ATT_ONE_LAUNCH_MERGE_BYTES (1 << 20) /* the most partials one CTA's in-launch merge reads */
+#define ATT_ONE_LAUNCH_MERGE_BYTES (128 << 10) /* the most partials one CTA's in-launch merge reads */
 #endif
 #ifndef ATT_MERGE_BATCH
 #define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight */
@@ -427,7 +427,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
             ok = fit_ring(p, rb, 2 * 64 * 4, budget, 3, false);
         }
     }
-    for (int heads = a->num_heads <= 16 || light ? 16 : 32; !ok && heads >= 16; heads -= 16) {
+    for (int heads = a->num_heads <= 16 ? 16 : 32; !ok && heads >= 16; heads -= 16) {
         p = attend_plan();
         p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous;
         p.threads = wgmma ? kind_threads<KIND_N16_WGMMA, 368>::total : kind_threads<KIND_N16_SYNC, 368>::total;
@@ -451,6 +451,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
      * split's CTA would read more than 1 MB of partials (group rows x splits x 2 KB). Wide plans
      * never split (they are chosen once 64-head groups fill half the SMs); the condition keeps the
      * wide kind from needing an in-launch instantiation. */
+    p.stage_partials = !p.wide && p.splits > 1 && p.slots * ATT_BLOCK >= p.heads * ATT_PARTIAL_ROW;
     p.one_launch = !p.wide && p.splits > 1 && a->merge_mode != NVFP4_ATTEND_MERGE_SEPARATE &&
                    (int64_t)p.heads * p.splits * 512 * (int64_t)sizeof(float) <= ATT_ONE_LAUNCH_MERGE_BYTES;
     return p;

@@ -262,7 +262,7 @@ static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_ke
         named_sync(BAR_CONSUMER, 128);
         stage_flush(out, stage, N, 32 * warp + lane, 128);
         named_sync(BAR_CONSUMER, 128); /* the stage (Q's region) free for the next item's Q */
-    } else if (pl.slots * ATT_BLOCK >= N * ATT_PARTIAL_ROW) { /* staged in the ring: partial_flush */
+    } else if (pl.stage_partials) { /* staged in the ring: partial_flush */
         constexpr int PITCH = ATT_PARTIAL_ROW / 4;
         float *base = reinterpret_cast<float *>(smem + pl.off_ring) + head0 * PITCH + dim0;
 #pragma unroll
