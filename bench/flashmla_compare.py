@@ -1,19 +1,35 @@
-"""attend against FlashMLA in one process, on the same records (BENCHMARKS.md, issues 12 and 18).
+"""attend against FlashMLA in one process, on the same tokens, every timed output checked
+(BENCHMARKS.md; issues 34 and 35).
 
-Decode: batch 128 queries, top-k 2048 random slots over a ~3.9 GB cache of 656-byte fp8_ds_mla
-records written by FlashMLA's rule (power-of-two tile scales, record-format.md section 8):
-  - FlashMLA sparse_decode_fwd on those bytes (h < 64 padded to 64, as FlashMLA requires);
-  - attend on the same 656-byte bytes, checked against FlashMLA's output;
-  - attend on 368-byte per-token records of the same tokens (the plugin's writer).
-Prefill / extend: 4096 query tokens, top-k 2048 each, over 2M tokens:
-  - FlashMLA sparse_prefill_fwd on a bf16 cache of those tokens;
-  - attend on 368-byte records of the same tokens;
-  - gather the records to bf16, then FlashMLA's prefill (checked against attend on a subset).
-Ceilings of the same run: a gather of the 368-byte records the decode reads (torch index_select),
-and a bf16 matmul. Times: medians of back-to-back launches between CUDA events; attend is called
-through the plugin's table with prepared argument structs so that host time stays out of it.
+Data: random latents with log-normal per-token magnitudes (sigma 0.5) in every record a call can
+read, RoPE included: a cache of 4 M tokens written twice, as 368-byte per-token records (the plugin's
+writer) and as 656-byte fp8_ds_mla records (FlashMLA's rule: power-of-two tile scales,
+docs/record-format.md); top-k 2048 random slots per query.
 
-Usage (GPU machine; FlashMLA from `../shared/tools/flashmla-fetch` or an installed vLLM):
+1. Decode grid, as a serving engine replays it: each side's call captured `--calls` times in one CUDA
+   graph on a side stream and replayed between CUDA events (GPU time per call, no host time), the
+   two sides' replays interleaved (ABAB...), median and range printed. Batch 1, 2, 4, 8, 16, 32, 64,
+   128 x h 16, 32, 64, 128, and two queries per sequence (MTP, FlashMLA's s_q = 2; attend takes the
+   2b queries) for batch 1-32. FlashMLA: sparse_decode_fwd on the 656 bytes (its metadata computed
+   before capture, as vLLM does; h < 64 padded to 64, printed); attend on the 368 bytes.
+   Check: every query of the timed attend output against FlashMLA's sparse_prefill_fwd over the same
+   368-byte records dequantised to bf16 by the plugin's gather (attend reads the records' binary32
+   values, the gathered cache their bf16 rounding: keys and values differ by up to 2^-9 relative).
+   `--flush-l2`: a 256 MB write before every call inside the graph, its own time subtracted (a graph
+   of the writes alone).
+2. Batch 128, back-to-back eager launches: FlashMLA, attend on the same 656 bytes (checked against
+   FlashMLA's output) and attend on the 368 bytes (checked as in 1), interleaved.
+3. Prefill / extend, 4096 query tokens: FlashMLA's bf16 prefill over the gathered cache, attend on the
+   368 records (every query checked against that prefill), and gather + prefill.
+The check of a row: relative RMS error ||got - ref|| / ||ref|| and max |got - ref| over the row's max
+|ref|, the worst row printed. Bounds: 1e-2 where both sides read the same bytes (attend and FlashMLA on
+the 656 records); 5e-2 against the bf16-gathered reference, whose own rounding of keys and values
+moves rows by up to ~1e-2 on this data (the CPU backend's float64 attention over the records'
+binary32 values against the same bf16 reference: 0.4-1.0e-2 worst over 16 rows), more in the tails
+of thousands of rows. The GPU tests (tests/test_gpu_attend*.c) hold the kernels to the CPU
+reference over the same values, tighter. TFLOP/s count real heads for both sides.
+
+Usage (GPU machine; FlashMLA from tools/flashmla-fetch or an installed vLLM):
   NVFP4_MLA_PLUGIN=build-gpu/plugin PYTHONPATH=host_shims/python \\
       python3 bench/flashmla_compare.py [--flashmla .anchor/_flashmla_C.abi3.so] [--json out.json]
 """
@@ -21,6 +37,7 @@ import argparse
 import ctypes as C
 import json
 import math
+import statistics
 import sys
 
 import torch
@@ -29,7 +46,9 @@ import nvfp4_mla
 from nvfp4_mla import _abi
 from nvfp4_mla.arrays import tensor
 
-D, DV = 576, 512
+D, DV, TOPK = 576, 512, 2048
+SAME_BYTES = (1e-2, 1e-2)    # (relative RMS, max over the row's max): both sides read the same records
+BF16_GATHERED = (5e-2, 5e-2)  # against FlashMLA's prefill over the records gathered to bf16
 
 
 def load_flashmla(path):
@@ -40,22 +59,44 @@ def load_flashmla(path):
     return torch.ops._flashmla_C
 
 
-def time_us(fn, launches=20, reps=7, warmup=3):
-    """Median over `reps` of (event-bracketed `launches` back-to-back calls) / launches."""
+def spread(samples):
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
+
+
+def interleaved(fns, reps, warmup=2):
+    """Times each fn (returns microseconds per call) `reps` times, the fns alternating."""
     for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(launches):
+        for fn in fns:
             fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / launches)
-    samples.sort()
-    return samples[len(samples) // 2]
+    samples = [[] for _ in fns]
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            samples[i].append(fn())
+    return [spread(s) for s in samples]
+
+
+def event_us(body, calls):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    body()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0 / calls
+
+
+class Graph:
+    """`calls` captures of fn (after flush() when given) in one CUDA graph on a side stream."""
+
+    def __init__(self, fn, calls, side, flush=None):
+        self.g, self.calls = torch.cuda.CUDAGraph(), calls
+        with torch.cuda.graph(self.g, stream=side):
+            for _ in range(calls):
+                if flush:
+                    flush()
+                fn()
+
+    def time(self):
+        return event_us(self.g.replay, self.calls)
 
 
 def fp8_ds_mla_records(x):
@@ -72,7 +113,7 @@ def fp8_ds_mla_records(x):
     return rec
 
 
-def make_tokens(n, chunk, gen, fn):
+def make_tokens(n, gen, fn, chunk=1 << 20):
     """Calls fn(first, x) for chunks of n random tokens x [chunk, 576] bf16 (norms vary per token)."""
     for first in range(0, n, chunk):
         m = min(chunk, n - first)
@@ -84,8 +125,8 @@ def make_tokens(n, chunk, gen, fn):
 class PreparedAttend:
     """attend through the plugin's table with the argument struct built once (kernel time only)."""
 
-    def __init__(self, ctx, q, slots, cache, out, layout, scale_mode, sm_scale, lse=None):
-        self.ctx, self.keep = ctx, (q, slots, cache, out, lse)
+    def __init__(self, ctx, q, slots, cache, out, layout, scale_mode, sm_scale, stream):
+        self.ctx, self.keep = ctx, (q, slots, cache, out)
         dev = ctx.device
         self.args = _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
                                     outer_scale=_abi.default_outer_scale(scale_mode), sm_scale=sm_scale)
@@ -93,9 +134,7 @@ class PreparedAttend:
         self.args.slots, _ = tensor(slots, "slots", (_abi.DTYPE_I32,), 2, dev)
         self.args.cache, _ = tensor(cache, "cache", (_abi.DTYPE_U8,), 3, dev)
         self.args.out, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, dev)
-        if lse is not None:
-            self.args.lse, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, dev)
-        self.args.stream = torch.cuda.current_stream().cuda_stream
+        self.args.stream = stream.cuda_stream
         need = ctx.attend_workspace_bytes(self.args)
         self.ws = torch.empty(max(need, 1), dtype=torch.uint8, device="cuda")
         if need:
@@ -108,135 +147,197 @@ class PreparedAttend:
             raise RuntimeError(f"attend: {self.ctx.plugin.table.last_error().decode()}")
 
 
-def rel_check(got, want, abs_of_max=1e-3):
-    """The gpu suite's bound: |got - want| <= 2/128 |want| + abs_of_max * max|want| (worst excess
-    reported as a fraction of max|want|)."""
-    got, want = got.float(), want.float()
-    excess = ((got - want).abs() - (2.0 / 128) * want.abs()).max().item()
-    vmax = want.abs().max().item()
-    return excess <= abs_of_max * vmax, excess / max(vmax, 1e-30)
+def row_check(got, ref, bounds=BF16_GATHERED):
+    """Worst row of (relative RMS error, max error over the row's max |ref|); PASS within `bounds`."""
+    got, ref = got.float().reshape(-1, DV), ref.float().reshape(-1, DV)
+    err = got - ref
+    ref_norm = ref.norm(dim=1).clamp_min(1e-30)
+    rms = (err.norm(dim=1) / ref_norm).max().item()
+    mx = (err.abs().amax(dim=1) / ref.abs().amax(dim=1).clamp_min(1e-30)).max().item()
+    finite = bool(torch.isfinite(got).all().item())
+    mean = (err.norm(dim=1) / ref_norm).mean().item()
+    ok = finite and rms <= bounds[0] and mx <= bounds[1]
+    return {"check": "PASS" if ok else "FAIL", "worst_rel_rms": rms, "worst_rel_max": mx, "mean_rel_rms": mean,
+            "bounds": list(bounds), "rows": got.shape[0]}
 
 
-def decode_rows(fm, ctx, args, out_rows):
-    b, topk, blocks, bs = 128, 2048, (3_900_000_000 // 656) // 64, 64
-    n = blocks * bs
-    gen = torch.Generator(device="cuda").manual_seed(12)
-    c656 = torch.empty(blocks, bs, 656, dtype=torch.uint8, device="cuda")
-    c368 = torch.zeros(blocks, bs, 368, dtype=torch.uint8, device="cuda")
-    flat656, flat368 = c656.view(n, 656), c368.view(n, 368)
+class Bench:
+    def __init__(self, fm, ctx, args):
+        self.fm, self.ctx, self.args = fm, ctx, args
+        self.sm = 1.0 / math.sqrt(D)
+        n = args.tokens
+        self.n, blocks = n, n // 64
+        self.gen = torch.Generator(device="cuda").manual_seed(34)
+        self.c656 = torch.empty(blocks, 64, 656, dtype=torch.uint8, device="cuda")
+        self.c368 = torch.empty(blocks, 64, 368, dtype=torch.uint8, device="cuda")
+        flat656 = self.c656.view(n, 656)
 
-    def fill(first, x):
-        flat656[first:first + x.shape[0]] = fp8_ds_mla_records(x)
-        slots = torch.arange(first, first + x.shape[0], device="cuda", dtype=torch.int64)
-        ctx.write(x[:, :DV], x[:, DV:], slots, c368, layout=_abi.LAYOUT_FP8_ROPE_368,
-                  scale_mode=_abi.SCALE_PER_TOKEN)
+        def fill(first, x):
+            flat656[first:first + x.shape[0]] = fp8_ds_mla_records(x)
+            slots = torch.arange(first, first + x.shape[0], device="cuda", dtype=torch.int64)
+            ctx.write(x[:, :DV], x[:, DV:], slots, self.c368, layout=_abi.LAYOUT_FP8_ROPE_368,
+                      scale_mode=_abi.SCALE_PER_TOKEN)
 
-    make_tokens(n, 1 << 20, gen, fill)
-    idx = torch.randint(0, n, (b, topk), device="cuda", generator=gen, dtype=torch.int32)
-    sm_scale = 1.0 / math.sqrt(D)
-    # Ceiling: gather the decode's records (368 bytes each) into a dense buffer.
-    rows32 = c368.view(n, 368).view(torch.int32)
-    flat_idx = idx.view(-1).long()
-    dense = torch.empty(flat_idx.numel(), 92, dtype=torch.int32, device="cuda")
-    g_us = time_us(lambda: torch.index_select(rows32, 0, flat_idx, out=dense))
-    result = {"cache_bytes_656": c656.numel(), "cache_bytes_368": c368.numel(), "gather368_us": g_us,
-              "gather368_tbps": flat_idx.numel() * 368 * 2 / g_us / 1e6}
-    print(f"gather of the records by torch index_select ({flat_idx.numel()} records; the bench's plain "
-          f"gather368 kernel is the ceiling the targets use): {g_us:.1f} us "
-          f"({result['gather368_tbps']:.2f} TB/s read+write)")
-    for h in args.heads:
+        make_tokens(n, self.gen, fill)
+        # The 368 records as bf16 (the plugin's gather): what FlashMLA's prefill reads as the reference.
+        self.dense = torch.empty(n, 1, D, dtype=torch.bfloat16, device="cuda")
+        all_slots = torch.arange(n, device="cuda", dtype=torch.int32)
+        ctx.gather(self.c368, all_slots, self.dense.view(n, D), layout=_abi.LAYOUT_FP8_ROPE_368,
+                   scale_mode=_abi.SCALE_PER_TOKEN)
+        self.side = torch.cuda.Stream()
+        self.flush_buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if args.flush_l2 else None
+        torch.cuda.synchronize()
+
+    def reference(self, q, idx):
+        """FlashMLA's bf16 prefill over the gathered records: q [nq, h, 576], idx [nq, topk] -> [nq, h, 512]."""
+        nq, h = q.shape[0], q.shape[1]
+        out = torch.empty(nq, h, DV, dtype=torch.bfloat16, device="cuda")
+        hp = (h + 63) // 64 * 64  # FlashMLA's prefill takes any head count on some builds, 64k on others
+        for s in range(0, nq, 1024):  # bounded scratch for big query counts
+            e = min(nq, s + 1024)
+            qs = q[s:e] if hp == h else torch.cat([q[s:e], q.new_zeros(e - s, hp - h, D)], dim=1)
+            out[s:e] = self.fm.sparse_prefill_fwd(qs.contiguous(), self.dense, idx[s:e].unsqueeze(1), self.sm, DV,
+                                                  None, None, None)[0][:, :h]
+        return out
+
+    def flash_decode(self, q, idx, meta):
+        kv = self.c656.view(torch.float8_e4m3fn).unsqueeze(2)
+        out, _, m, s = self.fm.sparse_decode_fwd(q, kv, idx, None, None, meta.get("m"), meta.get("n"), None, None,
+                                                 None, DV, self.sm, None, False)
+        meta["m"], meta["n"] = m, s
+        return out
+
+    def grid_cell(self, b, sq, h):
         hq = max(h, 64)
-        q = torch.randn(b, 1, hq, D, device="cuda", generator=gen).to(torch.bfloat16)
+        q = torch.randn(b, sq, hq, D, device="cuda", generator=self.gen).to(torch.bfloat16)
         if h < hq:
             q[:, :, h:] = 0
-        kv = c656.view(torch.float8_e4m3fn).unsqueeze(2)
-        ind = idx.view(b, 1, topk)
-        meta = {"m": None, "n": None}
-
-        def flash():
-            out, lse, m, s = fm.sparse_decode_fwd(q, kv, ind, None, None, meta["m"], meta["n"], None, None, None, DV,
-                                                  sm_scale, None, False)
-            meta["m"], meta["n"] = m, s
-            return out
-
-        ref = flash()[:, 0, :h]
-        qh = q[:, 0, :h].contiguous()
-        out656 = torch.empty(b, h, DV, dtype=torch.bfloat16, device="cuda")
-        out368 = torch.empty_like(out656)
-        a656 = PreparedAttend(ctx, qh, idx, c656, out656, _abi.LAYOUT_FP8_DS_MLA_656, _abi.SCALE_STATIC, sm_scale)
-        a368 = PreparedAttend(ctx, qh, idx, c368, out368, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN, sm_scale)
-        a656()
+        idx = torch.randint(0, self.n, (b, sq, TOPK), device="cuda", generator=self.gen, dtype=torch.int32)
+        nq = b * sq
+        qh = q[:, :, :h].reshape(nq, h, D).contiguous()
+        ix = idx.view(nq, TOPK)
+        out = torch.full((nq, h, DV), float("nan"), dtype=torch.bfloat16, device="cuda")
+        meta = {}
+        self.flash_decode(q, idx, meta)  # metadata before capture, as vLLM computes it
+        attend = PreparedAttend(self.ctx, qh, ix, self.c368, out, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN,
+                                self.sm, self.side)
+        flush = (lambda: self.flush_buf.fill_(1)) if self.flush_buf is not None else None
+        calls = self.args.calls
+        graphs = [Graph(lambda: self.flash_decode(q, idx, meta), calls, self.side, flush),
+                  Graph(attend, calls, self.side, flush)]
+        if flush:
+            graphs.append(Graph(lambda: None, calls, self.side, flush))
         torch.cuda.synchronize()
-        ok, excess = rel_check(out656, ref)
-        t_f, t_656, t_368 = time_us(flash), time_us(a656), time_us(a368)
-        flops = 2.0 * b * h * topk * (D + DV)
-        row = {"h": h, "flashmla_us": t_f, "attend656_us": t_656, "attend368_us": t_368,
-               "attend368_tflops": flops / t_368 / 1e6, "flashmla_tflops": 2.0 * b * hq * topk * (D + DV) / t_f / 1e6,
-               "speedup368": t_f / t_368, "speedup656": t_f / t_656, "time_over_gather368": t_368 / g_us,
-               "check656_vs_flashmla": "PASS" if ok else "FAIL", "check_excess_of_max": excess}
-        out_rows.append(row)
-        print(f"decode h={h:3d}: FlashMLA {t_f:7.1f} us | attend-656 {t_656:7.1f} us ({t_f / t_656:4.2f}x) | "
-              f"attend-368 {t_368:7.1f} us ({t_f / t_368:4.2f}x, {row['attend368_tflops']:5.1f} TFLOP/s, "
-              f"{t_368 / g_us:4.2f}x the torch gather) | 656 vs FlashMLA {row['check656_vs_flashmla']} ({excess:.1e})")
+        times = interleaved([g.time for g in graphs], self.args.reps)
+        if flush:
+            for t in times[:2]:
+                for k in t:
+                    t[k] -= times[2]["median"]
+        # The check reads what the timed graph's last replay wrote.
+        check = row_check(out, self.reference(qh, ix))
+        flops = 2.0 * nq * h * TOPK * (D + DV)
+        tf, ta = times[0]["median"], times[1]["median"]
+        row = {"batch": b, "s_q": sq, "h": h, "flashmla_heads": hq, "flashmla_us": times[0], "attend368_us": times[1],
+               "speedup": tf / ta, "attend368_tflops": flops / ta / 1e6, "flashmla_tflops": flops / tf / 1e6, **check}
+        print(f"b={b:3d} s_q={sq} h={h:3d} | FlashMLA (h {hq:3d}) {tf:7.2f} us [{times[0]['min']:.1f}-"
+              f"{times[0]['max']:.1f}] | attend-368 {ta:7.2f} us [{times[1]['min']:.1f}-{times[1]['max']:.1f}] | "
+              f"{tf / ta:4.2f}x | check {check['check']} (rms {check['worst_rel_rms']:.1e}, max "
+              f"{check['worst_rel_max']:.1e}, mean {check['mean_rel_rms']:.1e}, {check['rows']} rows)")
         sys.stdout.flush()
-    del c656, c368, rows32, dense
-    torch.cuda.empty_cache()
-    return result
+        del graphs, attend
+        return row
 
+    def grid(self, rows):
+        cells = [(b, 1, h) for h in self.args.heads for b in self.args.batches]
+        cells += [(b, 2, h) for h in self.args.heads for b in self.args.batches if b <= 32]
+        for b, sq, h in cells:
+            rows.append(self.grid_cell(b, sq, h))
 
-def prefill_rows(fm, ctx, args, out_rows):
-    s_q, topk, n = 4096, 2048, 2 * 1024 * 1024
-    gen = torch.Generator(device="cuda").manual_seed(18)
-    kv = torch.empty(n, 1, D, dtype=torch.bfloat16, device="cuda")
-    c368 = torch.zeros(n // 64, 64, 368, dtype=torch.uint8, device="cuda")
+    def decode128(self, rows):
+        """Batch 128, eager back-to-back launches: FlashMLA, attend on the 656 bytes, attend on the 368 bytes."""
+        b = 128
+        stream = torch.cuda.current_stream()
+        for h in self.args.heads:
+            hq = max(h, 64)
+            q = torch.randn(b, 1, hq, D, device="cuda", generator=self.gen).to(torch.bfloat16)
+            if h < hq:
+                q[:, :, h:] = 0
+            idx = torch.randint(0, self.n, (b, 1, TOPK), device="cuda", generator=self.gen, dtype=torch.int32)
+            qh, ix = q[:, 0, :h].contiguous(), idx.view(b, TOPK)
+            meta = {}
+            ref656 = self.flash_decode(q, idx, meta)[:, 0, :h].clone()
+            out656 = torch.full((b, h, DV), float("nan"), dtype=torch.bfloat16, device="cuda")
+            out368 = torch.full_like(out656, float("nan"))
+            a656 = PreparedAttend(self.ctx, qh, ix, self.c656, out656, _abi.LAYOUT_FP8_DS_MLA_656, _abi.SCALE_STATIC,
+                                  self.sm, stream)
+            a368 = PreparedAttend(self.ctx, qh, ix, self.c368, out368, _abi.LAYOUT_FP8_ROPE_368,
+                                  _abi.SCALE_PER_TOKEN, self.sm, stream)
+            launches = 20
 
-    def fill(first, x):
-        kv[first:first + x.shape[0], 0] = x
-        slots = torch.arange(first, first + x.shape[0], device="cuda", dtype=torch.int64)
-        ctx.write(x[:, :DV], x[:, DV:], slots, c368, layout=_abi.LAYOUT_FP8_ROPE_368,
-                  scale_mode=_abi.SCALE_PER_TOKEN)
+            def timed(fn):
+                return lambda: event_us(lambda: [fn() for _ in range(launches)], launches)
 
-    make_tokens(n, 1 << 20, gen, fill)
-    idx = torch.randint(0, n, (s_q, topk), device="cuda", generator=gen, dtype=torch.int32)
-    ind = idx.view(s_q, 1, topk)
-    sm_scale = 1.0 / math.sqrt(D)
-    dense = torch.empty(n, D, dtype=torch.bfloat16, device="cuda")
-    all_slots = torch.arange(n, device="cuda", dtype=torch.int32)
+            times = interleaved([timed(lambda: self.flash_decode(q, idx, meta)), timed(a656), timed(a368)],
+                                self.args.reps)
+            torch.cuda.synchronize()
+            c656 = row_check(out656, ref656, SAME_BYTES)
+            c368 = row_check(out368, self.reference(qh, ix))
+            flops = 2.0 * b * h * TOPK * (D + DV)
+            tf, t6, t3 = (t["median"] for t in times)
+            row = {"h": h, "flashmla_heads": hq, "flashmla_us": times[0], "attend656_us": times[1],
+                   "attend368_us": times[2], "speedup368": tf / t3, "speedup656": tf / t6,
+                   "attend368_tflops": flops / t3 / 1e6, "flashmla_tflops": flops / tf / 1e6,
+                   "check656_vs_flashmla": c656, "check368_vs_flashmla_bf16": c368}
+            rows.append(row)
+            print(f"decode b=128 h={h:3d} eager: FlashMLA (h {hq:3d}) {tf:7.1f} us | attend-656 {t6:7.1f} us "
+                  f"({tf / t6:4.2f}x, check {c656['check']} {c656['worst_rel_rms']:.1e}) | attend-368 {t3:7.1f} us "
+                  f"({tf / t3:4.2f}x, {row['attend368_tflops']:5.1f} TFLOP/s, check {c368['check']} "
+                  f"{c368['worst_rel_rms']:.1e})")
+            sys.stdout.flush()
 
-    def gather():
-        ctx.gather(c368, all_slots, dense, layout=_abi.LAYOUT_FP8_ROPE_368, scale_mode=_abi.SCALE_PER_TOKEN)
+    def prefill(self, rows):
+        s_q, context = 4096, min(self.n, 2 << 20)  # 4096 query tokens over a 2 M-token context
+        stream = torch.cuda.current_stream()
+        idx = torch.randint(0, context, (s_q, TOPK), device="cuda", generator=self.gen, dtype=torch.int32)
+        context_slots = torch.arange(context, device="cuda", dtype=torch.int32)
+        scratch = torch.empty(context, 1, D, dtype=torch.bfloat16, device="cuda")
+        for h in self.args.prefill_heads:
+            q = torch.randn(s_q, h, D, device="cuda", generator=self.gen).to(torch.bfloat16)
+            out = torch.full((s_q, h, DV), float("nan"), dtype=torch.bfloat16, device="cuda")
+            a368 = PreparedAttend(self.ctx, q, idx, self.c368, out, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN,
+                                  self.sm, stream)
+            ind = idx.view(s_q, 1, TOPK)
 
-    for h in args.prefill_heads:
-        q = torch.randn(s_q, h, D, device="cuda", generator=gen).to(torch.bfloat16)
-        out = torch.empty(s_q, h, DV, dtype=torch.bfloat16, device="cuda")
-        a368 = PreparedAttend(ctx, q, idx, c368, out, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN, sm_scale)
-        flash_bf16 = lambda: fm.sparse_prefill_fwd(q, kv, ind, sm_scale, DV, None, None, None)  # noqa: E731
-        flash_gathered = lambda: fm.sparse_prefill_fwd(q, dense.view(n, 1, D), ind, sm_scale, DV, None, None, None)  # noqa: E731
+            def flash_bf16():
+                return self.fm.sparse_prefill_fwd(q, self.dense, ind, self.sm, DV, None, None, None)
 
-        def gather_then_flash():
-            gather()
-            return flash_gathered()
+            def gather_then_flash():
+                # the context's records to bf16 (what an engine without this reader does), then the prefill
+                self.ctx.gather(self.c368, context_slots, scratch.view(context, D), layout=_abi.LAYOUT_FP8_ROPE_368,
+                                scale_mode=_abi.SCALE_PER_TOKEN)
+                return self.fm.sparse_prefill_fwd(q, scratch, ind, self.sm, DV, None, None, None)
 
-        a368()
-        ref = gather_then_flash()[0]
-        torch.cuda.synchronize()
-        # attend reads the records' binary32 values, FlashMLA here their bf16 rounding (gather):
-        # keys and values differ by up to 2^-9 relative, so the bound is looser than the suite's.
-        ok, excess = rel_check(out[:256], ref[:256], abs_of_max=1e-2)
-        t_f = time_us(flash_bf16, launches=5, reps=5, warmup=2)
-        t_a = time_us(a368, launches=5, reps=5, warmup=2)
-        t_g = time_us(gather_then_flash, launches=5, reps=5, warmup=2)
-        flops = 2.0 * s_q * h * topk * (D + DV)
-        row = {"h": h, "s_q": s_q, "flashmla_bf16_ms": t_f / 1e3, "attend368_ms": t_a / 1e3,
-               "gather_flashmla_ms": t_g / 1e3, "flashmla_tflops": flops / t_f / 1e6,
-               "attend368_tflops": flops / t_a / 1e6, "speedup_vs_flashmla": t_f / t_a,
-               "speedup_vs_gather_flashmla": t_g / t_a, "check_vs_gather_flashmla": "PASS" if ok else "FAIL",
-               "check_excess_of_max": excess}
-        out_rows.append(row)
-        print(f"prefill h={h:3d}: FlashMLA bf16 {t_f / 1e3:6.2f} ms ({row['flashmla_tflops']:5.1f} TFLOP/s) | "
-              f"attend-368 {t_a / 1e3:6.2f} ms ({row['attend368_tflops']:5.1f} TFLOP/s, {t_f / t_a:4.2f}x) | "
-              f"gather+FlashMLA {t_g / 1e3:6.2f} ms | check {row['check_vs_gather_flashmla']} ({excess:.1e})")
-        sys.stdout.flush()
+            launches = 3
+
+            def timed(fn):
+                return lambda: event_us(lambda: [fn() for _ in range(launches)], launches)
+
+            times = interleaved([timed(flash_bf16), timed(a368), timed(gather_then_flash)], max(3, self.args.reps // 3),
+                                warmup=1)
+            torch.cuda.synchronize()
+            check = row_check(out, flash_bf16()[0])
+            flops = 2.0 * s_q * h * TOPK * (D + DV)
+            tf, ta, tg = (t["median"] for t in times)
+            row = {"h": h, "s_q": s_q, "flashmla_bf16_us": times[0], "attend368_us": times[1],
+                   "gather_flashmla_us": times[2], "flashmla_tflops": flops / tf / 1e6,
+                   "attend368_tflops": flops / ta / 1e6, "speedup_vs_flashmla": tf / ta,
+                   "speedup_vs_gather_flashmla": tg / ta, **check}
+            rows.append(row)
+            print(f"prefill h={h:3d}: FlashMLA bf16 {tf / 1e3:6.2f} ms ({row['flashmla_tflops']:5.1f} TFLOP/s) | "
+                  f"attend-368 {ta / 1e3:6.2f} ms ({row['attend368_tflops']:5.1f} TFLOP/s, {tf / ta:4.2f}x) | "
+                  f"gather+FlashMLA {tg / 1e3:6.2f} ms | check {check['check']} (rms {check['worst_rel_rms']:.1e}, "
+                  f"{check['rows']} rows)")
+            sys.stdout.flush()
 
 
 def main():
@@ -244,27 +345,38 @@ def main():
     ap.add_argument("--flashmla", help="path of _flashmla_C.abi3.so (default: import vllm._flashmla_C)")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--heads", type=int, nargs="*", default=[16, 32, 64, 128])
+    ap.add_argument("--batches", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32, 64, 128])
     ap.add_argument("--prefill-heads", type=int, nargs="*", default=[16, 128])
-    ap.add_argument("--skip", choices=["decode", "prefill"], action="append", default=[])
+    ap.add_argument("--tokens", type=int, default=4 << 20)
+    ap.add_argument("--calls", type=int, default=20, help="captures of each call in one graph")
+    ap.add_argument("--reps", type=int, default=9, help="interleaved timed repetitions per side")
+    ap.add_argument("--flush-l2", action="store_true", help="a 256 MB write before every timed call")
+    ap.add_argument("--skip", choices=["grid", "decode", "prefill"], action="append", default=[])
     args = ap.parse_args()
     fm = load_flashmla(args.flashmla)
     plugin = nvfp4_mla.load()
     ctx = nvfp4_mla.Context(plugin, "cuda:0")
     print(f"device: {torch.cuda.get_device_name()} ({ctx.device_name}); plugin {plugin.path}")
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    mm_us = time_us(lambda: a @ a, launches=5, reps=5)
+    mm_us = statistics.median([event_us(lambda: a @ a, 1) for _ in range(7)])
     report = {"device": torch.cuda.get_device_name(), "bf16_matmul_tflops": 2 * 8192**3 / mm_us / 1e6,
-              "decode": [], "prefill": []}
+              "tokens": args.tokens, "topk": TOPK, "calls_per_graph": args.calls, "reps": args.reps,
+              "flush_l2": args.flush_l2, "check_bounds": {"same_bytes": SAME_BYTES, "bf16_gathered": BF16_GATHERED},
+              "grid": [], "decode": [], "prefill": []}
     print(f"ceiling bf16 matmul 8192^3: {report['bf16_matmul_tflops']:.0f} TFLOP/s")
     del a
+    bench = Bench(fm, ctx, args)
+    if "grid" not in args.skip:
+        bench.grid(report["grid"])
     if "decode" not in args.skip:
-        report.update(decode_rows(fm, ctx, args, report["decode"]))
+        bench.decode128(report["decode"])
     if "prefill" not in args.skip:
-        prefill_rows(fm, ctx, args, report["prefill"])
+        bench.prefill(report["prefill"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
-    failed = [r for r in report["decode"] + report["prefill"] if "FAIL" in r.values()]
+    failed = json.dumps(report).count('"FAIL"')
+    print(f"checks: {'all PASS' if not failed else f'{failed} FAIL'}")
     sys.exit(1 if failed else 0)
 
 

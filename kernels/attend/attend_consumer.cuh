@@ -130,27 +130,6 @@ static __device__ __forceinline__ void stage_flush(const item_out &o, const uint
     }
 }
 
-/* Split partials (f32) staged in the operand ring before they are stored: rows of 512 floats and
- * 16 bytes of padding, which put consecutive heads 4 banks apart. Stored straight from the
- * accumulators, each thread's 4-byte stores scattered over N rows: 3300-3600 cycles of a light
- * call's 19k (H200, 16 heads, one tile a split), the longest step after the last tile. The ring
- * is free by then: a plan that splits has no more items than CTAs, so the item's last tile was
- * the CTA's last, and the producer writes nothing more into the ring (merge_if_last's weights
- * come after the consumers' arrival on BAR_MERGE). Narrow consumers only; the ring must hold N
- * rows (the 99 KB streaming rings may not: they store directly). */
-#define ATT_PARTIAL_ROW 2064
-static_assert(ATT_PARTIAL_ROW % 16 == 0 && ATT_PARTIAL_ROW >= 2048, "partial rows: 512 f32, 16-byte aligned");
-
-/* Copies the staged partial rows [0, o.heads) to o.partial with 16-byte stores; thread t of
- * nthreads (o.partial rows are 2 KB apart in the workspace, 16-byte aligned). */
-static __device__ __forceinline__ void partial_flush(const item_out &o, const uint8_t *stage, int t, int nthreads) {
-    for (int i = t; i < o.heads * 128; i += nthreads) {
-        const int row = i >> 7, c4 = i & 127;
-        *reinterpret_cast<float4 *>(o.partial + row * 512 + 4 * c4) =
-            *reinterpret_cast<const float4 *>(stage + row * ATT_PARTIAL_ROW + 16 * c4);
-    }
-}
-
 /* A row's log-sum-exp in base 2 (the kernels' domain: the scores carry log2 e) from its maximum m
  * and its sum of 2^(x - m); -inf for a row that saw no entry. Times ATT_LN2 it is the natural lse
  * the ABI returns (store_lse, and the split-K merge's merged_lse). */

@@ -403,17 +403,18 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     const int contiguous = a->block_stride == a->block_size * a->record_bytes;
     attend_plan p;
     bool ok = false;
-    /* Heads a CTA, from the work an SM gets (head-tiles: heads x 64-key tiles). Up to 128 an SM,
-     * 16-head groups, split over the top-k, put the most CTAs to work and merge the fewest
-     * partials; past that, a dequantised tile serves 32 heads, or 64 (the wide consumer) once
-     * 64-head groups alone fill half the SMs. Measured (H200, top-k 2048, split-K, 128 CTAs): 16
-     * heads x 4 tiles a CTA 26 us against 32 x 2 29.5 us; 16 x 16 50 us, 32 x 8 41.5 us and
-     * 64 x 4 51.6 us; 64 x 16 and 32 x 32 both 105 us. */
+    /* Heads a CTA, by the call's size (queries x heads), every kind split over the top-k until the
+     * CTAs fill the SMs (one tile a split at the least): up to 256 query-heads, 16-head groups
+     * (the most CTAs at work: more, shorter chains); past that a dequantised tile serves 32 heads;
+     * from 32 query x 64-head groups, 64 heads (the wide consumer). Measured on the H200 (graph
+     * replay, top-k 2048, us a call; 16 / 32 / wide heads a group): 1 x 128 heads 14.9 / 18.7 /
+     * 21.0, 2 x 128 18.4 / 19.5 / 29.7, 4 x 128 26.8 / 23.4 / 31.4, 8 x 128 45.6 / 33.1 / 37.6,
+     * 16 x 128 77.5 / 54.3 / 48.8, 32 x 128 152 / 86.6 / 74.8, 16 x 64 45.6 / 32.5 / 38.4, 32 x 64
+     * 77.6 / 54.3 / 50.3 (BENCHMARKS.md). */
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
-    const bool light = a->num_queries * a->num_heads * tiles <= 128 * (int64_t)sms;
-    const bool wide_fills = a->num_queries * ((a->num_heads + 63) / 64) * 2 > sms;
-    if (wgmma && a->num_heads > 32 && !light && wide_fills) { /* wide: Q 72 KB */
+    const bool wide_groups = a->num_queries * ((a->num_heads + 63) / 64) >= 32;
+    if (wgmma && a->num_heads > 32 && wide_groups) { /* wide: Q 72 KB */
         p = attend_plan();
         p.wide = 1, p.wgmma = 1, p.heads = 64, p.contiguous = contiguous, p.off_q = 0;
         if (wide_pairs(rb)) { /* two tile buffers of 72 KB, P in each tile's RoPE block (220 KB in all) */
@@ -427,7 +428,8 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
             ok = fit_ring(p, rb, 2 * 64 * 4, budget, 3, false);
         }
     }
-    for (int heads = a->num_heads <= 16 ? 16 : 32; !ok && heads >= 16; heads -= 16) {
+    const bool few = a->num_queries * a->num_heads <= 256;
+    for (int heads = a->num_heads <= 16 || few ? 16 : 32; !ok && heads >= 16; heads -= 16) {
         p = attend_plan();
         p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous;
         p.threads = wgmma ? kind_threads<KIND_N16_WGMMA, 368>::total : kind_threads<KIND_N16_SYNC, 368>::total;
@@ -448,10 +450,9 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.items = base_items * p.splits;
     p.grid = (int32_t)(p.items < sms ? p.items : sms);
     /* In the launch (in-launch, or auto until the call finds its stream capturing) unless the last
-     * split's CTA would read more than 1 MB of partials (group rows x splits x 2 KB). Wide plans
-     * never split (they are chosen once 64-head groups fill half the SMs); the condition keeps the
-     * wide kind from needing an in-launch instantiation. */
-    p.stage_partials = !p.wide && p.splits > 1 && p.slots * ATT_BLOCK >= p.heads * ATT_PARTIAL_ROW;
+     * split's CTA would read more than ATT_ONE_LAUNCH_MERGE_BYTES of partials (group rows x splits x
+     * 2 KB): one SM reads them all, where the merge kernel spreads them over a CTA a row. The wide
+     * kind has no in-launch instantiation: its splits always take the merge kernel. */
     p.one_launch = !p.wide && p.splits > 1 && a->merge_mode != NVFP4_ATTEND_MERGE_SEPARATE &&
                    (int64_t)p.heads * p.splits * 512 * (int64_t)sizeof(float) <= ATT_ONE_LAUNCH_MERGE_BYTES;
     return p;

@@ -262,16 +262,6 @@ static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_ke
         named_sync(BAR_CONSUMER, 128);
         stage_flush(out, stage, N, 32 * warp + lane, 128);
         named_sync(BAR_CONSUMER, 128); /* the stage (Q's region) free for the next item's Q */
-    } else if (pl.stage_partials) { /* staged in the ring: partial_flush */
-        constexpr int PITCH = ATT_PARTIAL_ROW / 4;
-        float *base = reinterpret_cast<float *>(smem + pl.off_ring) + head0 * PITCH + dim0;
-#pragma unroll
-        for (int b = 0; b < 8; b++)
-#pragma unroll
-            for (int i = 0; i < N / 2; i++)
-                base[narrow_col(i) * PITCH + narrow_row<WG>(b, i)] = st.o[b][i] * inv[2 * (i >> 2) + (i & 1)];
-        named_sync(BAR_CONSUMER, 128);
-        partial_flush(out, smem + pl.off_ring, 32 * warp + lane, 128);
     } else {
         float *base = out.partial + head0 * 512 + dim0;
 #pragma unroll

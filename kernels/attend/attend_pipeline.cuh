@@ -72,7 +72,6 @@ struct attend_plan {
     int32_t grid;            /* persistent CTAs */
     int32_t threads;         /* 256 (narrow mma.sync), 384 (narrow wgmma, wide 656), 512 (paired): kind_threads */
     int32_t one_launch;      /* 1: splits > 1 merged in this launch by each group's last split */
-    int32_t stage_partials;  /* 1: narrow split partials staged in the ring, then stored in 16-byte runs */
     uint32_t slots_magic;    /* ceil(2^32 / slots): ring positions divide by a multiply */
     int64_t items;           /* n_q * groups * splits */
     int32_t off_q, off_p, off_ring, off_raw, off_valid, off_meta, off_red, off_bar;
