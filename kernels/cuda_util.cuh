@@ -51,13 +51,13 @@ static inline bool nvfp4_cuda_guard_ok(const nvfp4_device_guard &guard, nvfp4_ml
     return false;
 }
 
-/* Launches `kernel` on `stream` with programmatic stream serialisation: the grid may begin while
- * the stream's previous grid finishes, so a kernel launched this way calls pdl_wait
- * (sm90_cuda.cuh) before it touches memory that grid may write or read. Stream capture records
- * the dependency as a programmatic graph edge. Returns the launch's error. */
+/* Launches `kernel` on `stream`; `dependent`: with programmatic stream serialisation, so that the
+ * grid may begin while the stream's previous grid finishes. A kernel launched that way calls
+ * pdl_wait (sm90_cuda.cuh) before it touches memory that grid may write or read; stream capture
+ * records the dependency as a programmatic graph edge. Returns the launch's error. */
 template <typename... Params, typename... Args>
-static inline cudaError_t nvfp4_launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                           void *stream, Args &&...args) {
+static inline cudaError_t nvfp4_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, void *stream,
+                                       bool dependent, Args &&...args) {
     cudaLaunchAttribute attribute;
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -67,7 +67,7 @@ static inline cudaError_t nvfp4_launch_pdl(void (*kernel)(Params...), dim3 grid,
     config.dynamicSmemBytes = smem;
     config.stream = (cudaStream_t)stream;
     config.attrs = &attribute;
-    config.numAttrs = 1;
+    config.numAttrs = dependent ? 1 : 0;
     return cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
 }
 

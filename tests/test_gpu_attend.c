@@ -542,7 +542,8 @@ static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **stat
     close_gpu();
 }
 
-/* The default merge, auto, merges an eager call's splits inside the attention launch: its last
+/* The default merge, auto, merges an eager call's splits inside the attention launch when the merge
+ * reads at most 128 KB of partials (one query of 16 heads over 256 entries: 4 splits): its last
  * split resets the (query, group) arrival counter, the workspace's last 8 bytes, to 0, which the
  * separate merge never writes. A workspace of 0xFF bytes before the call shows which merge ran,
  * and that the reset happened (without it the word would hold the tag and the split count).
@@ -553,7 +554,7 @@ static void cuda_attend_should_merge_eager_splits_in_the_launch_by_default(void 
     const char *merges[] = {NULL, "in-launch", "separate"}; /* NULL: unset, the default */
     const uint64_t expected[] = {0, 0, UINT64_MAX};
     for (int i = 0; i < 3; i++) {
-        attend_case_t c = case_for_layout(1, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);
+        attend_case_t c = case_for_layout(1, 16, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);
         open_gpu_merge(merges[i] ? merges[i] : "default", NULL, NULL, merges[i]);
         ws_fill = 0xFF;
         case_run_gpu(&c);

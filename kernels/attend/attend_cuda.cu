@@ -136,7 +136,7 @@ static __device__ __forceinline__ float merged_lse(float m, float sum) {
  * row's split lse values (threads < splits) and its partials, ATT_MERGE_ROW_BATCH splits at a
  * time, so a row costs about one L2 round trip a batch. (One warp a row, walking the splits one
  * load after another, took 10 us at 16 splits on the H200: the largest part of a light call.)
- * Launched dependent on the attention grid (nvfp4_launch_pdl), so its launch overlaps that grid's
+ * Launched dependent on the attention grid (nvfp4_launch), so its launch overlaps that grid's
  * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
  * merge_if_last's: the outputs are bit-identical to the in-launch merge's. */
 #define ATT_MERGE_ROW_BATCH 16
@@ -477,17 +477,21 @@ struct kind_merges_in_launch {
     static constexpr bool value = KIND != KIND_WIDE;
 };
 
-/* Every attention grid is launched dependent on the stream's previous grid (nvfp4_launch_pdl): its
- * barrier set-up and register reallocation overlap that grid's tail (the kernel waits, pdl_wait,
- * before it reads or writes global memory). */
+/* A split attention grid (the light calls, where the chain of launches is the time) is launched
+ * dependent on the stream's previous grid (nvfp4_launch): its barrier set-up and register
+ * reallocation overlap that grid's tail, and in a graph its node's launch does (the kernel waits,
+ * pdl_wait, before it reads or writes global memory). An unsplit grid runs for tens of
+ * microseconds or more and gains nothing from it: it launches as a plain kernel, as before. */
 template <int KIND, int RB>
 static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
+    const bool dependent = pl.splits > 1;
     if constexpr (kind_merges_in_launch<KIND>::value) {
         if (pl.one_launch)
-            return nvfp4_launch_pdl(nvfp4_attend_kernel<KIND, RB, true>, pl.grid, pl.threads, pl.bytes, a->stream, *a,
-                                    pl);
+            return nvfp4_launch(nvfp4_attend_kernel<KIND, RB, true>, pl.grid, pl.threads, pl.bytes, a->stream,
+                                dependent, *a, pl);
     }
-    return nvfp4_launch_pdl(nvfp4_attend_kernel<KIND, RB, false>, pl.grid, pl.threads, pl.bytes, a->stream, *a, pl);
+    return nvfp4_launch(nvfp4_attend_kernel<KIND, RB, false>, pl.grid, pl.threads, pl.bytes, a->stream, dependent,
+                        *a, pl);
 }
 
 template <int RB>
@@ -555,7 +559,8 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     }
     cudaError_t err = launch_plan(args, pl);
     if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch) {
-        err = nvfp4_launch_pdl(nvfp4_attend_merge_kernel, (unsigned)rows, 128, 0, args->stream, *args, (int)pl.splits);
+        err = nvfp4_launch(nvfp4_attend_merge_kernel, (unsigned)rows, 128, 0, args->stream, true, *args,
+                           (int)pl.splits);
     }
     nvfp4_cuda_result(result, err, "attend: kernel launch");
 }
