@@ -13,12 +13,15 @@
  *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
  *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;
  *  - online softmax with the outer and RoPE scales folded into score columns and P; split-K over
- *    the top-k when queries x head groups cannot fill the GPU, merged either in the same launch by
- *    the producer warps of the last split of each (query, head group) to arrive on a tagged counter
- *    in the workspace (one launch a call: about 4 us less host time, 2-4 us more GPU time at
- *    decode shapes on the H200, since one SM reads all of a group's partials), or by a second
- *    kernel. NVFP4_MLA_ATTEND_MERGE picks; its default, auto, merges in the launch on an eager
- *    stream and with the second kernel on a capturing one (stream_capturing).
+ *    the top-k when queries x head groups cannot fill the GPU (down to one tile a split), merged
+ *    by a second kernel, one CTA a (query, head) row, launched dependent on the attention grid
+ *    (programmatic dependent launch: its launch overlaps the attention's tail), or, for small
+ *    merges, in the same launch by the producer warps of the last split of each (query, head
+ *    group) to arrive on a tagged counter in the workspace (one launch: less host time, more GPU
+ *    time, since one SM reads all of a group's partials). NVFP4_MLA_ATTEND_MERGE picks; its
+ *    default, auto, merges in the launch on an eager stream when the merge reads at most
+ *    ATT_ONE_LAUNCH_MERGE_BYTES, and with the second kernel on a capturing one
+ *    (stream_capturing).
  * CTAs walk work items (query, head group, top-k split) in a static round robin, so the producer
  * streams the next item's records while the consumers finish the current one.
  *
@@ -135,7 +138,7 @@ static __device__ __forceinline__ float merged_lse(float m, float sum) {
  * thread c owning columns 4c .. 4c + 3. Each thread issues its loads before it uses any: the
  * row's split lse values (threads < splits) and its partials, ATT_MERGE_ROW_BATCH splits at a
  * time, so a row costs about one L2 round trip a batch. (One warp a row, walking the splits one
- * load after another, took 10 us at 16 splits on the H200: the largest part of a light call.)
+ * load after another, was the largest part of a light call: docs/performance-notes.md.)
  * Launched dependent on the attention grid (nvfp4_launch), so its launch overlaps that grid's
  * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
  * merge_if_last's: the outputs are bit-identical to the in-launch merge's. */
@@ -405,12 +408,11 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     bool ok = false;
     /* Heads a CTA, by the call's size (queries x heads), every kind split over the top-k until the
      * CTAs fill the SMs (one tile a split at the least): up to 256 query-heads, 16-head groups
-     * (the most CTAs at work: more, shorter chains); past that a dequantised tile serves 32 heads;
-     * from 32 query x 64-head groups, 64 heads (the wide consumer). Measured on the H200 (graph
-     * replay, top-k 2048, us a call; 16 / 32 / wide heads a group): 1 x 128 heads 14.9 / 18.7 /
-     * 21.0, 2 x 128 18.4 / 19.5 / 29.7, 4 x 128 26.8 / 23.4 / 31.4, 8 x 128 45.6 / 33.1 / 37.6,
-     * 16 x 128 77.5 / 54.3 / 48.8, 32 x 128 152 / 86.6 / 74.8, 16 x 64 45.6 / 32.5 / 38.4, 32 x 64
-     * 77.6 / 54.3 / 50.3 (BENCHMARKS.md). */
+     * (the most CTAs at work: more, shorter chains, each record dequantised by more CTAs); past
+     * that a dequantised tile serves 32 heads (fewer copies of the dequantisation); from 32 query
+     * x 64-head groups, 64 heads (the wide consumer, the most heads a tile, once its items with
+     * their splits fill the SMs). The thresholds are where the kinds cross in graph replays on
+     * the H200 (docs/performance-notes.md, "plan by call size"). */
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
     const bool wide_groups = a->num_queries * ((a->num_heads + 63) / 64) >= 32;
@@ -506,11 +508,11 @@ static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const at
 }
 
 /* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the
- * host's launch time, about 4 us a launch on the H200's host) unless the stream is capturing: a
- * graph replay costs GPU time alone, and the separate merge takes 2-4 us less of it. A stream
+ * host's launch time) unless the stream is capturing: a graph replay costs GPU time alone, and the
+ * separate merge takes less of it. A stream
  * whose state cannot be read (the legacy stream while a blocking stream of the device captures, or
  * an earlier asynchronous error) counts as capturing; the launch then reports the error itself.
- * The query reads the stream's capture state on the host (0.08 us on the H200's host): no device
+ * The query reads the stream's capture state on the host (a fraction of a microsecond): no device
  * query, safe while capturing, and made only for calls the plan would merge in the launch. */
 static bool stream_capturing(void *stream) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
