@@ -15,8 +15,8 @@
  *  - online softmax with the outer and RoPE scales folded into score columns and P; split-K over
  *    the top-k when queries x head groups cannot fill the GPU, merged either in the same launch by
  *    the producer warps of the last split of each (query, head group) to arrive on a tagged counter
- *    in the workspace (one launch a call: about 4 us less host time, 2-4 us more GPU time at
- *    decode shapes on the H200, since one SM reads all of a group's partials), or by a second
+ *    in the workspace (one launch a call: a launch's host time saved, a little more GPU time at
+ *    decode shapes, since one SM reads all of a group's partials), or by a second
  *    kernel. NVFP4_MLA_ATTEND_MERGE picks; its default, auto, merges in the launch on an eager
  *    stream and with the second kernel on a capturing one (stream_capturing).
  * CTAs walk work items (query, head group, top-k split) in a static round robin, so the producer
@@ -244,12 +244,12 @@ enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, 
 /* Producer threads of a kind (also the in-launch merge's width). The narrow wgmma kinds take two
  * producer warpgroups: with one, the producer (one warp per scheduler, latency-bound at 0.4 issues
  * a cycle) set the tile time and the consumer waited on it for 20% of its samples (Nsight
- * Compute, h = 16). Measured: h = 16 138.7 -> 124.7 us; h = 32 172 -> 158 us although its
+ * Compute, h = 16). Two measured 8-10% faster at h = 16 and at h = 32, although the latter's
  * consumer, which used 255 registers with 256 threads, now runs at setmaxnreg's 232 and spills
  * (ptxas -v: a 40-byte stack frame, 56 bytes of spill stores; ptxas allocates each setmaxnreg
  * region to its own count). The paired wide kind takes two as well: its producer holds a quarter
  * record a thread (four threads a key, attend_producer_paired); with bulk copies, one warpgroup at
- * 88 registers had measured 149 against 145 us at h = 64 (BENCHMARKS.md, seventh session). */
+ * 88 registers had measured 3% slower than two at 48 (docs/performance-notes.md). */
 template <int KIND, int RB>
 struct kind_threads {
     static constexpr bool paired = KIND == KIND_WIDE && wide_pairs(RB);
@@ -380,8 +380,8 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
      * 16-head groups, split over the top-k, put the most CTAs to work and merge the fewest
      * partials; past that, a dequantised tile serves 32 heads, or 64 (the wide consumer) once
      * 64-head groups alone fill half the SMs. Measured (H200, top-k 2048, split-K, 128 CTAs): 16
-     * heads x 4 tiles a CTA 26 us against 32 x 2 29.5 us; 16 x 16 50 us, 32 x 8 41.5 us and
-     * 64 x 4 51.6 us; 64 x 16 and 32 x 32 both 105 us. */
+     * heads x 4 tiles a CTA 12% faster than 32 x 2; of 16 x 16, 32 x 8 and 64 x 4, 32 x 8 by
+     * 17-20%; 64 x 16 and 32 x 32 the same. */
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
     const bool light = a->num_queries * a->num_heads * tiles <= 128 * (int64_t)sms;
@@ -473,11 +473,11 @@ static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const at
 }
 
 /* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the
- * host's launch time, about 4 us a launch on the H200's host) unless the stream is capturing: a
- * graph replay costs GPU time alone, and the separate merge takes 2-4 us less of it. A stream
+ * host's launch time, several microseconds a launch) unless the stream is capturing: a
+ * graph replay costs GPU time alone, and the separate merge takes less of it. A stream
  * whose state cannot be read (the legacy stream while a blocking stream of the device captures, or
  * an earlier asynchronous error) counts as capturing; the launch then reports the error itself.
- * The query reads the stream's capture state on the host (0.08 us on the H200's host): no device
+ * The query reads the stream's capture state on the host (a few percent of a launch): no device
  * query, safe while capturing, and made only for calls the plan would merge in the launch. */
 static bool stream_capturing(void *stream) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
