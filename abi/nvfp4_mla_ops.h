@@ -21,7 +21,7 @@ extern "C" {
  *          record_bytes = 368 or 432 to match `layout`; num_blocks * block_size < 2^31.
  *   CUDA caches: base and block_stride multiples of 16 bytes (records are read in 16-byte units). */
 
-/* write: quantise T tokens into their cache slots (record-format.md section 4). */
+/* write: quantise T tokens into their cache slots (docs/record-format.md section 4). */
 typedef struct nvfp4_mla_write_args {
     uint32_t struct_size;   /* sizeof(nvfp4_mla_write_args_t) as the host compiled it */
     uint32_t layout;        /* NVFP4_MLA_LAYOUT_* */
@@ -46,7 +46,7 @@ typedef struct nvfp4_mla_write_args {
     uint64_t reserved[4];    /* zero */
 } nvfp4_mla_write_args_t;
 
-/* gather: dequantise N records to dense bf16 rows (record-format.md section 5). */
+/* gather: dequantise N records to dense bf16 rows (docs/record-format.md section 5). */
 typedef struct nvfp4_mla_gather_args {
     uint32_t struct_size;   /* sizeof(nvfp4_mla_gather_args_t) as the host compiled it */
     uint32_t layout;        /* NVFP4_MLA_LAYOUT_* */
@@ -67,7 +67,7 @@ typedef struct nvfp4_mla_gather_args {
  * slots[q, :] (the first valid_len[q] entries, minus the -1 ones); key = [latent, rope] (576).
  * lse[q, j] = natural log of sum_k exp(sm_scale * score_k); -inf (and out = 0) when no entry is
  * valid. Duplicate slots count as often as they appear. Keys and values are the records' binary32
- * values (record-format.md section 5, before gather's bf16 rounding; the 656 layout: its bf16
+ * values (docs/record-format.md section 5, before gather's bf16 rounding; the 656 layout: its bf16
  * decode). The CPU backend accumulates in double; CUDA uses bf16 tensor-core operands with f32
  * sums and stays within rel 2/128 + 1e-3 max|value| of it on out and rel 1e-5 on lse. */
 typedef struct nvfp4_mla_attend_args {

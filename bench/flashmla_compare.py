@@ -1,7 +1,7 @@
 """attend against FlashMLA in one process, on the same records (BENCHMARKS.md, issues 12 and 18).
 
 Decode: batch 128 queries, top-k 2048 random slots over a ~3.9 GB cache of 656-byte fp8_ds_mla
-records written by FlashMLA's rule (power-of-two tile scales, record-format.md section 8):
+records written by FlashMLA's rule (power-of-two tile scales, docs/record-format.md section 8):
   - FlashMLA sparse_decode_fwd on those bytes (h < 64 padded to 64, as FlashMLA requires);
   - attend on the same 656-byte bytes, checked against FlashMLA's output;
   - attend on 368-byte per-token records of the same tokens (the plugin's writer).
@@ -13,7 +13,7 @@ Ceilings of the same run: a gather of the 368-byte records the decode reads (tor
 and a bf16 matmul. Times: medians of back-to-back launches between CUDA events; attend is called
 through the plugin's table with prepared argument structs so that host time stays out of it.
 
-Usage (GPU machine; FlashMLA from `../shared/tools/flashmla-fetch` or an installed vLLM):
+Usage (GPU machine; FlashMLA from `tools/flashmla-fetch` or an installed vLLM):
   NVFP4_MLA_PLUGIN=build-gpu/plugin PYTHONPATH=host_shims/python \\
       python3 bench/flashmla_compare.py [--flashmla .anchor/_flashmla_C.abi3.so] [--json out.json]
 """
