@@ -80,12 +80,13 @@ typedef struct nvfp4_mla_plugin {
     /* [any-thread] Build the immutable cache-format configuration (docs/record-format.md 6 and 7) from the
      * environment (or request->environ), the cache dtype and the checkpoint. *out is owned by the
      * host (config_destroy). Boolean variables accept unset or "" (off), 0/1 and false/true in any
-     * case; path variables are taken exactly; NVFP4_MLA_WRITER_POLICY (ABI 1.1) is unset or ""
-     * (rtn) or a policy's name in any case. Fails closed: any other boolean or policy value, a
-     * path with surrounding whitespace, mutually exclusive modes, per-token without the 368 layout,
-     * an unreadable or invalid scales file or checkpoint field are NVFP4_MLA_ERR_CONFIG (or ERR_IO)
-     * with the variable, its quoted value (and the accepted names), file and key named; *out is
-     * then NULL. */
+     * case; VLLM_NVFP4_MLA_SCALES_FILE is taken stripped of surrounding ASCII whitespace, as the
+     * runtime that defines it reads it ("" after stripping: unset); NVFP4_MLA_WRITER_POLICY (ABI
+     * 1.1) is unset or "" (rtn) or a policy's name in any case. Fails closed: any other boolean or
+     * policy value, mutually exclusive modes, per-token without the 368 layout, an unreadable or
+     * invalid scales file or checkpoint field, a model_dir that is not a folder holding a readable
+     * config.json are NVFP4_MLA_ERR_CONFIG (or ERR_IO) with the variable, its quoted value (and the
+     * accepted names), file and key named; *out is then NULL. */
     nvfp4_mla_status_t (*config_create)(const nvfp4_mla_config_request_t *request,
                                         nvfp4_mla_config_t **out);
 

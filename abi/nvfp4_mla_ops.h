@@ -19,7 +19,19 @@ extern "C" {
  *   cache: [num_blocks, block_size, record_bytes] u8,
  *          strides {block_stride >= block_size * record_bytes, record_bytes, 1} (bytes),
  *          record_bytes = 368 or 432 to match `layout`; num_blocks * block_size < 2^31.
- *   CUDA caches: base and block_stride multiples of 16 bytes (records are read in 16-byte units). */
+ *   CUDA caches: base and block_stride multiples of 16 bytes (records are read in 16-byte units).
+ *
+ * Slots, one rule for write, gather and attend (capacity = num_blocks * block_size):
+ *   - negative: padding, the convention engines use. write skips any negative slot (the padding
+ *     tokens of captured graphs); readers take -1 as an unused entry (a zero row, no attention
+ *     weight) and refuse other negatives like any other value out of range.
+ *   - at or past the capacity: a host bug (a token's record would be lost, or another's read).
+ *     CPU: the call is refused before anything is written, INVALID_ARGUMENT naming the argument,
+ *     the index, the value and the capacity. CUDA: the values live on the device and refusing
+ *     would need a synchronising copy, so the kernels go on: write writes nothing for that token
+ *     and adds it to the optional out_of_range_count (ABI 1.1), gather writes a zero row, attend
+ *     gives the entry no weight (as -1). A host that cannot rule the bug out passes the counter
+ *     and checks it after the stream reaches the write. */
 
 /* write: quantise T tokens into their cache slots (docs/record-format.md section 4). */
 typedef struct nvfp4_mla_write_args {
@@ -35,7 +47,9 @@ typedef struct nvfp4_mla_write_args {
                                INVALID_ARGUMENT. Readers take no policy: records read the same. */
     nvfp4_mla_tensor_t kv_c;         /* [T, 512] bf16 or f16, inner stride 1, row stride >= 512 */
     nvfp4_mla_tensor_t k_pe;         /* [T, 64] same dtype as kv_c, inner stride 1 */
-    nvfp4_mla_tensor_t slot_mapping; /* [T] i64; slot < 0 or >= capacity: skipped, nothing written */
+    nvfp4_mla_tensor_t slot_mapping; /* [T] i64; slot < 0: padding, skipped; slot >= capacity:
+                                        refused on the CPU, skipped and counted in
+                                        out_of_range_count on CUDA (the slot rule above) */
     nvfp4_mla_tensor_t cache;        /* [num_blocks, block_size, record_bytes] u8 (see above) */
     float *capture_max_abs;  /* optional [1] f32 on the cache's device: max-reduced with max |kv_c|
                                 over the finite latent values of the tokens written (skipped slots
@@ -44,6 +58,15 @@ typedef struct nvfp4_mla_write_args {
                                   NaN/Inf values (latent and RoPE) of the tokens written */
     void *stream;            /* cudaStream_t for CUDA tensors (NULL = legacy default); NULL on CPU */
     uint64_t reserved[4];    /* zero */
+    uint64_t *out_of_range_count; /* ABI 1.1 (read when struct_size covers it; a 1.1 host built before
+                                     it passes the shorter struct): optional [1] u64 on the cache's
+                                     device, owned by the host, which initialises it; 8-byte aligned.
+                                     CUDA: incremented (atomically, stream-ordered with the write) by
+                                     the number of tokens whose slot is >= capacity, whose records
+                                     were therefore not written; non-zero means the host lost that
+                                     many records. CPU: never incremented (such a call is refused
+                                     before anything is written). NULL: not counted. A misaligned
+                                     pointer is INVALID_ARGUMENT. */
 } nvfp4_mla_write_args_t;
 
 /* gather: dequantise N records to dense bf16 rows (docs/record-format.md section 5). */
@@ -55,7 +78,8 @@ typedef struct nvfp4_mla_gather_args {
     float outer_scale;      /* STATIC: layer scale s (1.0 = uncalibrated); PER_TOKEN: must be 0 */
     uint32_t reserved0;     /* zero */
     nvfp4_mla_tensor_t cache; /* [num_blocks, block_size, record_bytes] u8 (see above) */
-    nvfp4_mla_tensor_t slots; /* [N] i32; -1 = none (row of zeros); other values in [0, capacity) */
+    nvfp4_mla_tensor_t slots; /* [N] i32; -1 = none (row of zeros); other values in [0, capacity)
+                                 (else the slot rule above: refused on the CPU, a zero row on CUDA) */
     nvfp4_mla_tensor_t out;   /* [N, 576] bf16 (512 latent then 64 RoPE), inner stride 1,
                                  row stride >= 576 */
     void *stream;             /* cudaStream_t for CUDA tensors; NULL on CPU */
@@ -78,7 +102,9 @@ typedef struct nvfp4_mla_attend_args {
     float outer_scale;      /* STATIC: layer scale s; PER_TOKEN: must be 0 */
     float sm_scale;         /* softmax scale applied to the raw scores, finite and > 0 */
     nvfp4_mla_tensor_t q;         /* [n_q, h, 576] bf16, inner stride 1; h in 1..128 */
-    nvfp4_mla_tensor_t slots;     /* [n_q, topk] i32, inner stride 1; -1 = unused entry */
+    nvfp4_mla_tensor_t slots;     /* [n_q, topk] i32, inner stride 1; -1 = unused entry; other values
+                                     in [0, capacity) (else the slot rule above: refused on the CPU,
+                                     unused on CUDA) */
     nvfp4_mla_tensor_t valid_len; /* optional [n_q] i32 in [0, topk] (data NULL = all topk) */
     nvfp4_mla_tensor_t cache;     /* [num_blocks, block_size, record_bytes] u8 (see above) */
     nvfp4_mla_tensor_t out;       /* [n_q, h, 512] bf16, inner stride 1 */

@@ -26,6 +26,8 @@ typedef struct nvfp4_mla_write_kernel_args {
     uint8_t *cache;               /* [num_blocks, block_size, record_bytes] */
     float *capture_max_abs;       /* optional [1]: max-reduced with max |kv_c| of written tokens */
     uint64_t *nonfinite_count;    /* optional [1]: += NaN/Inf inputs of written tokens */
+    uint64_t *out_of_range_count; /* optional [1]: += tokens whose slot >= capacity (not written; the
+                                     plugin refuses them before a CPU write, so only CUDA counts) */
     void *stream;                 /* cudaStream_t (CUDA); unused on the CPU */
     int64_t num_tokens;           /* T >= 0 */
     int64_t kv_c_row_stride;      /* elements, >= 512 */

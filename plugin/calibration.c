@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "errors.h"
+#include "json_text.h"
 
 static const char *file_kind(mode_t mode) {
     return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device"
@@ -69,8 +70,9 @@ nvfp4_mla_status_t nvfp4_json_parse(const char *text, size_t len, const char *or
     const char *end = NULL;
     *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!*root) {
-        size_t offset = end && end >= text ? (size_t)(end - text) : 0;
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: malformed JSON near byte offset %zu", origin, offset);
+        char why[NVFP4_JSON_REFUSAL_MAX];
+        nvfp4_json_refusal(text, len, end, why, sizeof why);
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: %s", origin, why);
     }
     /* Anything but whitespace after the value is an error too (cJSON stops at the value's end). */
     for (const char *p = end; p && p < text + len; p++) {

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "args.h"
 #include "calibration.h"
@@ -62,8 +63,9 @@ static nvfp4_mla_status_t read_settings(const char *const *environ, env_settings
     if (nvfp4_setting_bool(NVFP4_ENV_DYNAMIC_SCALE, lookup(environ, NVFP4_ENV_DYNAMIC_SCALE), &s->dynamic_scale, why,
                            sizeof why) ||
         nvfp4_setting_bool(NVFP4_ENV_FP8_ROPE, lookup(environ, NVFP4_ENV_FP8_ROPE), &s->fp8_rope, why, sizeof why) ||
-        nvfp4_setting_path(NVFP4_ENV_SCALES_FILE, lookup(environ, NVFP4_ENV_SCALES_FILE), s->scales_file,
-                           sizeof s->scales_file, why, sizeof why) ||
+        /* Stripped, as the runtime that defines this variable reads it (settings.h). */
+        nvfp4_setting_path_stripped(NVFP4_ENV_SCALES_FILE, lookup(environ, NVFP4_ENV_SCALES_FILE), s->scales_file,
+                                    sizeof s->scales_file, why, sizeof why) ||
         nvfp4_setting_choice(NVFP4_ENV_WRITER_POLICY, lookup(environ, NVFP4_ENV_WRITER_POLICY), policy_names,
                              NVFP4_MLA_WRITER_POLICY_COUNT, &s->writer_policy, why, sizeof why)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s", why);
@@ -193,22 +195,41 @@ nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *cfg, const cha
             cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_INLINE;
         }
     }
+    if (st && field) { /* only a field that is there can be "present but unusable" */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", nvfp4_last_error());
+        nvfp4_fail(st, "checkpoint calibration is present but unusable (no silent fallback to 1.0): %s", why);
+    }
     cJSON_Delete(root);
     return st;
 }
 
+/* The checkpoint's calibration: a missing folder or config.json is said as such (no checkpoint to
+ * read), never as calibration that is "present but unusable". */
 static nvfp4_mla_status_t load_checkpoint(nvfp4_mla_config_t *cfg, const char *model_dir, const char *layout_name) {
     char config_path[4096];
     if ((size_t)snprintf(config_path, sizeof config_path, "%s/config.json", model_dir) >= sizeof config_path) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "model_dir is too long");
     }
+    struct stat st_dir;
+    if (stat(model_dir, &st_dir) != 0) {
+        return nvfp4_fail(NVFP4_MLA_ERR_IO, "model_dir %s: %s (no checkpoint there to read calibration from)",
+                          model_dir, strerror(errno));
+    }
+    if (!S_ISDIR(st_dir.st_mode)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "model_dir %s is not a folder (a checkpoint is the folder that holds "
+                                                "config.json)", model_dir);
+    }
     char *text;
     size_t len;
     nvfp4_mla_status_t st = nvfp4_read_file(config_path, NVFP4_CONFIG_JSON_MAX_BYTES, &text, &len);
-    if (!st) {
-        st = nvfp4_checkpoint_from_text(cfg, text, len, model_dir, config_path, layout_name);
-        free(text);
+    if (st) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", nvfp4_last_error());
+        return nvfp4_fail(st, "model_dir %s holds no readable checkpoint config.json: %s", model_dir, why);
     }
+    st = nvfp4_checkpoint_from_text(cfg, text, len, model_dir, config_path, layout_name);
+    free(text);
     return st;
 }
 
@@ -251,9 +272,7 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
         }
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_ENV_FILE;
     } else if (model_dir && (st = load_checkpoint(cfg, model_dir, layout_name))) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", nvfp4_last_error());
-        return nvfp4_fail(st, "checkpoint calibration is present but unusable (no silent fallback to 1.0): %s", why);
+        return st;
     }
     if (!cfg->identity[0]) {
         snprintf(cfg->identity, sizeof cfg->identity, NVFP4_IDENTITY_DEFAULT);

@@ -49,10 +49,30 @@ static nvfp4_mla_status_t check_policy(const nvfp4_mla_context_t *ctx, uint32_t 
     return nvfp4_context_require(ctx, "write", nvfp4_mla_writer_policy_cap(policy));
 }
 
+/* A CPU write's slots: one at or past the capacity is a host bug that would lose that token's
+ * record, refused before anything is written (CUDA cannot read them without a sync: its kernel
+ * counts them in out_of_range_count instead). Negative slots are padding, skipped. */
+static nvfp4_mla_status_t check_cpu_write_slots(const nvfp4_mla_write_kernel_args_t *k) {
+    for (int64_t t = 0; t < k->num_tokens; t++) {
+        const int64_t slot = k->slot_mapping[t * k->slot_stride];
+        if (slot >= k->capacity) {
+            return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                              "write: slot_mapping[%lld] = %lld is at or past the cache's capacity %lld "
+                              "(num_blocks * block_size): its token's record would be lost; negative slots are the "
+                              "padding that is skipped, nothing was written",
+                              (long long)t, (long long)slot, (long long)k->capacity);
+        }
+    }
+    return NVFP4_MLA_OK;
+}
+
 nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *host_args,
                                      nvfp4_mla_write_kernel_args_t *k) {
     nvfp4_mla_write_args_t a;
-    nvfp4_mla_status_t st = nvfp4_copy_versioned(&a, sizeof a, sizeof a, host_args, "write: nvfp4_mla_write_args_t");
+    /* out_of_range_count is the last member and the newest (ABI 1.1): a host built before it passes a
+     * struct that ends before it, which reads as NULL. */
+    nvfp4_mla_status_t st = nvfp4_copy_versioned(&a, sizeof a, offsetof(nvfp4_mla_write_args_t, out_of_range_count),
+                                                 host_args, "write: nvfp4_mla_write_args_t");
     if (st || (st = nvfp4_check_zero("write", "flags", &a.flags, sizeof a.flags)) ||
         (st = nvfp4_check_zero("write", "reserved", a.reserved, sizeof a.reserved)) ||
         (st = nvfp4_check_call(ctx, "write", NVFP4_MLA_CAP_OP_WRITE, a.layout, a.scale_mode, a.outer_scale,
@@ -82,7 +102,8 @@ nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4
     nvfp4_cache_geometry_t g;
     if ((st = nvfp4_check_cache(&a.cache, &r, a.layout, &g)) ||
         (st = check_scalar_out("write", "capture_max_abs", a.capture_max_abs, sizeof(float))) ||
-        (st = check_scalar_out("write", "nonfinite_count", a.nonfinite_count, sizeof(uint64_t)))) {
+        (st = check_scalar_out("write", "nonfinite_count", a.nonfinite_count, sizeof(uint64_t))) ||
+        (st = check_scalar_out("write", "out_of_range_count", a.out_of_range_count, sizeof(uint64_t)))) {
         return st;
     }
     if (ctx->device_type == NVFP4_MLA_DEVICE_CUDA &&
@@ -99,6 +120,7 @@ nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4
         .cache = a.cache.data,
         .capture_max_abs = a.capture_max_abs,
         .nonfinite_count = a.nonfinite_count,
+        .out_of_range_count = a.out_of_range_count,
         .stream = a.stream,
         .num_tokens = tokens,
         .kv_c_row_stride = a.kv_c.strides[0],
@@ -114,7 +136,7 @@ nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4
         .device_index = ctx->device_index,
         .writer_policy = (int32_t)a.writer_policy,
     };
-    return NVFP4_MLA_OK;
+    return ctx->device_type == NVFP4_MLA_DEVICE_CPU ? check_cpu_write_slots(k) : NVFP4_MLA_OK;
 }
 
 /* Slot ids of a CPU gather are checked here (a CUDA gather cannot read them without a sync, so

@@ -86,6 +86,29 @@ int nvfp4_setting_path(const char *name, const char *value, char *out, size_t ou
     return 0;
 }
 
+int nvfp4_setting_path_stripped(const char *name, const char *value, char *out, size_t out_size, char *message,
+                                size_t message_size) {
+    out[0] = '\0';
+    if (!value) {
+        return 0;
+    }
+    size_t len = strlen(value);
+    while (len && is_space(value[len - 1])) {
+        len--;
+    }
+    while (len && is_space(value[0])) {
+        value++, len--;
+    }
+    if (len >= out_size) {
+        snprintf(message, message_size, "%s is %zu bytes long, longer than the %zu-byte limit of a path", name, len,
+                 out_size - 1);
+        return -1;
+    }
+    memcpy(out, value, len);
+    out[len] = '\0';
+    return 0;
+}
+
 int nvfp4_setting_choice(const char *name, const char *value, const char *const *names, int count, int *index,
                          char *message, size_t message_size) {
     *index = 0;

@@ -10,7 +10,12 @@
  * scales file silently meant uncalibrated. Now:
  *   boolean  unset or "" is off; "0"/"false" off and "1"/"true" on, in any case; anything else fails;
  *   path     unset or "" is none; leading or trailing whitespace fails (it is never part of a path a
- *            user meant, and trimming it hid mistakes).
+ *            user meant, and trimming it hid mistakes). One exception, where the runtime the
+ *            variable comes from set the convention: VLLM_NVFP4_MLA_SCALES_FILE is read there as
+ *            os.getenv(name, "").strip(), so deployments carry values such as " /x/s.json\n" that
+ *            work there; it takes the stripped path (ASCII whitespace: " \t\n\v\f\r"), and empty
+ *            after stripping is none (nvfp4_setting_path_stripped). NVFP4_MLA_PLUGIN, which has no
+ *            such convention, keeps refusing whitespace.
  *   choice   unset or "" is the default (the first name); one of the names in any case; anything
  *            else fails (whitespace included), listing the names.
  *   count    unset or "" is the caller's default; decimal digits only, within the bounds the
@@ -37,6 +42,12 @@ int nvfp4_setting_bool(const char *name, const char *value, int *on, char *messa
  * (surrounding whitespace, or longer than out_size - 1 bytes); `out` is then "". */
 int nvfp4_setting_path(const char *name, const char *value, char *out, size_t out_size, char *message,
                        size_t message_size);
+
+/* The same path with ASCII whitespace (" \t\n\v\f\r") stripped from both ends first, as the runtime
+ * that defines the variable strips it; "" after stripping is none. -1 and `message` only when the
+ * stripped path is longer than out_size - 1 bytes. */
+int nvfp4_setting_path_stripped(const char *name, const char *value, char *out, size_t out_size, char *message,
+                                size_t message_size);
 
 /* A choice among `count` names (`names[0]` is the default). `value` NULL means unset. 0 and *index:
  * 0 for unset or "", else the position of the name `value` equals with ASCII case ignored; or -1

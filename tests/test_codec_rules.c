@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <cmocka.h>
 
+#include "backends.h"
 #include "context.h"
 #include "errors.h"
 #include "ops.h"
@@ -75,7 +76,10 @@ static void per_token_records_should_satisfy_the_invariants(void **state) {
     free(tok), free(slots), free(pt), free(st);
 }
 
-static void writer_should_skip_slots_and_leave_every_other_byte_alone(void **state) {
+/* The slot rule (abi/nvfp4_mla_ops.h; issue 37): negative slots are padding, skipped; a slot at or
+ * past the capacity loses its token's record, so a CPU write refuses the call before writing a
+ * byte, naming it; the kernels' CPU twin, as the CUDA writer, skips and counts it. */
+static void writer_should_skip_padding_and_refuse_slots_past_the_cache(void **state) {
     (void)state;
     enum { T = 4, BLOCKS = 2, BS = 4, GUARD = 64 };
     uint16_t *tok = random_tokens(T, 1.0);
@@ -84,7 +88,42 @@ static void writer_should_skip_slots_and_leave_every_other_byte_alone(void **sta
     uint8_t *buf = malloc(bytes + 2 * GUARD), *cache = buf + GUARD;
     memset(buf, 0xA5, bytes + 2 * GUARD);
     nvfp4_mla_write_args_t w = write_args(tok, T, slots, cache, BLOCKS, BS, 368, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f);
+    uint64_t counted = 0;
+    w.out_of_range_count = &counted;
+    assert_int_equal(nvfp4_op_write(ctx, &w), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+    assert_string_equal(nvfp4_last_error(), "write: slot_mapping[1] = 8 is at or past the cache's capacity 8 "
+                                            "(num_blocks * block_size): its token's record would be lost; negative "
+                                            "slots are the padding that is skipped, nothing was written");
+    for (size_t i = 0; i < bytes + 2 * GUARD; i++) assert_int_equal(buf[i], 0xA5);
+    assert_int_equal(counted, 0);
+    /* The twin every backend shares: skipped and counted, the other bytes left alone. */
+    slots[0] = 0; /* a valid slot makes the lowering pass; the kernel then sees the raw ones */
+    nvfp4_mla_write_kernel_args_t k;
+    int64_t ok_slots[T] = {-1, -1, -1, 5};
+    w.slot_mapping.data = ok_slots;
+    assert_int_equal(nvfp4_lower_write(ctx, &w, &k), NVFP4_MLA_OK);
+    slots[0] = -1;
+    k.slot_mapping = slots;
+    nvfp4_mla_kernel_result_t res = {0, ""};
+    nvfp4_mla_write_cpu(&k, &res);
+    assert_int_equal(res.status, 0);
+    assert_int_equal(counted, 2);
+    for (size_t i = 0; i < bytes + 2 * GUARD; i++) {
+        int in_slot5 = i >= GUARD + 5 * 368 && i < GUARD + 6 * 368;
+        if (!in_slot5) assert_int_equal(buf[i], 0xA5);
+    }
+    /* Padding alone is written around, through the entry as well. */
+    memset(buf, 0xA5, bytes + 2 * GUARD);
+    w.slot_mapping.data = ok_slots;
     assert_int_equal(nvfp4_op_write(ctx, &w), NVFP4_MLA_OK);
+    assert_int_equal(counted, 2);
+    /* A host struct that ends before the counter (ABI 1.1 before it) is served; a misaligned one is not. */
+    w.struct_size = (uint32_t)offsetof(nvfp4_mla_write_args_t, out_of_range_count);
+    assert_int_equal(nvfp4_op_write(ctx, &w), NVFP4_MLA_OK);
+    w.struct_size = sizeof w;
+    w.out_of_range_count = (uint64_t *)((uint8_t *)&counted + 1);
+    assert_int_equal(nvfp4_op_write(ctx, &w), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(nvfp4_last_error(), "write: out_of_range_count "));
     for (size_t i = 0; i < bytes + 2 * GUARD; i++) {
         int in_slot5 = i >= GUARD + 5 * 368 && i < GUARD + 6 * 368;
         if (!in_slot5) assert_int_equal(buf[i], 0xA5);
@@ -348,7 +387,7 @@ static void capture_should_max_reduce_over_written_tokens_only(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(per_token_records_should_satisfy_the_invariants),
-        cmocka_unit_test(writer_should_skip_slots_and_leave_every_other_byte_alone),
+        cmocka_unit_test(writer_should_skip_padding_and_refuse_slots_past_the_cache),
         cmocka_unit_test(writer_should_honour_a_padded_block_stride),
         cmocka_unit_test(writer_should_give_fp16_input_the_same_records_as_bf16),
         cmocka_unit_test(layout_432_should_zero_its_gap_and_copy_rope_verbatim),

@@ -128,10 +128,6 @@ static void settings_should_refuse_values_they_do_not_understand(void **state) {
         {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=on", "KV_FP8_ROPE=1", file_env}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"on\""},
         {{"KV_FP8_ROPE=\ttrue"}, "KV_FP8_ROPE=\"\\ttrue\" is not a boolean"},
         {{"KV_FP8_ROPE=y\x01\xc3\xa9\"\\"}, "KV_FP8_ROPE=\"y\\x01\\xc3\\xa9\\\"\\\\\" is not a boolean"},
-        {{"VLLM_NVFP4_MLA_SCALES_FILE=  ", "KV_FP8_ROPE=1"},
-         "VLLM_NVFP4_MLA_SCALES_FILE=\"  \" has leading or trailing whitespace: give the path without it; unset or "
-         "empty means none"},
-        {{"VLLM_NVFP4_MLA_SCALES_FILE=/x.json\n"}, "VLLM_NVFP4_MLA_SCALES_FILE=\"/x.json\\n\" has leading or trailing"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         expect_refusal("nvfp4_ds_mla", NULL, cases[c].env, NVFP4_MLA_ERR_CONFIG, cases[c].needle);
@@ -142,6 +138,34 @@ static void settings_should_refuse_values_they_do_not_understand(void **state) {
     /* Settings are read before the dtype decides anything: a malformed one is refused for any dtype. */
     const char *bad[] = {"KV_FP8_ROPE=yes", NULL};
     expect_refusal("fp8", NULL, bad, NVFP4_MLA_ERR_CONFIG, "KV_FP8_ROPE=\"yes\" is not a boolean");
+}
+
+/* Issue 37, case 11: VLLM_NVFP4_MLA_SCALES_FILE is read stripped, as the runtime it comes from
+ * reads it (os.getenv(name, "").strip()); empty after stripping is none. */
+static void scales_file_should_be_taken_stripped_as_the_runtime_reads_it(void **state) {
+    (void)state;
+    char spaced[4200];
+    snprintf(spaced, sizeof spaced, "VLLM_NVFP4_MLA_SCALES_FILE= \t%s \n", real_file);
+    const char *padded[] = {spaced, "KV_FP8_ROPE=1", NULL};
+    const char *blank[] = {"VLLM_NVFP4_MLA_SCALES_FILE=  \n", "KV_FP8_ROPE=1", NULL};
+    nvfp4_mla_config_t *cfg;
+    nvfp4_mla_config_info_t info;
+    assert_int_equal(make("nvfp4_ds_mla", NULL, padded, &cfg, &info), NVFP4_MLA_OK);
+    assert_string_equal(info.identity, "nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:" REAL_SHA);
+    assert_string_equal(info.scale_source_path, real_file);
+    nvfp4_config_destroy(cfg);
+    assert_int_equal(make("nvfp4_ds_mla", NULL, blank, &cfg, &info), NVFP4_MLA_OK);
+    assert_int_equal(info.scale_source, NVFP4_MLA_SCALE_SOURCE_NONE);
+    assert_string_equal(info.identity, "vllm-default-v1");
+    nvfp4_config_destroy(cfg);
+    char out[16], message[NVFP4_SETTING_MESSAGE_MAX];
+    assert_int_equal(nvfp4_setting_path_stripped("X", " \v/a b\f\r", out, sizeof out, message, sizeof message), 0);
+    assert_string_equal(out, "/a b");
+    assert_int_equal(nvfp4_setting_path_stripped("X", " /0123456789abcdef ", out, sizeof out, message, sizeof message),
+                     -1);
+    assert_string_equal(message, "X is 17 bytes long, longer than the 15-byte limit of a path");
+    /* Where no runtime set that convention, whitespace stays an error (NVFP4_MLA_PLUGIN: test_loader). */
+    assert_int_equal(nvfp4_setting_path("X", " /a", out, sizeof out, message, sizeof message), -1);
 }
 
 static void setting_quote_should_escape_and_cut(void **state) {
@@ -240,6 +264,44 @@ static void scales_should_come_from_override_then_checkpoint_then_one(void **sta
     }
     expect_refusal("nvfp4_ds_mla", data_path("model_broken"), plain, NVFP4_MLA_ERR_IO,
                    "checkpoint calibration is present but unusable (no silent fallback to 1.0): cannot open");
+    /* Issue 37: no folder, or no config.json in it, is no checkpoint at all, not unusable calibration. */
+    expect_refusal("nvfp4_ds_mla", "/nonexistent", plain, NVFP4_MLA_ERR_IO,
+                   "model_dir /nonexistent: No such file or directory (no checkpoint there to read calibration from)");
+    expect_refusal("nvfp4_ds_mla", real_file, plain, NVFP4_MLA_ERR_CONFIG, "is not a folder");
+    char empty_dir[4200];
+    snprintf(empty_dir, sizeof empty_dir, "%s/no_config", tmp_dir);
+    mkdir(empty_dir, 0700);
+    expect_refusal("nvfp4_ds_mla", empty_dir, plain, NVFP4_MLA_ERR_IO, "holds no readable checkpoint config.json: "
+                                                                       "cannot open");
+    assert_null(strstr(nvfp4_last_error(), "present but unusable"));
+}
+
+/* Issue 37: a JSON text the reader refuses is said to be empty, cut short, NaN, or nested past the
+ * reader's depth limit, not "malformed JSON" at a byte that is fine. */
+static void json_refusals_should_name_their_cause(void **state) {
+    (void)state;
+    static char deep[20001];
+    memset(deep, '[', 10000);
+    memset(deep + 10000, ']', 10000);
+    const struct {
+        const char *text, *needle;
+    } cases[] = {
+        {"", "json.json: is empty (no JSON value)"},
+        {" \n", "is empty (no JSON value)"},
+        {"{\"max_abs\": [0.1, 0.2", "ends at byte offset 21 before its JSON value is complete (cut short?)"},
+        {"{\"max_abs\": \"abc", "ends at byte offset 16 before its JSON value is complete"},
+        {"{\"max_abs\": [NaN]}", "holds NaN at byte offset 13: NaN and Infinity are not JSON numbers"},
+        {"{\"max_abs\": [1, -Infinity]}", "holds -Infinity at byte offset 16"},
+        {deep, "nests arrays and objects more than 1000 deep at byte offset 1000 (the JSON reader's limit)"},
+        {"{\"a\": 1,}", "is malformed JSON near byte offset 8"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        nvfp4_calibration_t cal;
+        assert_int_equal(nvfp4_calibration_load_file(tmp_file("json.json", cases[c].text), &cal), NVFP4_MLA_ERR_CONFIG);
+        if (!strstr(nvfp4_last_error(), cases[c].needle)) {
+            fail_msg("case %zu: message \"%s\" lacks \"%s\"", c, nvfp4_last_error(), cases[c].needle);
+        }
+    }
 }
 
 static void sidecar_paths_should_stay_inside_the_model_folder(void **state) {
@@ -497,12 +559,14 @@ int main(void) {
         cmocka_unit_test(identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4),
         cmocka_unit_test(identity_should_name_layout_and_mode),
         cmocka_unit_test(settings_should_refuse_values_they_do_not_understand),
+        cmocka_unit_test(scales_file_should_be_taken_stripped_as_the_runtime_reads_it),
         cmocka_unit_test(setting_quote_should_escape_and_cut),
         cmocka_unit_test(identity_should_change_with_one_byte_of_the_scales_file),
         cmocka_unit_test(configuration_should_fail_closed_on_conflicts_and_missing_files),
         cmocka_unit_test(scales_should_come_from_override_then_checkpoint_then_one),
         cmocka_unit_test(sidecar_paths_should_stay_inside_the_model_folder),
         cmocka_unit_test(loader_should_reject_each_invalid_field_by_name),
+        cmocka_unit_test(json_refusals_should_name_their_cause),
         cmocka_unit_test(calibration_should_refuse_duplicate_keys_at_every_depth),
         cmocka_unit_test(sidecar_links_should_not_lead_out_of_the_model_folder),
         cmocka_unit_test(scales_files_should_be_regular_and_bounded),

@@ -1,5 +1,6 @@
 /* CUDA writer and gather against the CPU twins: bytes equal for every mode, dtype, layout and size,
- * on adversarial inputs; guard bytes and skip rules; identity then calibrated scale in one process;
+ * on adversarial inputs; guard bytes and skip rules (slots past the cache: refused on the CPU, counted
+ * on CUDA); identity then calibrated scale in one process;
  * CUDA graph capture on a non-default stream. Exits 77 (skip) without a usable CUDA device.
  * NVFP4_MLA_GPU_TEST_MAX_T caps the largest T (compute-sanitizer runs use a small one). */
 #include <cuda_runtime.h>
@@ -102,9 +103,12 @@ static void make_tokens(uint16_t *v, int64_t count, int is_f16) {
 
 typedef struct world {
     int64_t count, blocks, capacity, stride, bytes_total;
+    int64_t out_of_range;   /* slots >= capacity among `slots` */
     int32_t record_bytes;
     uint16_t *tokens;       /* host [T, 576] */
-    int64_t *slots;         /* host [T] */
+    int64_t *slots;         /* host [T]: padding (-1) and slots past the capacity among them */
+    int64_t *cpu_slots;     /* host [T]: `slots` with those past the capacity as -1, what a CUDA write
+                               writes by the slot rule; the CPU refuses the raw ones (issue 37) */
     uint8_t *cpu_cache;     /* host, GUARD + cache + GUARD */
     void *d_tokens, *d_slots, *d_cache;
 } world_t;
@@ -118,6 +122,7 @@ static void world_init(world_t *w, int64_t count, int32_t record_bytes, int is_f
     w->bytes_total = w->blocks * w->stride + 2 * GUARD;
     w->tokens = malloc((size_t)count * 576 * 2);
     w->slots = malloc((size_t)count * 8);
+    w->cpu_slots = malloc((size_t)count * 8);
     w->cpu_cache = malloc((size_t)w->bytes_total);
     make_tokens(w->tokens, count, is_f16);
     for (int64_t t = 0; t < count; t++) w->slots[t] = t; /* unique slots, shuffled, some skipped */
@@ -126,6 +131,11 @@ static void world_init(world_t *w, int64_t count, int32_t record_bytes, int is_f
         w->slots[t] = w->slots[j], w->slots[j] = tmp;
     }
     for (int64_t t = 0; t < count; t += 17) w->slots[t] = (t % 34) ? -1 : w->capacity + (int64_t)(next() % 1000);
+    w->out_of_range = 0;
+    for (int64_t t = 0; t < count; t++) {
+        w->out_of_range += w->slots[t] >= w->capacity;
+        w->cpu_slots[t] = w->slots[t] >= w->capacity ? -1 : w->slots[t];
+    }
     memset(w->cpu_cache, 0xA5, (size_t)w->bytes_total);
     CHECK_CUDA(cudaMalloc(&w->d_tokens, (size_t)count * 576 * 2));
     CHECK_CUDA(cudaMalloc(&w->d_slots, (size_t)count * 8));
@@ -136,7 +146,7 @@ static void world_init(world_t *w, int64_t count, int32_t record_bytes, int is_f
 }
 
 static void world_free(world_t *w) {
-    free(w->tokens), free(w->slots), free(w->cpu_cache);
+    free(w->tokens), free(w->slots), free(w->cpu_slots), free(w->cpu_cache);
     cudaFree(w->d_tokens), cudaFree(w->d_slots), cudaFree(w->d_cache);
 }
 
@@ -152,7 +162,7 @@ static nvfp4_mla_write_args_t args_for(const world_t *w, int on_gpu, int is_f16,
         .writer_policy = policy,
         .kv_c = tu_rows(tok, is_f16 ? NVFP4_MLA_DTYPE_F16 : NVFP4_MLA_DTYPE_BF16, w->count, 512, 576),
         .k_pe = tu_rows(tok + 512, is_f16 ? NVFP4_MLA_DTYPE_F16 : NVFP4_MLA_DTYPE_BF16, w->count, 64, 576),
-        .slot_mapping = tu_vec(on_gpu ? w->d_slots : w->slots, NVFP4_MLA_DTYPE_I64, w->count),
+        .slot_mapping = tu_vec(on_gpu ? w->d_slots : w->cpu_slots, NVFP4_MLA_DTYPE_I64, w->count),
         .cache = tu_cache((uint8_t *)(on_gpu ? w->d_cache : w->cpu_cache) + GUARD, w->blocks, BLOCK, w->record_bytes,
                           w->stride),
     };
@@ -160,15 +170,17 @@ static nvfp4_mla_write_args_t args_for(const world_t *w, int on_gpu, int is_f16,
     return a;
 }
 
-/* Writes on both backends with `policy` and compares the whole buffers (guards included); returns
- * the GPU bytes. */
+/* Writes on both backends with `policy` and compares the whole buffers (guards included) and the
+ * counters (the GPU's out_of_range_count: the slots past the capacity); returns the GPU bytes. */
 static uint8_t *write_both(world_t *w, int is_f16, uint32_t mode, float scale, uint32_t policy) {
     float cap_cpu = 0, *d_cap;
-    uint64_t nf_cpu = 0, *d_nf;
+    uint64_t nf_cpu = 0, *d_nf, *d_oor;
     CHECK_CUDA(cudaMalloc((void **)&d_cap, sizeof(float)));
     CHECK_CUDA(cudaMalloc((void **)&d_nf, sizeof(uint64_t)));
+    CHECK_CUDA(cudaMalloc((void **)&d_oor, sizeof(uint64_t)));
     CHECK_CUDA(cudaMemset(d_cap, 0, sizeof(float)));
     CHECK_CUDA(cudaMemset(d_nf, 0, sizeof(uint64_t)));
+    CHECK_CUDA(cudaMemset(d_oor, 0, sizeof(uint64_t)));
     nvfp4_mla_write_args_t a = args_for(w, 0, is_f16, mode, scale, policy);
     a.capture_max_abs = &cap_cpu;
     a.nonfinite_count = &nf_cpu;
@@ -176,14 +188,17 @@ static uint8_t *write_both(world_t *w, int is_f16, uint32_t mode, float scale, u
     a = args_for(w, 1, is_f16, mode, scale, policy);
     a.capture_max_abs = d_cap;
     a.nonfinite_count = d_nf;
+    a.out_of_range_count = d_oor;
     if (nvfp4_op_write(gpu, &a) != NVFP4_MLA_OK) fail_msg("%s", nvfp4_last_error());
     uint8_t *got = malloc((size_t)w->bytes_total);
     CHECK_CUDA(cudaMemcpy(got, w->d_cache, (size_t)w->bytes_total, cudaMemcpyDeviceToHost));
     float cap_gpu;
-    uint64_t nf_gpu;
+    uint64_t nf_gpu, oor_gpu;
     CHECK_CUDA(cudaMemcpy(&cap_gpu, d_cap, sizeof cap_gpu, cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(&nf_gpu, d_nf, sizeof nf_gpu, cudaMemcpyDeviceToHost));
-    cudaFree(d_cap), cudaFree(d_nf);
+    CHECK_CUDA(cudaMemcpy(&oor_gpu, d_oor, sizeof oor_gpu, cudaMemcpyDeviceToHost));
+    cudaFree(d_cap), cudaFree(d_nf), cudaFree(d_oor);
+    assert_int_equal(oor_gpu, (uint64_t)w->out_of_range);
     for (int64_t i = 0; i < w->bytes_total; i++) {
         if (got[i] != w->cpu_cache[i]) {
             fail_msg("T=%lld layout %d mode %u scale %g f16 %d policy %s: byte %lld differs (gpu %02x, cpu %02x)",
@@ -299,6 +314,43 @@ static void cuda_write_should_replay_inside_a_graph_on_a_side_stream(void **stat
     world_free(&w);
 }
 
+/* Issue 37, the slot rule: a slot past the capacity is refused by a CPU write before anything is
+ * written; a CUDA write, which cannot see it without a sync, writes nothing for that token and counts
+ * it in out_of_range_count (every other token written, as the CPU writes them with those slots as
+ * padding); a host struct that ends before the counter (1.1 before issue 37) is still served. */
+static void slots_past_the_cache_should_be_refused_on_the_cpu_and_counted_on_cuda(void **state) {
+    (void)state;
+    world_t w;
+    world_init(&w, 4096, 368, 0);
+    assert_true(w.out_of_range > 0);
+    nvfp4_mla_write_args_t a = args_for(&w, 0, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, 0);
+    a.slot_mapping.data = w.slots;
+    assert_int_equal(nvfp4_op_write(cpu, &a), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(nvfp4_last_error(), "is at or past the cache's capacity"));
+    uint8_t *untouched = malloc((size_t)w.bytes_total);
+    memset(untouched, 0xA5, (size_t)w.bytes_total);
+    assert_memory_equal(w.cpu_cache, untouched, (size_t)w.bytes_total); /* nothing was written */
+    free(untouched);
+    free(write_both(&w, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, 0)); /* bytes equal; the count checked there */
+    uint64_t *d_oor, oor = 0;
+    CHECK_CUDA(cudaMalloc((void **)&d_oor, sizeof(uint64_t)));
+    CHECK_CUDA(cudaMemset(d_oor, 0, sizeof(uint64_t)));
+    a = args_for(&w, 1, 0, NVFP4_MLA_SCALE_PER_TOKEN, 0.0f, 0);
+    a.out_of_range_count = d_oor;
+    a.struct_size = (uint32_t)offsetof(nvfp4_mla_write_args_t, out_of_range_count); /* the counter is past it */
+    assert_int_equal(nvfp4_op_write(gpu, &a), NVFP4_MLA_OK);
+    a.struct_size = sizeof a;
+    assert_int_equal(nvfp4_op_write(gpu, &a), NVFP4_MLA_OK);
+    assert_int_equal(nvfp4_op_write(gpu, &a), NVFP4_MLA_OK);
+    CHECK_CUDA(cudaMemcpy(&oor, d_oor, sizeof oor, cudaMemcpyDeviceToHost));
+    assert_int_equal(oor, 2 * (uint64_t)w.out_of_range); /* added to, never reset: the host initialises it */
+    a.out_of_range_count = (uint64_t *)((uint8_t *)d_oor + 4);
+    assert_int_equal(nvfp4_op_write(gpu, &a), NVFP4_MLA_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(nvfp4_last_error(), "write: out_of_range_count"));
+    cudaFree(d_oor);
+    world_free(&w);
+}
+
 static void cuda_entries_should_reject_bad_arguments_before_launch(void **state) {
     (void)state;
     world_t w;
@@ -380,6 +432,7 @@ int main(void) {
         cmocka_unit_test(identity_then_calibrated_layer_should_both_match_in_one_process),
         cmocka_unit_test(policies_should_alternate_in_one_process),
         cmocka_unit_test(cuda_write_should_replay_inside_a_graph_on_a_side_stream),
+        cmocka_unit_test(slots_past_the_cache_should_be_refused_on_the_cpu_and_counted_on_cuda),
         cmocka_unit_test(cuda_entries_should_reject_bad_arguments_before_launch),
         cmocka_unit_test(threads_on_separate_streams_should_match_the_serial_cpu_bytes),
     };

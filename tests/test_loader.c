@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "nvfp4_mla_loader.h"
@@ -174,6 +175,37 @@ static void loader_should_refuse_a_malformed_selection(void **state) {
     assert_int_equal(nvfp4_mla_loader_open(&l, long_path, msg, sizeof msg), NVFP4_MLA_LOAD_FAILED);
     assert_contains(msg, "plugin selection is 4999 bytes long, longer than the");
     unsetenv("NVFP4_MLA_PLUGIN");
+}
+
+/* Issue 37: a name without a slash is the file of that name in the working folder, never one the
+ * dynamic loader's search path finds ("libc.so.6" used to load the system libc and be refused only
+ * as "not a plugin"). */
+static char test_cwd[4096]; /* the folder to return to, whatever the test's outcome (back_home) */
+
+static int back_home(void **state) {
+    (void)state;
+    return chdir(test_cwd);
+}
+
+static void loader_should_take_a_bare_name_as_a_file_in_the_working_folder(void **state) {
+    (void)state;
+    char dir[] = "/tmp/nvfp4_loader_XXXXXX", link_path[4200];
+    assert_non_null(getcwd(test_cwd, sizeof test_cwd));
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chdir(dir), 0);
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, "libc.so.6", msg, sizeof msg), NVFP4_MLA_LOAD_FAILED);
+    assert_string_equal(l.reason, "not_found");
+    assert_string_equal(l.path, "./libc.so.6");
+    assert_contains(msg, "cannot load nvfp4-mla plugin ./libc.so.6: ");
+    snprintf(link_path, sizeof link_path, "%s/libnvfp4_mla.so", dir);
+    assert_int_equal(symlink(real_plugin, link_path), 0);
+    assert_int_equal(nvfp4_mla_loader_open(&l, "libnvfp4_mla.so", msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    assert_string_equal(l.path, "./libnvfp4_mla.so");
+    nvfp4_mla_loader_close(&l);
+    unlink(link_path);
+    rmdir(dir);
 }
 
 static void loader_should_name_every_missing_capability(void **state) {
@@ -374,6 +406,7 @@ int main(void) {
         cmocka_unit_test(loader_should_accept_a_null_member_its_table_does_not_cover),
         cmocka_unit_test(loader_should_mask_merge_a_1_0_table_lacks),
         cmocka_unit_test(loader_should_refuse_a_malformed_selection),
+        cmocka_unit_test_teardown(loader_should_take_a_bare_name_as_a_file_in_the_working_folder, back_home),
         cmocka_unit_test(loader_should_name_every_missing_capability),
         cmocka_unit_test(loader_should_handle_selection_by_environment),
         cmocka_unit_test(loader_should_give_the_plugins_cache_identity),

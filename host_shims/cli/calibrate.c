@@ -25,7 +25,10 @@ typedef struct capture {
 } capture_t;
 
 static int parse_json_capture(const char *path, const char *text, size_t len, capture_t *c, const char *key) {
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, NULL, 0);
+    cJSON *root = cli_json_parse("calibrate", path, text, len);
+    if (!root) {
+        return 1;
+    }
     const cJSON *array = key ? cJSON_GetObjectItemCaseSensitive(root, key) : root;
     int rc = 0;
     if (!cJSON_IsArray(array)) {
@@ -108,8 +111,9 @@ static int plugin_check(cli_host_t *host, const char *path, const char *shown) {
     cli_scales_env(path, env_file, env);
     nvfp4_mla_config_t *cfg;
     if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
-        return cli_fail("calibrate", "the plugin rejects the file, so %s was not written: %s", shown,
-                        host->table->last_error());
+        char why[2048]; /* in the words of --out: the temporary file is gone by the time the user reads it */
+        cli_scales_refusal(host, path, shown, why, sizeof why);
+        return cli_fail("calibrate", "the plugin rejects the file, so %s was not written: %s", shown, why);
     }
     nvfp4_mla_config_info_t info = {.struct_size = sizeof info};
     host->table->config_info(cfg, &info);
@@ -258,7 +262,7 @@ static int write_checked(const calibrate_opts_t *o, cli_host_t *host, const char
     if (cli_out_open("calibrate", o->out, &out)) {
         return 1;
     }
-    fputs(text, out.f); /* a failed write leaves the stream's error flag, which the sync reports */
+    cli_out_write(&out, text, strlen(text)); /* a failure (and its errno) is reported by the sync */
     if (cli_out_sync(&out)) {
         return 1;
     }

@@ -3,6 +3,7 @@
 #ifndef NVFP4_MLA_CLI_H
 #define NVFP4_MLA_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +41,12 @@ int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf
 #define CLI_MAX_CAPTURE_BYTES ((size_t)16 << 20)    /* calibrate's per-rank captures */
 #define CLI_MAX_CALIBRATION_BYTES ((size_t)4 << 20) /* v1 files (the plugin's own limit) */
 
+/* Parses JSON text (length-bounded) as the plugin does: a refusal names its cause (empty, cut short,
+ * NaN/Infinity, nested too deep, malformed, trailing data: plugin/json_text.h) and the byte offset,
+ * after `origin` ("x.json is empty (no JSON value)"). NULL after printing one line. */
+struct cJSON;
+struct cJSON *cli_json_parse(const char *cmd, const char *origin, const char *text, size_t len);
+
 /* Reads a whole regular file of at most max_bytes (the caller frees; a NUL follows the data). A FIFO,
  * device or directory is refused without blocking. 0 on success, else one line printed and 1. */
 int cli_read_file(const char *cmd, const char *path, size_t max_bytes, uint8_t **data, size_t *len);
@@ -48,19 +55,38 @@ int cli_read_file(const char *cmd, const char *path, size_t max_bytes, uint8_t *
  * the `count` inputs (NULL entries are skipped): run before anything is read or written. */
 int cli_check_distinct(const char *cmd, const char *out, const char *const *inputs, int count);
 
+/* Temporary files and folders that a fatal signal (INT, TERM, HUP, QUIT, PIPE, ALRM, XCPU, XFSZ,
+ * USR1/2) must not leave behind: its handler removes them (files, then folders) and raises the signal
+ * again with its default action (cleanup.c). Register with the signals held from before the path is
+ * created, and forget it with them held across its rename or removal. add returns the slot, or -1
+ * when the table is full or the path too long (then nothing is registered). */
+#define CLI_CLEANUP_PATH_MAX 4200
+void cli_signals_hold(sigset_t *old);
+void cli_signals_release(const sigset_t *old);
+int cli_cleanup_add(const char *path, int is_folder);
+void cli_cleanup_forget(int slot);
+
 /* An output written atomically: bytes go to `f`, a temporary file beside the target; commit
- * flushes, fsync()s and renames it over the target; on any failure (and on abort) the temporary file
- * is removed and the target is untouched. A target that is a link is replaced where it leads; one
- * that exists but is not a regular file is refused. Messages carry strerror. */
+ * flushes, fsync()s and renames it over the target; on any failure (on abort, and on a fatal signal)
+ * the temporary file is removed and the target is untouched. A target that is a link is replaced
+ * where it leads; one that exists but is not a regular file is refused. A new file gets the mode
+ * 0666 less the umask; a replaced one its permission bits (0777), never setuid, setgid or sticky:
+ * the new file belongs to whoever runs the tool. Writes go through cli_out_write / cli_out_printf,
+ * which keep the errno of the first failed write, so every message names the cause ("No space left
+ * on device") even when a later call or the final flush reports the stream's error. */
 typedef struct cli_out {
     FILE *f;              /* the temporary file; owned */
     const char *cmd;      /* for messages; borrowed */
     const char *path;     /* as the user gave it; borrowed */
     char target[4096];    /* the file that is replaced */
-    char temp[4200];      /* the temporary file beside it; "" once renamed or removed */
+    char temp[CLI_CLEANUP_PATH_MAX]; /* the temporary file beside it; "" once renamed or removed */
+    int cleanup;          /* its slot in the signal cleanup table (cli_cleanup_add) */
+    int error;            /* errno of the first failed write; 0 while none failed */
     int synced;           /* flushed and fsync()ed */
 } cli_out_t;
 int cli_out_open(const char *cmd, const char *path, cli_out_t *out);
+void cli_out_write(cli_out_t *out, const void *data, size_t len);
+void cli_out_printf(cli_out_t *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_out_sync(cli_out_t *out);   /* flush + fsync: the temporary file is complete (may be read) */
 int cli_out_commit(cli_out_t *out); /* sync if needed, then rename over the target */
 void cli_out_abort(cli_out_t *out);
@@ -89,6 +115,10 @@ void cli_scales_env(const char *path, char buf[CLI_SCALES_ENV_MAX], const char *
 /* The plugin's nvfp4_ds_mla configuration for the environment `env`, asked for as a server asks
  * (no model folder, no host); the plugin's status, its last error on refusal. */
 nvfp4_mla_status_t cli_config_for_env(cli_host_t *host, const char *const *env, nvfp4_mla_config_t **cfg);
+/* The plugin's refusal (last_error) of the scales file the tool handed it as
+ * VLLM_NVFP4_MLA_SCALES_FILE=`given`, in the user's terms: without the variable, which the user did
+ * not set, and with `given` (a temporary file, say) named `shown` wherever it appears. */
+void cli_scales_refusal(cli_host_t *host, const char *given, const char *shown, char *out, size_t size);
 
 nvfp4_mla_tensor_t cli_tensor_2d(void *data, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride);
 nvfp4_mla_tensor_t cli_tensor_1d(void *data, int32_t dtype, int64_t n);
@@ -119,9 +149,13 @@ int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, c
 int cli_check_codec_flags(const char *cmd, cli_codec_flags_t *flags, int need_mode);
 
 /* Encodes / decodes T tokens through the plugin's CPU write and gather entries.
- * tokens: [T, 576] bf16 (latent then RoPE); records: [T, record_bytes]; rows: [T, 576] bf16. */
+ * tokens: [T, 576] bf16 (latent then RoPE); records: [T, record_bytes]; rows: [T, 576] bf16.
+ * cli_encode refuses NaN/Inf input (the plugin's nonfinite_count, which cli_encode_counted adds to
+ * *nonfinite and leaves to the caller). */
 int cli_encode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens,
                int64_t count, uint8_t *records);
+int cli_encode_counted(const char *cmd, cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens,
+                       int64_t count, uint8_t *records, uint64_t *nonfinite);
 int cli_decode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *flags, const uint8_t *records,
                int64_t count, uint16_t *rows);
 

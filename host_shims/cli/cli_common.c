@@ -1,10 +1,12 @@
 /* Loader, files, tensors and codec flags shared by the subcommands (see cli.h). */
+#include <cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "json_text.h"
 
 int cli_fail(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -14,6 +16,24 @@ int cli_fail(const char *cmd, const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
     return 1;
+}
+
+cJSON *cli_json_parse(const char *cmd, const char *origin, const char *text, size_t len) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    for (const char *p = end; root && p < text + len; p++) { /* whitespace only after the value */
+        if (!strchr(" \t\r\n", *p)) {
+            cJSON_Delete(root);
+            cli_fail(cmd, "%s has trailing data after its JSON value at byte offset %zu", origin, (size_t)(p - text));
+            return NULL;
+        }
+    }
+    if (!root) {
+        char why[NVFP4_JSON_REFUSAL_MAX];
+        nvfp4_json_refusal(text, len, end, why, sizeof why);
+        cli_fail(cmd, "%s %s", origin, why);
+    }
+    return root;
 }
 
 int cli_host_open_for(cli_host_t *host, const char *plugin, uint64_t need) {
@@ -82,6 +102,28 @@ nvfp4_mla_status_t cli_config_for_env(cli_host_t *host, const char *const *env, 
     return host->table->config_create(&req, cfg);
 }
 
+void cli_scales_refusal(cli_host_t *host, const char *given, const char *shown, char *out, size_t size) {
+    char prefix[CLI_SCALES_ENV_MAX + 64];
+    const char *message = host->table->last_error();
+    snprintf(prefix, sizeof prefix, "VLLM_NVFP4_MLA_SCALES_FILE=%s cannot form a cache identity: ", given);
+    if (strncmp(message, prefix, strlen(prefix)) == 0) {
+        message += strlen(prefix);
+    }
+    size_t used = 0;
+    const size_t given_len = strlen(given);
+    out[0] = '\0';
+    while (*message && used + 1 < size) { /* every `given` becomes `shown` */
+        if (given_len && strncmp(message, given, given_len) == 0) {
+            used += (size_t)snprintf(out + used, size - used, "%s", shown);
+            message += given_len;
+        } else {
+            out[used++] = *message++;
+            out[used] = '\0';
+        }
+        used = used < size ? used : size - 1;
+    }
+}
+
 nvfp4_mla_tensor_t cli_cache_tensor(uint8_t *data, int64_t tokens, int32_t record_bytes) {
     int64_t blocks = (tokens + CLI_BLOCK - 1) / CLI_BLOCK;
     nvfp4_mla_tensor_t t = {data, NVFP4_MLA_DTYPE_U8, 3, {blocks, CLI_BLOCK, record_bytes, 0},
@@ -109,6 +151,11 @@ int cli_parse_policy(const char *cmd, const char *value, uint32_t *policy) {
 
 int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out,
                          cli_seen_t *seen, int with_policy) {
+    const int known = strcmp(flag, "--layout") == 0 || strcmp(flag, "--mode") == 0 || strcmp(flag, "--scale") == 0 ||
+                      (with_policy && strcmp(flag, "--policy") == 0);
+    if (!known) { /* before the value: "--bogus needs a value" named the wrong mistake */
+        return cli_fail(cmd, "unknown flag %s (nvfp4-mla %s --help lists the flags)", flag, cmd);
+    }
     if (!value) {
         return cli_fail(cmd, "%s needs a value", flag);
     }
@@ -160,6 +207,17 @@ int32_t cli_record_bytes(const cli_codec_flags_t *f) {
 
 int cli_encode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens, int64_t count,
                uint8_t *records) {
+    uint64_t nonfinite = 0;
+    if (cli_encode_counted(cmd, host, f, tokens, count, records, &nonfinite)) {
+        return 1;
+    }
+    return nonfinite ? cli_fail(cmd, "%llu NaN/Inf input values (the plugin's nonfinite_count): records hold neither",
+                                (unsigned long long)nonfinite)
+                     : 0;
+}
+
+int cli_encode_counted(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *tokens,
+                       int64_t count, uint8_t *records, uint64_t *nonfinite) {
     const int32_t rb = cli_record_bytes(f);
     int64_t *slots = malloc((size_t)(count ? count : 1) * sizeof *slots);
     uint8_t *cache = calloc(1, (size_t)cli_cache_bytes(count, rb) + 1);
@@ -182,6 +240,7 @@ int cli_encode(const char *cmd, cli_host_t *host, const cli_codec_flags_t *f, co
                               NVFP4_MLA_ROPE_DIM, NVFP4_MLA_ROW_DIM),
         .slot_mapping = cli_tensor_1d(slots, NVFP4_MLA_DTYPE_I64, count),
         .cache = cli_cache_tensor(cache, count, rb),
+        .nonfinite_count = nonfinite,
     };
     int rc = 0;
     if (host->table->write(host->cpu, &w) != NVFP4_MLA_OK) {

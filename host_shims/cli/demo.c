@@ -89,7 +89,9 @@ static int demo_layers(cli_host_t *host, const cli_profile_t *profile, const cha
                        uint32_t policy) {
     nvfp4_mla_config_t *cfg;
     if (cli_config_for_env(host, static_env, &cfg) != NVFP4_MLA_OK) {
-        return cli_fail("demo", "%s", host->table->last_error());
+        char why[2048];
+        cli_scales_refusal(host, profile->scales_path, profile->label, why, sizeof why);
+        return cli_fail("demo", "the plugin refuses the scales file %s: %s", profile->label, why);
     }
     const double *max_abs = profile->max_abs;
     int shallow = 0, deep = 0;

@@ -4,11 +4,13 @@
  * runs out), with the size checked against the caller's bound before a byte is read. Writing: never
  * in place. The bytes go to a temporary file in the target's folder (so that the rename cannot cross
  * a file system), which is flushed, fsync()ed and renamed over the target only when complete; on any
- * failure the temporary file is removed and the target is as it was. */
+ * failure, and on a fatal signal (cleanup.c), the temporary file is removed and the target is as it
+ * was. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,12 +125,15 @@ static int output_target(const char *cmd, const char *path, char *target, size_t
     if (access(target, W_OK) != 0) { /* a rename would replace a write-protected file; in place it could not */
         return cli_fail(cmd, "cannot write %s: %s", path, strerror(errno));
     }
-    *mode = st.st_mode & 07777; /* a replaced file keeps its permissions */
+    /* A replaced file keeps its permission bits, not its setuid, setgid or sticky bit: the new file
+     * belongs to whoever runs the tool, and a setuid root file made from user data is a hole. */
+    *mode = st.st_mode & 0777;
     return 0;
 }
 
 int cli_out_open(const char *cmd, const char *path, cli_out_t *out) {
     memset(out, 0, sizeof *out);
+    out->cleanup = -1;
     out->cmd = cmd;
     out->path = path;
     mode_t mode;
@@ -142,17 +147,50 @@ int cli_out_open(const char *cmd, const char *path, cli_out_t *out) {
         sizeof out->temp) {
         return cli_fail(cmd, "%s: path too long", path);
     }
+    /* Held from before the file exists until it is registered: a signal in between would leave it. */
+    sigset_t held;
+    cli_signals_hold(&held);
     int fd = mkostemp(out->temp, O_CLOEXEC);
+    int e = errno;
+    out->cleanup = fd >= 0 ? cli_cleanup_add(out->temp, 0) : -1;
+    cli_signals_release(&held);
     if (fd < 0) {
-        return cli_fail(cmd, "cannot create a temporary file beside %s: %s", path, strerror(errno));
+        out->temp[0] = '\0';
+        return cli_fail(cmd, "cannot create a temporary file beside %s: %s", path, strerror(e));
     }
-    if (fchmod(fd, mode) != 0 || !(out->f = fdopen(fd, "wb"))) {
-        int rc = cli_fail(cmd, "cannot write %s: %s", path, strerror(errno));
+    if (out->cleanup < 0 || fchmod(fd, mode) != 0 || !(out->f = fdopen(fd, "wb"))) {
+        int rc = cli_fail(cmd, "cannot write %s: %s", path,
+                          out->cleanup < 0 ? "too many temporary files to clean up on a signal" : strerror(errno));
         close(fd);
-        unlink(out->temp);
+        cli_out_abort(out);
         return rc;
     }
     return 0;
+}
+
+/* The first failure's errno is kept: errno itself is long gone (or another call's) by the time the
+ * stream's error flag is read at the end. */
+static void note_error(cli_out_t *out) {
+    if (!out->error) {
+        out->error = errno ? errno : EIO;
+    }
+}
+
+void cli_out_write(cli_out_t *out, const void *data, size_t len) {
+    errno = 0;
+    if (fwrite(data, 1, len, out->f) != len) {
+        note_error(out);
+    }
+}
+
+void cli_out_printf(cli_out_t *out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    if (vfprintf(out->f, fmt, ap) < 0) {
+        note_error(out);
+    }
+    va_end(ap);
 }
 
 int cli_out_sync(cli_out_t *out) {
@@ -160,9 +198,9 @@ int cli_out_sync(cli_out_t *out) {
         return 0;
     }
     errno = 0;
-    if (ferror(out->f) || fflush(out->f) != 0 || fsync(fileno(out->f)) != 0) {
-        int rc = cli_fail(out->cmd, "cannot write %s: %s (nothing was replaced)", out->path,
-                          errno ? strerror(errno) : "write error");
+    if (out->error || ferror(out->f) || fflush(out->f) != 0 || fsync(fileno(out->f)) != 0) {
+        note_error(out); /* a write's errno when one failed before, else this flush's or fsync's */
+        int rc = cli_fail(out->cmd, "cannot write %s: %s (nothing was replaced)", out->path, strerror(out->error));
         cli_out_abort(out);
         return rc;
     }
@@ -176,13 +214,19 @@ int cli_out_commit(cli_out_t *out) {
     }
     FILE *f = out->f;
     out->f = NULL;
-    if (fclose(f) != 0 || rename(out->temp, out->target) != 0) {
-        int rc = cli_fail(out->cmd, "cannot write %s: %s (nothing was replaced)", out->path, strerror(errno));
-        unlink(out->temp);
+    sigset_t held; /* renamed and forgotten as one step: the handler never unlinks the new target's name */
+    cli_signals_hold(&held);
+    int failed = fclose(f) != 0 || rename(out->temp, out->target) != 0, e = errno;
+    if (!failed) {
+        cli_cleanup_forget(out->cleanup);
         out->temp[0] = '\0';
+    }
+    cli_signals_release(&held);
+    if (failed) {
+        int rc = cli_fail(out->cmd, "cannot write %s: %s (nothing was replaced)", out->path, strerror(e));
+        cli_out_abort(out);
         return rc;
     }
-    out->temp[0] = '\0';
     /* The rename itself reaches the disk with the folder; best effort, the data is already there. */
     char dir_copy[sizeof out->target];
     snprintf(dir_copy, sizeof dir_copy, "%s", out->target);
@@ -200,8 +244,12 @@ void cli_out_abort(cli_out_t *out) {
         out->f = NULL;
     }
     if (out->temp[0]) {
+        sigset_t held;
+        cli_signals_hold(&held);
         unlink(out->temp);
+        cli_cleanup_forget(out->cleanup);
         out->temp[0] = '\0';
+        cli_signals_release(&held);
     }
 }
 
@@ -210,10 +258,6 @@ int cli_write_file(const char *cmd, const char *path, const void *data, size_t l
     if (cli_out_open(cmd, path, &out)) {
         return 1;
     }
-    if (fwrite(data, 1, len, out.f) != len) {
-        int rc = cli_fail(cmd, "cannot write %s: %s (nothing was replaced)", path, strerror(errno));
-        cli_out_abort(&out);
-        return rc;
-    }
+    cli_out_write(&out, data, len); /* a failure is reported by the commit, with its errno */
     return cli_out_commit(&out);
 }

@@ -1,5 +1,6 @@
 /* nvfp4-mla: the command-line host of the plugin. Every subcommand reaches the plugin through the
  * C loader and the ABI table only, so whatever it shows, a runtime can call. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,8 +12,8 @@ static const struct {
     const char *usage;
 } commands[] = {
     {"probe", cli_probe, "probe [--plugin P] [--json] [--model-dir D] [--cache-dtype T]  load and describe a plugin"},
-    {"encode", cli_encode_cmd, "encode --layout 368|432 --mode per-token|static [--scale S] [--policy rtn|mse] IN OUT  bf16 [T,576] -> records (writer policy: rtn by default)"},
-    {"decode", cli_decode_cmd, "decode --layout 368|432 --mode per-token|static [--scale S] IN OUT  records -> bf16 [T,576]"},
+    {"encode", cli_encode_cmd, "encode --layout 368|432 --mode per-token|static [--scale S] [--policy rtn|mse] [--force] IN OUT  bf16 [T,576] -> records (writer policy: rtn by default; NaN/Inf input refused unless --force)"},
+    {"decode", cli_decode_cmd, "decode --layout 368|432 --mode per-token|static [--scale S] [--force] IN OUT  records -> bf16 [T,576] (records whose s_t contradicts --mode refused unless --force)"},
     {"inspect", cli_inspect_cmd, "inspect --layout 368|432 [--tokens N] IN  scales and code statistics of a record file"},
     {"quality", cli_quality_cmd, "quality [--scales FILE] [--tokens N] [--seed S] [--policy rtn|mse] [--json FILE]  reconstruction error per layer and mode, rtn and the policy (mse by default; built-in GLM-5.2 profile by default)"},
     {"calibrate", cli_calibrate_cmd, "calibrate --out FILE [--model M] ... [--no-check] CAPTURE...  envelope of captures -> v1 scales file, checked by the plugin before it is written"},
@@ -28,6 +29,20 @@ static void usage(FILE *out) {
     }
 }
 
+/* What a command printed must reach its reader: a full disk (or /dev/full) under stdout is an error
+ * with its cause, never exit 0 with the tables lost. */
+static int check_stdout(int rc) {
+    errno = 0;
+    const int flush_failed = fflush(stdout) != 0;
+    const int e = errno;
+    if (flush_failed || ferror(stdout)) {
+        fprintf(stderr, "nvfp4-mla: cannot write standard output: %s\n",
+                flush_failed && e ? strerror(e) : "an earlier write to it failed");
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
@@ -35,7 +50,13 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
-            return commands[i].run(argc - 1, argv + 1);
+            for (int a = 2; a < argc; a++) { /* "encode --help" asks for help, not for a value of --help */
+                if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
+                    printf("usage: nvfp4-mla %s\n", commands[i].usage);
+                    return check_stdout(0);
+                }
+            }
+            return check_stdout(commands[i].run(argc - 1, argv + 1));
         }
     }
     fprintf(stderr, "nvfp4-mla: unknown command \"%s\"\n", argv[1]);

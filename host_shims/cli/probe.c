@@ -229,6 +229,25 @@ static void print_text(const probe_t *p) {
     printf("decision              %s: %s\n", p->reason ? "REFUSED" : "accepted", p->decision);
 }
 
+/* The KV-cache dtypes a runtime names (vLLM's CacheDType, whose identity rule the plugin keeps, and
+ * this record's): probe asks about one of them. The plugin itself takes any name, and answers
+ * "does not use the plugin" for all but nvfp4_ds_mla, which for a typo ("nvfp4_ds_mal", "") would
+ * accept a configuration nobody asked about. A "torch." prefix is taken, as the plugin takes it. */
+static const char *const cache_dtypes[] = {NVFP4_MLA_RECORD_FORMAT, "auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2",
+                                           "fp8_inc", "fp8_ds_mla"};
+
+static int check_cache_dtype(const char *dtype) {
+    const char *name = strncmp(dtype, "torch.", 6) == 0 ? dtype + 6 : dtype;
+    char list[256] = "";
+    for (size_t i = 0; i < sizeof cache_dtypes / sizeof cache_dtypes[0]; i++) {
+        if (strcmp(name, cache_dtypes[i]) == 0) {
+            return 0;
+        }
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", cache_dtypes[i]);
+    }
+    return cli_fail("probe", "--cache-dtype is \"%s\", must be one of: %s", dtype, list);
+}
+
 int cli_probe(int argc, char **argv) {
     static probe_t p; /* large; one per process */
     const char *plugin = NULL, *model_dir = NULL;
@@ -250,6 +269,9 @@ int cli_probe(int argc, char **argv) {
         } else {
             return cli_fail("probe", "unknown or incomplete argument %s", argv[i]);
         }
+    }
+    if (check_cache_dtype(p.dtype)) {
+        return 1;
     }
     char message[1024];
     if (nvfp4_mla_loader_open(&p.loader, plugin, message, sizeof message) != NVFP4_MLA_LOAD_OK) {

@@ -12,18 +12,36 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "json_text.h"
 #include "profile_data.h"
 #include "synth.h"
 
+/* The max_abs array of a v1 document, or NULL after saying what the text is instead. */
+static const cJSON *max_abs_of(const char *cmd, const char *origin, const cJSON *root) {
+    const cJSON *array = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "max_abs") : NULL;
+    if (!cJSON_IsObject(root)) {
+        cli_fail(cmd, "%s holds %s, not a v1 scales file (a JSON object with a \"max_abs\" array)", origin,
+                 nvfp4_json_type_name(root->type));
+    } else if (!array) {
+        cli_fail(cmd, "%s: no \"max_abs\" key to take the magnitude profile from", origin);
+    } else if (!cJSON_IsArray(array) || !array->child) {
+        cli_fail(cmd, "%s: \"max_abs\" is %s, not a non-empty array of per-layer magnitudes", origin,
+                 cJSON_IsArray(array) ? "empty" : nvfp4_json_type_name(array->type));
+    } else {
+        return array;
+    }
+    return NULL;
+}
+
 /* max_abs[] of a v1 document. */
 static int profile_from_text(const char *cmd, const char *origin, const char *text, size_t len, cli_profile_t *p) {
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, NULL, 0);
-    const cJSON *array = cJSON_GetObjectItemCaseSensitive(root, "max_abs");
-    int n = cJSON_GetArraySize(array);
-    if (!cJSON_IsArray(array) || n < 1) {
+    cJSON *root = cli_json_parse(cmd, origin, text, len);
+    const cJSON *array = root ? max_abs_of(cmd, origin, root) : NULL;
+    if (!array) {
         cJSON_Delete(root);
-        return cli_fail(cmd, "%s: no \"max_abs\" array to take the magnitude profile from", origin);
+        return 1;
     }
+    const int n = cJSON_GetArraySize(array);
     if (!(p->max_abs = malloc((size_t)n * sizeof *p->max_abs))) {
         cJSON_Delete(root);
         return cli_fail(cmd, "out of memory");
@@ -45,16 +63,29 @@ static int profile_from_text(const char *cmd, const char *origin, const char *te
 static int builtin_file(const char *cmd, cli_profile_t *p) {
     const char *tmp = getenv("TMPDIR");
     snprintf(p->temp_dir, sizeof p->temp_dir, "%s/nvfp4-mla-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (!mkdtemp(p->temp_dir)) {
-        p->temp_dir[0] = '\0';
-        return cli_fail(cmd, "cannot create a temporary folder for the built-in profile: %s", strerror(errno));
+    /* Registered for the signal cleanup from before the folder exists: an interrupted run leaves nothing. */
+    sigset_t held;
+    cli_signals_hold(&held);
+    const int made = mkdtemp(p->temp_dir) != NULL, e = errno;
+    if (made) {
+        snprintf(p->scales_path, sizeof p->scales_path, "%s/%s", p->temp_dir, cli_profile_name);
+        p->cleanup[0] = cli_cleanup_add(p->temp_dir, 1);
+        p->cleanup[1] = cli_cleanup_add(p->scales_path, 0);
     }
-    snprintf(p->scales_path, sizeof p->scales_path, "%s/%s", p->temp_dir, cli_profile_name);
+    cli_signals_release(&held);
+    if (!made) {
+        p->temp_dir[0] = '\0';
+        return cli_fail(cmd, "cannot create a temporary folder for the built-in profile: %s", strerror(e));
+    }
+    if (p->cleanup[0] < 0 || p->cleanup[1] < 0) {
+        return cli_fail(cmd, "%s: too many temporary files to clean up on a signal", p->scales_path);
+    }
     return cli_write_file(cmd, p->scales_path, cli_profile_bytes, cli_profile_size);
 }
 
 int cli_profile_load(const char *cmd, const char *path, cli_profile_t *p) {
     memset(p, 0, sizeof *p);
+    p->cleanup[0] = p->cleanup[1] = -1;
     if (!path) {
         snprintf(p->label, sizeof p->label, "built-in %s", cli_profile_name);
         int rc = profile_from_text(cmd, p->label, (const char *)cli_profile_bytes, cli_profile_size, p) ||
@@ -63,6 +94,12 @@ int cli_profile_load(const char *cmd, const char *path, cli_profile_t *p) {
             cli_profile_free(p);
         }
         return rc;
+    }
+    const size_t n = strlen(path);
+    if (n && (strchr(" \t\n\v\f\r", path[0]) || strchr(" \t\n\v\f\r", path[n - 1]))) {
+        /* The plugin reads VLLM_NVFP4_MLA_SCALES_FILE stripped (as vLLM does): it would read another file. */
+        return cli_fail(cmd, "--scales \"%s\" has leading or trailing whitespace, which the plugin strips from "
+                             "VLLM_NVFP4_MLA_SCALES_FILE: give the path without it", path);
     }
     uint8_t *text;
     size_t len;
@@ -83,8 +120,14 @@ void cli_profile_free(cli_profile_t *p) {
     free(p->max_abs);
     p->max_abs = NULL;
     if (p->temp_dir[0]) {
+        sigset_t held;
+        cli_signals_hold(&held);
         unlink(p->scales_path);
         rmdir(p->temp_dir);
+        cli_cleanup_forget(p->cleanup[0]);
+        cli_cleanup_forget(p->cleanup[1]);
+        p->cleanup[0] = p->cleanup[1] = -1;
         p->temp_dir[0] = '\0';
+        cli_signals_release(&held);
     }
 }

@@ -22,13 +22,15 @@ static int active(int m) {
 }
 
 /* Per-layer static scales, asked of the plugin exactly as a runtime would. */
-static int layer_scales(cli_host_t *host, const char *path, int layers, float *scales) {
+static int layer_scales(cli_host_t *host, const char *path, const char *shown, int layers, float *scales) {
     char env_file[CLI_SCALES_ENV_MAX];
     const char *env[3];
     cli_scales_env(path, env_file, env);
     nvfp4_mla_config_t *cfg;
     if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
-        return cli_fail("quality", "%s", host->table->last_error());
+        char why[2048];
+        cli_scales_refusal(host, path, shown, why, sizeof why);
+        return cli_fail("quality", "the plugin refuses the scales file %s: %s", shown, why);
     }
     for (int l = 0; l < layers; l++) {
         host->table->config_layer_scale(cfg, (uint32_t)l, &scales[l]);
@@ -118,7 +120,7 @@ typedef struct quality_run {
     cli_host_t host;
     float *scales;    /* [profile.layers] */
     uint16_t *tokens; /* [o.count, 576] bf16 */
-    cli_out_t out;
+    cli_out_t out;    /* written through cli_out_printf, which keeps a failed write's errno */
     FILE *json;       /* out.f, or NULL without --json */
     int rows;         /* JSON rows written */
 } quality_run_t;
@@ -148,7 +150,7 @@ static int reconstruction_row(quality_run_t *r, synth_rng_t *rng, int heavy, int
         rms[m] = err[m].layer_rel_rms, median[m] = err[m].median_token_rel;
         sums[0][m] += rms[m], sums[1][m] += median[m], sums[2][m] = fmax(sums[2][m], rms[m]);
         if (r->json && active(m)) {
-            fprintf(r->json, "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
+            cli_out_printf(&r->out, "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
                              "\"median_token_rel\": %.6f, \"zero_tokens\": %.6f, \"subnormal_groups\": %.6f}",
                     r->rows++ ? ",\n" : "", heavy ? "student-t3" : "gaussian", l, max_abs, mode_names[m], rms[m],
                     median[m], err[m].zero_tokens, err[m].subnormal_groups);
@@ -222,7 +224,7 @@ static int attention_table(quality_run_t *r) {
         printf("\n");
         for (int m = 0; r->json && m < MODES; m++) {
             if (active(m)) {
-                fprintf(r->json, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}",
+                cli_out_printf(&r->out, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}",
                         picks[p], mode_names[m], e[m]);
             }
         }
@@ -245,14 +247,14 @@ static int quality_open(quality_run_t *r) {
     if (cli_host_open(&r->host, r->o.plugin)) {
         return 1;
     }
-    if (layer_scales(&r->host, r->profile.scales_path, layers, r->scales) ||
+    if (layer_scales(&r->host, r->profile.scales_path, r->profile.label, layers, r->scales) ||
         (r->o.json_path && cli_out_open("quality", r->o.json_path, &r->out))) {
         cli_host_close(&r->host);
         return 1;
     }
     if ((r->json = r->o.json_path ? r->out.f : NULL)) {
         char *label = json_string(r->profile.label);
-        fprintf(r->json,
+        cli_out_printf(&r->out,
                 "{\"scales_file\": %s, \"tokens_per_layer\": %lld, \"seed\": %llu, \"writer_policy\": \"%s\", "
                 "\"layers\": [\n", label ? label : "null", r->o.count, r->o.seed, policy);
         free(label);
@@ -270,7 +272,7 @@ int cli_quality_cmd(int argc, char **argv) {
     if (!rc) {
         rc = reconstruction_table(&r, 0) || reconstruction_table(&r, 1) || attention_table(&r);
         if (r.json) {
-            fprintf(r.json, "\n]}\n");
+            cli_out_printf(&r.out, "\n]}\n");
             rc = rc ? (cli_out_abort(&r.out), rc) : cli_out_commit(&r.out);
         }
         cli_host_close(&r.host);

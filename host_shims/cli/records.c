@@ -1,8 +1,12 @@
 /* nvfp4-mla encode / decode / inspect: records on raw little-endian files, no runtime needed.
  *   encode: bf16 [T, 576] (512 latent then 64 RoPE per token) -> T records in slot order, written
- *           with --policy (default rtn; decode and inspect take none: every policy reads the same)
- *   decode: T records -> bf16 [T, 576]
+ *           with --policy (default rtn; decode and inspect take none: every policy reads the same);
+ *           NaN/Inf input (the plugin's nonfinite_count) is refused unless --force
+ *   decode: T records -> bf16 [T, 576]; records whose s_t field contradicts --mode are refused
+ *           unless --force
  *   inspect: per-token scales, group-scale code histogram, subnormal/zero groups, saturation. */
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +16,19 @@
 
 #define ROW_BYTES (NVFP4_MLA_ROW_DIM * 2)
 
-/* Parses [--layout L] [--mode M] [--scale S] [--policy P (encode)] [--plugin P] [--tokens N] (each at
- * most once) and two (or one) positional files. */
+/* Parses [--layout L] [--mode M] [--scale S] [--policy P (encode)] [--plugin P] [--tokens N]
+ * [--force (encode, decode; `force` non-NULL)] (each at most once) and two (or one) positional files. */
 static int parse(const char *cmd, int argc, char **argv, cli_codec_flags_t *f, const char **plugin,
-                 const char **files, int nfiles, long long *tokens) {
+                 const char **files, int nfiles, long long *tokens, int *force) {
     int positional = 0;
     cli_seen_t seen = {0};
     for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--", 2) == 0) {
+        if (force && strcmp(argv[i], "--force") == 0) {
+            if (cli_once(cmd, &seen, argv[i])) {
+                return 1;
+            }
+            *force = 1;
+        } else if (strncmp(argv[i], "--", 2) == 0) {
             const char *value = i + 1 < argc ? argv[i + 1] : NULL;
             int own = strcmp(argv[i], "--plugin") == 0 || (tokens && strcmp(argv[i], "--tokens") == 0);
             if (!own) {
@@ -48,10 +57,45 @@ static int parse(const char *cmd, int argc, char **argv, cli_codec_flags_t *f, c
     return 0;
 }
 
+/* The token and element of the first NaN/Inf value of bf16 rows [count, 576], or -1. */
+static int64_t first_nonfinite(const uint16_t *rows, int64_t count) {
+    for (int64_t i = 0; i < count * NVFP4_MLA_ROW_DIM; i++) {
+        if ((rows[i] & 0x7F80) == 0x7F80) { /* bf16: all exponent bits set */
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The records of bf16 rows, unless the rows hold NaN/Inf (the plugin's nonfinite_count) and the user
+ * did not --force them: a record holds neither, so they would be written as something else. */
+static int encode_checked(cli_host_t *host, const cli_codec_flags_t *f, const uint16_t *rows, int64_t count,
+                          uint8_t *records, const char *path, int force) {
+    uint64_t nonfinite = 0;
+    if (cli_encode_counted("encode", host, f, rows, count, records, &nonfinite)) {
+        return 1;
+    }
+    if (nonfinite && !force) {
+        const int64_t at = first_nonfinite(rows, count);
+        return cli_fail("encode", "%s holds %llu NaN/Inf values (the plugin's nonfinite_count; the first is token %lld, "
+                                  "element %lld): records hold neither (NaN is written as 0, +-Inf as its group's "
+                                  "largest code, a group of nothing else as zeros), so nothing was written; fix the "
+                                  "input, or pass --force to write them so",
+                        path, (unsigned long long)nonfinite, (long long)(at / NVFP4_MLA_ROW_DIM),
+                        (long long)(at % NVFP4_MLA_ROW_DIM));
+    }
+    if (nonfinite) {
+        fprintf(stderr, "nvfp4-mla encode: warning: %llu NaN/Inf values of %s written as finite codes (--force)\n",
+                (unsigned long long)nonfinite, path);
+    }
+    return 0;
+}
+
 int cli_encode_cmd(int argc, char **argv) {
     cli_codec_flags_t f = {0};
     const char *plugin = NULL, *files[2];
-    if (parse("encode", argc, argv, &f, &plugin, files, 2, NULL) || cli_check_codec_flags("encode", &f, 1) ||
+    int force = 0;
+    if (parse("encode", argc, argv, &f, &plugin, files, 2, NULL, &force) || cli_check_codec_flags("encode", &f, 1) ||
         cli_check_distinct("encode", files[1], files, 1)) {
         return 1;
     }
@@ -71,7 +115,7 @@ int cli_encode_cmd(int argc, char **argv) {
     cli_host_t host;
     int rc = !records || cli_host_open_for(&host, plugin, NVFP4_MLA_CAP_OP_WRITE);
     if (!rc) {
-        rc = cli_encode("encode", &host, &f, (const uint16_t *)in, count, records) ||
+        rc = encode_checked(&host, &f, (const uint16_t *)in, count, records, files[0], force) ||
              cli_write_file("encode", files[1], records, (size_t)(count * rb));
         cli_host_close(&host);
     }
@@ -80,10 +124,69 @@ int cli_encode_cmd(int argc, char **argv) {
     return rc;
 }
 
+static float read_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Whether a 368-byte record can be one of `mode`: its s_t field [292,296) holds 0 in every static
+ * record, and in a per-token record a positive normal float, or 0 in a zero token (every group scale
+ * code zero too). Records carry no mode marker (docs/record-format.md section 6), but this field tells
+ * the two apart: decoding per-token records as static multiplies them by the --scale instead of
+ * their s_t (errors of 40,000 %), and the reverse decodes zeros. */
+static const char *mode_contradiction(const uint8_t *r, uint32_t mode) {
+    uint32_t bits;
+    memcpy(&bits, r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET, sizeof bits);
+    const float s_t = read_f32(r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET);
+    if (mode == NVFP4_MLA_SCALE_STATIC) {
+        return bits ? "where a static record holds 0: these are per-token records (decode them with --mode per-token)"
+                    : NULL;
+    }
+    if (bits == 0) {
+        for (int g = 0; g < NVFP4_MLA_GROUPS; g++) {
+            if (r[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g]) {
+                return "beside non-zero group scales, which only a static record has (a per-token record holds a "
+                       "positive s_t, or 0 with all its groups zero): these are static records (decode them with "
+                       "--mode static and their --scale)";
+            }
+        }
+        return NULL;
+    }
+    return isfinite(s_t) && s_t >= FLT_MIN ? NULL : "which is not a positive normal float: no writer wrote this record";
+}
+
+/* Refuses records of another mode than --mode (unless --force), naming the first such record. */
+static int check_record_mode(const cli_codec_flags_t *f, const uint8_t *records, int64_t count, const char *path,
+                             int force) {
+    if (f->layout != NVFP4_MLA_LAYOUT_FP8_ROPE_368) {
+        return 0; /* the 432 record has static mode only, and no s_t field */
+    }
+    for (int64_t i = 0; i < count; i++) {
+        const uint8_t *r = records + i * NVFP4_MLA_RECORD_BYTES_368;
+        const char *why = mode_contradiction(r, f->scale_mode);
+        if (!why) {
+            continue;
+        }
+        const char *mode = f->scale_mode == NVFP4_MLA_SCALE_STATIC ? "static" : "per-token";
+        const double s_t = read_f32(r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET);
+        if (force) {
+            fprintf(stderr, "nvfp4-mla decode: warning: record %lld of %s holds s_t = %g, which contradicts --mode %s; "
+                            "decoded as %s anyway (--force)\n", (long long)i, path, s_t, mode, mode);
+            return 0;
+        }
+        return cli_fail("decode", "--mode %s, but record %lld of %s holds s_t = %g at bytes [292,296), %s; or pass "
+                                  "--force to decode them as %s anyway",
+                        mode, (long long)i, path, s_t, why, mode);
+    }
+    return 0;
+}
+
 int cli_decode_cmd(int argc, char **argv) {
     cli_codec_flags_t f = {0};
     const char *plugin = NULL, *files[2];
-    if (parse("decode", argc, argv, &f, &plugin, files, 2, NULL) || cli_check_codec_flags("decode", &f, 1) ||
+    int force = 0;
+    if (parse("decode", argc, argv, &f, &plugin, files, 2, NULL, &force) || cli_check_codec_flags("decode", &f, 1) ||
         cli_check_distinct("decode", files[1], files, 1)) {
         return 1;
     }
@@ -99,6 +202,10 @@ int cli_decode_cmd(int argc, char **argv) {
                         files[0], len, rb);
     }
     int64_t count = (int64_t)(len / rb);
+    if (check_record_mode(&f, in, count, files[0], force)) {
+        free(in);
+        return 1;
+    }
     uint16_t *rows = malloc((size_t)count * ROW_BYTES + 1);
     cli_host_t host;
     int rc = !rows || cli_host_open_for(&host, plugin, NVFP4_MLA_CAP_OP_GATHER);
@@ -110,12 +217,6 @@ int cli_decode_cmd(int argc, char **argv) {
     free(rows);
     free(in);
     return rc;
-}
-
-static float read_f32(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
 }
 
 /* What inspect counts over a file's records. */
@@ -171,7 +272,7 @@ int cli_inspect_cmd(int argc, char **argv) {
     cli_codec_flags_t f = {0};
     const char *plugin = NULL, *files[1];
     long long show = 8;
-    if (parse("inspect", argc, argv, &f, &plugin, files, 1, &show) || cli_check_codec_flags("inspect", &f, 0)) {
+    if (parse("inspect", argc, argv, &f, &plugin, files, 1, &show, NULL) || cli_check_codec_flags("inspect", &f, 0)) {
         return 1;
     }
     (void)plugin; /* inspect reads bytes only; it needs no plugin */

@@ -50,6 +50,7 @@ typedef struct cli_profile {
     int layers;
     char scales_path[4400]; /* the v1 file handed to the plugin: --scales, or a copy of the built-in */
     char temp_dir[4096];    /* the private folder of that copy, "" for --scales; removed by free */
+    int cleanup[2];         /* signal cleanup slots of that folder and copy (cli_cleanup_add); -1: none */
     char label[4200];       /* how output names the profile: the --scales path or "built-in <name>" */
 } cli_profile_t;
 

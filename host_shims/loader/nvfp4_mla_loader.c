@@ -75,7 +75,10 @@ static int select_plugin(nvfp4_mla_loader_t *loader, const char *selection, char
                  name, quoted);
         return refuse(loader, NVFP4_MLA_REASON_INVALID_SELECTION, NVFP4_MLA_LOAD_FAILED, message, size, text);
     }
-    snprintf(loader->path, sizeof loader->path, exists && S_ISDIR(st.st_mode) ? "%s/" NVFP4_MLA_PLUGIN_FILE : "%s",
+    /* A name without a slash is a file in the working folder: dlopen would search the loader's path
+     * for it instead (LD_LIBRARY_PATH, ld.so.cache, /lib: "libc.so.6" loaded the system libc). */
+    snprintf(loader->path, sizeof loader->path,
+             exists && S_ISDIR(st.st_mode) ? "%s/" NVFP4_MLA_PLUGIN_FILE : strchr(checked, '/') ? "%s" : "./%s",
              checked);
     return SELECTED;
 }
@@ -155,7 +158,7 @@ int nvfp4_mla_loader_open(nvfp4_mla_loader_t *loader, const char *selection, cha
     if (!handle) {
         const char *why = dlerror();
         struct stat st;
-        int missing = strchr(loader->path, '/') && stat(loader->path, &st) != 0 && errno == ENOENT;
+        int missing = stat(loader->path, &st) != 0 && errno == ENOENT; /* loader->path always holds a '/' */
         loader->reason = missing ? NVFP4_MLA_REASON_NOT_FOUND : NVFP4_MLA_REASON_LOAD_ERROR;
         return say(message, size, NVFP4_MLA_LOAD_FAILED, "cannot load nvfp4-mla plugin %s: %s", loader->path,
                    why ? why : "unknown dlopen error");

@@ -2,7 +2,9 @@
  * cache configuration this host wants (docs/architecture.md, "Flow of one request").
  *
  * Selection: NVFP4_MLA_PLUGIN (read with secure_getenv) is a path to the .so, or a folder holding
- * libnvfp4_mla.so; "none" (exactly) disables the plugin. A value with leading or trailing whitespace
+ * libnvfp4_mla.so; "none" (exactly) disables the plugin. A path is taken as a path, never searched:
+ * a name without a slash ("libnvfp4_mla.so") is the file of that name in the working folder
+ * ("./libnvfp4_mla.so"), not whatever the dynamic loader's search path finds under it. A value with leading or trailing whitespace
  * is refused, as is a keyword-like value ("None", "0", "off", ...) that names no file: the same rule
  * as the plugin's own path settings (plugin/settings.h). The loader dlopen()s with
  * RTLD_NOW|RTLD_LOCAL, looks up the one entry symbol, and checks magic, ABI major, the minimum

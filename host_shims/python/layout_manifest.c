@@ -33,6 +33,7 @@ static void print_argument_structs(void) {
     FIELD(nvfp4_mla_write_args_t, k_pe); FIELD(nvfp4_mla_write_args_t, slot_mapping); FIELD(nvfp4_mla_write_args_t, cache);
     FIELD(nvfp4_mla_write_args_t, capture_max_abs); FIELD(nvfp4_mla_write_args_t, nonfinite_count);
     FIELD(nvfp4_mla_write_args_t, stream); FIELD(nvfp4_mla_write_args_t, reserved);
+    FIELD(nvfp4_mla_write_args_t, out_of_range_count);
     STRUCT(nvfp4_mla_gather_args_t);
     FIELD(nvfp4_mla_gather_args_t, outer_scale); FIELD(nvfp4_mla_gather_args_t, cache); FIELD(nvfp4_mla_gather_args_t, slots);
     FIELD(nvfp4_mla_gather_args_t, out); FIELD(nvfp4_mla_gather_args_t, stream); FIELD(nvfp4_mla_gather_args_t, reserved);

@@ -2,8 +2,10 @@
  *
  * Computes docs/record-format.md section 4 literally, one token at a time, in the order the spec gives
  * its steps, so that a reader of the spec can check it line by line. Layouts 368 and 432; static
- * and per-token outer scales; the writer policies of write_policy.h (rtn: the spec as written). Slots < 0 or >= capacity are skipped; only the addressed records are
- * written. Tested against hand-computed golden records in tests/test_codec_golden.c.
+ * and per-token outer scales; the writer policies of write_policy.h (rtn: the spec as written).
+ * Slots < 0 (padding) are skipped; slots >= capacity are skipped and counted in out_of_range_count,
+ * as on CUDA (the plugin refuses them before a CPU write: abi/nvfp4_mla_ops.h's slot rule); only
+ * the addressed records are written. Tested against hand-computed golden records in tests/test_codec_golden.c.
  */
 #include <string.h>
 
@@ -132,10 +134,12 @@ void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *a, nvfp4_mla_kerne
     float captured = a->capture_max_abs ? *a->capture_max_abs : 0.0f;
     uint64_t nonfinite = 0;
 
+    uint64_t out_of_range = 0;
     for (int64_t t = 0; t < a->num_tokens; t++) {
         int64_t slot = a->slot_mapping[t * a->slot_stride];
         if (slot < 0 || slot >= a->capacity) {
-            continue; /* padding tokens of captured graphs, or past the cache: write nothing */
+            out_of_range += slot >= a->capacity; /* padding (< 0) is skipped silently; past the cache, counted */
+            continue;
         }
         load_row(a->kv_c, t, a->kv_c_row_stride, NVFP4_MLA_LATENT_DIM, a->input_is_f16, latent, NULL);
         load_row(a->k_pe, t, a->k_pe_row_stride, NVFP4_MLA_ROPE_DIM, a->input_is_f16, rope, rope_bf16);
@@ -152,6 +156,9 @@ void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *a, nvfp4_mla_kerne
     }
     if (a->nonfinite_count) {
         *a->nonfinite_count += nonfinite;
+    }
+    if (a->out_of_range_count) {
+        *a->out_of_range_count += out_of_range;
     }
     result->status = 0;
     result->message[0] = '\0';

@@ -12,8 +12,10 @@
  * 432 = 27 x 16). The writer policy is a template parameter of the kernel: `mse` picks each group's
  * scale code with write_policy.h's functions, which the CPU writer compiles too (bit-identical by
  * construction; its c6/c4 come from the hardware conversion on the all-finite path, which equals
- * nvfp4_e4m3_magnitude_code there). Tested byte-for-byte against the CPU writer for every policy in
- * tests/test_gpu_codec.c, under compute-sanitizer too; timed by `nvfp4-mla bench`.
+ * nvfp4_e4m3_magnitude_code there). A slot >= capacity writes nothing and is counted in the optional
+ * out_of_range_count (the slot rule of abi/nvfp4_mla_ops.h; the CPU refuses such a call instead).
+ * Tested byte-for-byte against the CPU writer for every policy in tests/test_gpu_codec.c, under
+ * compute-sanitizer too; timed by `nvfp4-mla bench`.
  */
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -239,7 +241,12 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, MIN_BLOCKS(POLICY)) nvfp
     }
     const int64_t slot = a.slot_mapping[t * a.slot_stride];
     if (slot < 0 || slot >= a.capacity) {
-        return; /* padding token or past the cache: write nothing */
+        /* Padding (< 0): nothing written. Past the cache: a host bug the launcher cannot see without
+         * a sync, so the token is dropped and counted for the host to read (out_of_range_count). */
+        if (slot >= a.capacity && a.out_of_range_count && (threadIdx.x & 31) == 0) {
+            atomicAdd((unsigned long long *)a.out_of_range_count, 1ull);
+        }
+        return;
     }
     uint8_t *rec = staging[warp];
     float x[NVFP4_MLA_GROUP_SIZE], rope[2], amax;

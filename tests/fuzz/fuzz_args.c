@@ -132,6 +132,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              make(&r, &w.k_pe, NVFP4_MLA_DTYPE_BF16, 2, (int64_t[]){rows, 64}, (int64_t[]){64, 1}, &bufs[2]) == 0 &&
              make(&r, &w.slot_mapping, NVFP4_MLA_DTYPE_I64, 1, (int64_t[]){rows}, (int64_t[]){1}, &bufs[3]) == 0;
         w.writer_policy = (uint32_t)pick(&r, NVFP4_MLA_WRITER_POLICY_MSE); /* mutated: 0 (rtn), 2, ... */
+        uint64_t out_of_range = 0;
+        w.out_of_range_count = r8(&r) & 1 ? &out_of_range : NULL; /* struct_size - 8 leaves it unread */
         if (ok && w.struct_size <= sizeof w) { /* a larger size would promise bytes this stack struct lacks */
             nvfp4_op_write(cpu, &w);
         }

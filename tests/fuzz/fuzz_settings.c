@@ -3,7 +3,8 @@
  * The input is up to four values separated by '\n'. The first is checked against the rule as a
  * property: a boolean is accepted exactly when it is "", 0, 1, false or true (any case) and then has
  * the right value; a path is accepted exactly when it has no surrounding whitespace and then comes
- * back unchanged; a choice (the writer policies) exactly when it is "" or a name in any case, and
+ * back unchanged; a stripped path (VLLM_NVFP4_MLA_SCALES_FILE) is accepted whenever it fits once
+ * stripped, and comes back as the value without its surrounding whitespace; a choice (the writer policies) exactly when it is "" or a name in any case, and
  * then picks that name; a refusal names the variable and quotes the value in printable ASCII. All
  * four then go through nvfp4_config_create as the DYNAMIC_SCALE, KV_FP8_ROPE, SCALES_FILE and
  * WRITER_POLICY of an environment snapshot (sanitizers watch the rest). A broken property is
@@ -60,6 +61,16 @@ static void check_rule(const char *v) {
         check(!spaced && n < sizeof out && !strcmp(out, v));
     } else {
         check((spaced || n >= sizeof out) && !strncmp(message, "FUZZ_PATH", 9) && printable_ascii(message) && !out[0]);
+    }
+    size_t lead = 0, kept = n;
+    while (kept && is_space(v[kept - 1])) kept--;
+    while (lead < kept && is_space(v[lead])) lead++;
+    kept -= lead;
+    if (nvfp4_setting_path_stripped("FUZZ_PATH", v, out, sizeof out, message, sizeof message) == 0) {
+        check(kept < sizeof out && strlen(out) == kept && !strncmp(out, v + lead, kept) &&
+              (!kept || (!is_space(out[0]) && !is_space(out[kept - 1]))));
+    } else {
+        check(kept >= sizeof out && !strncmp(message, "FUZZ_PATH", 9) && printable_ascii(message) && !out[0]);
     }
 }
 

@@ -32,9 +32,16 @@ import os
 import socket
 import sys
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as exc:  # a user without PyTorch gets the reason, not a traceback
+    if __name__ != "__main__":
+        raise  # imported (bench/dcp_measure.py): the importer's error to report
+    sys.stderr.write(f"dcp_decode.py: needs PyTorch with torch.distributed ({exc}): pip install torch, then run it "
+                     "again; exiting 77, as without enough GPUs\n")
+    sys.exit(77)
 
 import nvfp4_mla
 from nvfp4_mla import LAYOUT_FP8_ROPE_368 as LAYOUT, SCALE_PER_TOKEN, SCALE_STATIC, _abi

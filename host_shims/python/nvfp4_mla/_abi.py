@@ -210,7 +210,8 @@ class WriteArgs(C.Structure):
                 ("flags", C.c_uint32), ("outer_scale", C.c_float), ("writer_policy", C.c_uint32),
                 ("kv_c", Tensor), ("k_pe", Tensor), ("slot_mapping", Tensor), ("cache", Tensor),
                 ("capture_max_abs", C.c_void_p), ("nonfinite_count", C.c_void_p), ("stream", C.c_void_p),
-                ("reserved", C.c_uint64 * 4)]
+                ("reserved", C.c_uint64 * 4),
+                ("out_of_range_count", C.c_void_p)]  # ABI 1.1, guarded by struct_size (issue 37)
 
 
 class GatherArgs(C.Structure):

@@ -4,7 +4,11 @@ Accepted: objects exposing __array_interface__ (numpy; CPU memory), __cuda_array
 (CuPy, PyTorch; CUDA memory), and PyTorch tensors directly (which also covers bfloat16, a dtype the
 array interfaces cannot name). numpy has no bfloat16: a uint16/int16 array carries bf16 bits, and the
 caller says so with the expected dtype. Strides cross the ABI in elements; a byte stride that is not
-a multiple of the element size is refused here.
+a multiple of the element size is refused here. Every array the plugin writes (a cache, an out, an
+lse, a counter) must be writable: an array interface whose data flag says read-only (numpy's
+writeable=False, np.frombuffer of bytes) is refused, and so is a PyTorch tensor that PyTorch itself
+would not let be written in place (one that requires grad; an inference tensor outside
+torch.inference_mode()), since a write through a raw pointer would bypass that rule.
 """
 
 from . import _abi
@@ -68,9 +72,37 @@ def describe(obj, name):
                      "__cuda_array_interface__")
 
 
-def tensor(obj, name, dtypes, ndim, device, shape=None):
+def read_only(obj):
+    """Why the plugin must not write `obj` (words for a message), or None when it may."""
+    if is_torch(obj):
+        if getattr(obj, "requires_grad", False):  # getattr: tensor-like objects without autograd pass
+            return "it requires grad, and PyTorch lets no such tensor be written in place (pass a .detach()ed one)"
+        if getattr(obj, "is_inference", lambda: False)():
+            import torch  # loaded already: obj is one of its tensors
+            if not torch.is_inference_mode_enabled():
+                return "it is an inference tensor, which PyTorch lets be written only inside torch.inference_mode()"
+        return None
+    for attr in ("__cuda_array_interface__", "__array_interface__"):
+        iface = getattr(obj, attr, None)
+        if iface is not None:
+            data = iface.get("data")
+            if isinstance(data, tuple) and len(data) > 1 and data[1]:
+                return f"it is read-only ({attr}['data'] says so: numpy's writeable=False, a view of bytes, ...)"
+            return None
+    return None
+
+
+def tensor(obj, name, dtypes, ndim, device, shape=None, *, required=False, written=False):
     """A checked Tensor: dtype in `dtypes`, `ndim` dims, on `device` (type, index), and each given
-    entry of `shape` (None = any) matched. Returns (Tensor, description)."""
+    entry of `shape` (None = any) matched; `required`: None is refused (else it is the absent
+    optional tensor); `written`: the plugin writes it, so it must be writable (read_only). Returns
+    (Tensor, description)."""
+    if obj is None and required:
+        raise ArrayError(f"{name} is None: this call needs the array")
+    if written and obj is not None:
+        why = read_only(obj)
+        if why:
+            raise ArrayError(f"{name}: {why}; the plugin writes into it")
     desc = describe(obj, name)
     t = _abi.Tensor()
     if desc is None:

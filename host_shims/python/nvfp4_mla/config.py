@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from . import _abi
 from .errors import ConfigError, check, member
-from .settings import SettingError, parse_bool, parse_choice, parse_path
+from .settings import SettingError, parse_bool, parse_choice, parse_path_stripped
 
 DYNAMIC_SCALE_ENV = "VLLM_NVFP4_MLA_DYNAMIC_SCALE"
 SCALES_FILE_ENV = "VLLM_NVFP4_MLA_SCALES_FILE"
@@ -70,7 +70,7 @@ class CacheFormat:
         try:
             return cls(dynamic_scale=parse_bool(DYNAMIC_SCALE_ENV, env.get(DYNAMIC_SCALE_ENV)),
                        fp8_rope=parse_bool(FP8_ROPE_ENV, env.get(FP8_ROPE_ENV)),
-                       scales_file=parse_path(SCALES_FILE_ENV, env.get(SCALES_FILE_ENV)),
+                       scales_file=parse_path_stripped(SCALES_FILE_ENV, env.get(SCALES_FILE_ENV)),
                        writer_policy=parse_choice(WRITER_POLICY_ENV, env.get(WRITER_POLICY_ENV),
                                                   list(_abi.WRITER_POLICIES)))
         except SettingError as exc:

@@ -34,19 +34,44 @@ def _policy(writer_policy):
 
 def _outer(scale_mode, outer_scale):
     """The caller's outer scale, or the mode's default when it gave none."""
-    return _abi.default_outer_scale(scale_mode) if outer_scale is None else outer_scale
+    return _abi.default_outer_scale(scale_mode) if outer_scale is None else _number("outer_scale", outer_scale)
+
+
+def _code(name, value, hint):
+    """An integer argument (a layout or mode id), refused by name otherwise: ctypes' own TypeError
+    names no argument. The plugin checks the value."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}={value!r}: expected an integer, {hint}")
+    return value
+
+
+def _mode(layout, scale_mode):
+    return (_code("layout", layout, "one of nvfp4_mla.LAYOUT_*"),
+            _code("scale_mode", scale_mode, "nvfp4_mla.SCALE_STATIC or nvfp4_mla.SCALE_PER_TOKEN"))
+
+
+def _number(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}={value!r}: expected a number")
+    return value
+
+
+def _device(device):
+    """(type, index) of "cpu", "cuda" or "cuda:N" (N decimal), else ValueError naming the value."""
+    text = str(device)
+    if text == "cpu":
+        return _abi.DEVICE_CPU, 0
+    kind, colon, index = text.partition(":")
+    if kind == "cuda" and (not colon or (index.isascii() and index.isdigit())):
+        return _abi.DEVICE_CUDA, int(index or 0)
+    raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N' with N a device index (0, 1, ...)")
 
 
 class Context:
     def __init__(self, plugin, device="cpu", log=None):
         """device: "cpu", "cuda" or "cuda:N". log: optional callable(level, message)."""
         self.plugin = plugin
-        if device == "cpu":
-            self.device = (_abi.DEVICE_CPU, 0)
-        elif str(device).startswith("cuda"):
-            self.device = (_abi.DEVICE_CUDA, int(str(device).partition(":")[2] or 0))
-        else:
-            raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+        self.device = _device(device)
         self._log_fn = _abi.LOG_FN(lambda _u, level, msg: log(level, msg.decode())) if log else None
         self._host = _abi.HostDesc(struct_size=C.sizeof(_abi.HostDesc), host_name=b"nvfp4_mla.py",
                                    log=self._log_fn) if log else None
@@ -81,22 +106,28 @@ class Context:
             return None
         return stream_handle(stream)
 
-    def _cache(self, cache, layout):
+    def _cache(self, cache, layout, written=False):
         """The cache descriptor; its record size is checked here only for a layout the ABI knows (the
         plugin refuses any other id, naming it)."""
         rb = _abi.record_bytes(layout) or None
-        t, _ = tensor(cache, "cache", (_abi.DTYPE_U8,), 3, self.device, (None, None, rb))
+        t, _ = tensor(cache, "cache", (_abi.DTYPE_U8,), 3, self.device, (None, None, rb), required=True,
+                      written=written)
         return t
 
     def write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=None,
-              capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None):
+              capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None, out_of_range_count=None):
         """Quantise kv_c [T,512] and k_pe [T,64] (bf16 or f16) into cache records at slot_mapping [T]
-        (int64). capture_max_abs: optional 1-element f32 array max-reduced with max |kv_c|;
-        nonfinite_count: optional 1-element int64 array incremented by NaN/Inf inputs.
-        writer_policy: "rtn" (None, the default), "mse" or an id: the configuration's
-        PluginConfig.writer_policy. Readers take none: records of every policy read alike."""
+        (int64; negative = padding, skipped). capture_max_abs: optional 1-element f32 array
+        max-reduced with max |kv_c|; nonfinite_count: optional 1-element int64 array incremented by
+        NaN/Inf inputs. A slot at or past the cache's capacity is a bug that loses a record: a CPU
+        context raises InvalidArgument naming it before writing anything; a CUDA write, which cannot
+        see the slots without a sync, drops that token and adds it to out_of_range_count (optional
+        1-element int64 array on the device; read it once the stream has run the write: non-zero
+        means records were lost). writer_policy: "rtn" (None, the default), "mse" or an id: the
+        configuration's PluginConfig.writer_policy. Readers take none: records of every policy read
+        alike."""
         args = self._write_args(kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale, capture_max_abs,
-                                nonfinite_count, stream, writer_policy)
+                                nonfinite_count, stream, writer_policy, out_of_range_count)
         check(self.plugin, member(self.plugin, "write")(self._handle, C.byref(args)), "write")
 
     def gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=None, stream=None):
@@ -118,7 +149,7 @@ class Context:
                                  stream)
         if workspace is None:
             workspace = self._workspace(args.stream, self.attend_workspace_bytes(args), q)
-        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device)
+        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device, written=True)
         check(self.plugin, member(self.plugin, "attend")(self._handle, C.byref(args)), "attend")
 
     def merge(self, partial_out, partial_lse, out, *, lse=None, stream=None):
@@ -135,11 +166,13 @@ class Context:
     # ---- The prepared path (prepared.py): checked once at bind, then per call only what changes. ----
 
     def prepare_write(self, kv_c, k_pe, slot_mapping, cache, *, layout, scale_mode, outer_scale=None,
-                      capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None):
+                      capture_max_abs=None, nonfinite_count=None, stream=None, writer_policy=None,
+                      out_of_range_count=None):
         """A PreparedWrite bound to these arrays and writer policy (checked now, as write checks them)."""
         return PreparedWrite(self, self._write_args(kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale,
-                                                    capture_max_abs, nonfinite_count, stream, writer_policy),
-                             (kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count))
+                                                    capture_max_abs, nonfinite_count, stream, writer_policy,
+                                                    out_of_range_count),
+                             (kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count, out_of_range_count))
 
     def prepare_gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=None, stream=None):
         """A PreparedGather bound to these arrays (checked now, as gather checks them)."""
@@ -163,42 +196,52 @@ class Context:
     # ---- Argument structs: every array checked (dtype, shape, strides, device) before any call. ----
 
     def _write_args(self, kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale, capture_max_abs,
-                    nonfinite_count, stream, writer_policy=None):
+                    nonfinite_count, stream, writer_policy=None, out_of_range_count=None):
+        layout, scale_mode = _mode(layout, scale_mode)
         kv, (_, in_dtype, shape, *_rest) = tensor(kv_c, "kv_c", (_abi.DTYPE_BF16, _abi.DTYPE_F16), 2, self.device,
-                                                  (None, _LATENT))
-        pe, _ = tensor(k_pe, "k_pe", (in_dtype,), 2, self.device, (shape[0], _ROPE))
-        sl, _ = tensor(slot_mapping, "slot_mapping", (_abi.DTYPE_I64,), 1, self.device, (shape[0],))
-        cap, _ = tensor(capture_max_abs, "capture_max_abs", (_abi.DTYPE_F32,), 1, self.device, (1,))
-        cnt, _ = tensor(nonfinite_count, "nonfinite_count", (_abi.DTYPE_I64,), 1, self.device, (1,))
+                                                  (None, _LATENT), required=True)
+        pe, _ = tensor(k_pe, "k_pe", (in_dtype,), 2, self.device, (shape[0], _ROPE), required=True)
+        sl, _ = tensor(slot_mapping, "slot_mapping", (_abi.DTYPE_I64,), 1, self.device, (shape[0],), required=True)
+        cap, _ = tensor(capture_max_abs, "capture_max_abs", (_abi.DTYPE_F32,), 1, self.device, (1,), written=True)
+        cnt, _ = tensor(nonfinite_count, "nonfinite_count", (_abi.DTYPE_I64,), 1, self.device, (1,), written=True)
+        oor, _ = tensor(out_of_range_count, "out_of_range_count", (_abi.DTYPE_I64,), 1, self.device, (1,),
+                        written=True)
         return _abi.WriteArgs(struct_size=C.sizeof(_abi.WriteArgs), layout=layout, scale_mode=scale_mode,
                               outer_scale=_outer(scale_mode, outer_scale), writer_policy=_policy(writer_policy),
-                              kv_c=kv, k_pe=pe, slot_mapping=sl, cache=self._cache(cache, layout),
-                              capture_max_abs=cap.data, nonfinite_count=cnt.data, stream=self._stream(stream))
+                              kv_c=kv, k_pe=pe, slot_mapping=sl, cache=self._cache(cache, layout, written=True),
+                              capture_max_abs=cap.data, nonfinite_count=cnt.data, stream=self._stream(stream),
+                              out_of_range_count=oor.data)
 
     def _gather_args(self, cache, slots, out, layout, scale_mode, outer_scale, stream):
-        sl, (_, _, shape, *_rest) = tensor(slots, "slots", (_abi.DTYPE_I32,), 1, self.device)
-        o, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 2, self.device, (shape[0], _ROW))
+        layout, scale_mode = _mode(layout, scale_mode)
+        sl, (_, _, shape, *_rest) = tensor(slots, "slots", (_abi.DTYPE_I32,), 1, self.device, required=True)
+        o, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 2, self.device, (shape[0], _ROW), required=True, written=True)
         return _abi.GatherArgs(struct_size=C.sizeof(_abi.GatherArgs), layout=layout, scale_mode=scale_mode,
                                outer_scale=_outer(scale_mode, outer_scale), cache=self._cache(cache, layout),
                                slots=sl, out=o, stream=self._stream(stream))
 
     def _attend_args(self, q, slots, cache, out, layout, scale_mode, sm_scale, outer_scale, valid_len, lse, stream):
-        qt, (_, _, qshape, *_rest) = tensor(q, "q", (_abi.DTYPE_BF16,), 3, self.device, (None, None, _ROW))
-        st, _ = tensor(slots, "slots", (_abi.DTYPE_I32,), 2, self.device, (qshape[0], None))
+        layout, scale_mode = _mode(layout, scale_mode)
+        qt, (_, _, qshape, *_rest) = tensor(q, "q", (_abi.DTYPE_BF16,), 3, self.device, (None, None, _ROW),
+                                            required=True)
+        st, _ = tensor(slots, "slots", (_abi.DTYPE_I32,), 2, self.device, (qshape[0], None), required=True)
         vl, _ = tensor(valid_len, "valid_len", (_abi.DTYPE_I32,), 1, self.device, (qshape[0],))
-        ot, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, self.device, (qshape[0], qshape[1], _LATENT))
-        lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (qshape[0], qshape[1]))
+        ot, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, self.device, (qshape[0], qshape[1], _LATENT), required=True,
+                       written=True)
+        lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (qshape[0], qshape[1]), written=True)
         return _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
-                               outer_scale=_outer(scale_mode, outer_scale), sm_scale=sm_scale, q=qt, slots=st,
+                               outer_scale=_outer(scale_mode, outer_scale), sm_scale=_number("sm_scale", sm_scale),
+                               q=qt, slots=st,
                                valid_len=vl, cache=self._cache(cache, layout), out=ot, lse=lt,
                                stream=self._stream(stream))
 
     def _merge_args(self, partial_out, partial_lse, out, lse, stream):
         po, (_, _, pshape, *_rest) = tensor(partial_out, "partial_out", (_abi.DTYPE_BF16, _abi.DTYPE_F32), 4,
-                                            self.device, (None, None, None, _LATENT))
-        pl, _ = tensor(partial_lse, "partial_lse", (_abi.DTYPE_F32,), 3, self.device, pshape[:3])
-        ot, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, self.device, (pshape[1], pshape[2], _LATENT))
-        lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (pshape[1], pshape[2]))
+                                            self.device, (None, None, None, _LATENT), required=True)
+        pl, _ = tensor(partial_lse, "partial_lse", (_abi.DTYPE_F32,), 3, self.device, pshape[:3], required=True)
+        ot, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, self.device, (pshape[1], pshape[2], _LATENT), required=True,
+                       written=True)
+        lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (pshape[1], pshape[2]), written=True)
         return _abi.MergeArgs(struct_size=C.sizeof(_abi.MergeArgs), partial_out=po, partial_lse=pl, out=ot, lse=lt,
                               stream=self._stream(stream))
 

@@ -1,7 +1,8 @@
 """Finding, loading and checking the plugin: the C loader's decisions and words, in Python.
 
-Selection is NVFP4_MLA_PLUGIN (a path to the .so, or a folder holding libnvfp4_mla.so; exactly
-"none" disables; surrounding whitespace and keyword-like values naming no file are refused, by the
+Selection is NVFP4_MLA_PLUGIN (a path to the .so, or a folder holding libnvfp4_mla.so; a name
+without a slash is the file in the working folder, never searched for on the dynamic loader's path;
+exactly "none" disables; surrounding whitespace and keyword-like values naming no file are refused, by the
 settings rule). The header (magic, ABI major, minimum table size) and every member the table's
 struct_size covers (none may be NULL) are checked before anything else is read. `require` refuses a
 configuration the plugin cannot serve, naming the plugin path, both ABI versions and every missing
@@ -56,7 +57,10 @@ def _select(selection):
     if not os.path.exists(path) and path.isascii() and path.lower() in _KEYWORD_LIKE:
         raise PluginError(f"{name}={quote(path)} names no file and is not the keyword \"none\" (exactly, lower "
                           "case), which disables the plugin: give the plugin file or its folder", "invalid_selection")
-    return os.path.join(path, _abi.PLUGIN_FILE) if os.path.isdir(path) else path
+    path = os.path.join(path, _abi.PLUGIN_FILE) if os.path.isdir(path) else path
+    # A name without a slash is the file in the working folder, as in the C loader: dlopen would
+    # search its path for it instead ("libc.so.6" loaded the system libc).
+    return path if "/" in path else "./" + path
 
 
 # Pointer members a host reads or calls, in table order (the C loader's null_member list).
@@ -130,7 +134,7 @@ def load(selection=None):
     try:
         lib = C.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as exc:
-        reason = "not_found" if "/" in path and not os.path.exists(path) else "load_error"
+        reason = "not_found" if not os.path.exists(path) else "load_error"
         raise PluginError(f"cannot load nvfp4-mla plugin {path}: {exc}", reason) from None
     try:
         entry = getattr(lib, _abi.ENTRY_SYMBOL)

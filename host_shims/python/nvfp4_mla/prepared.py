@@ -11,7 +11,8 @@ partials: shape[1], n_q, their P stays the bound one), the stream. Two forms:
                                        allocation at all (the shim's tests check it with tracemalloc),
                                        what a CUDA graph or persistent buffers use;
     call(arrays..., stream=...)        new arrays of the bound kind: reads each one's data pointer and
-                                       row count only (a few temporaries: the pointer integers).
+                                       row count, and of each output whether it may be written
+                                       (arrays.read_only; a few temporaries: the pointer integers).
 
 What each call re-checks: n within [0, bound rows] (run), the presence of the optional arrays bound
 (lse, valid_len), and, in the plugin, everything the plugin always checks (struct, mode, dtypes and
@@ -40,7 +41,7 @@ take a workspace each (bind each with its stream, or pass `workspace=`).
 import ctypes as C
 
 from . import _abi
-from .arrays import ArrayError, is_torch, stream_handle, tensor
+from .arrays import ArrayError, is_torch, read_only, stream_handle, tensor
 from .errors import check, member
 
 BOUND = object()  # the stream given at bind time
@@ -69,20 +70,25 @@ class _Field:
     """One tensor field of a bound struct: its data pointer and row count (shape[dim]) as C views
     sharing the struct's memory (writing them writes the struct), and the readers of the bound
     array's kind."""
-    __slots__ = ("data", "rows", "bound_data", "bound_rows", "ptr_of", "rows_of", "kind")
+    __slots__ = ("data", "rows", "bound_data", "bound_rows", "ptr_of", "rows_of", "kind", "name", "written")
 
-    def __init__(self, args, name, obj, dim=0):
+    def __init__(self, args, name, obj, dim=0, written=False):
         offset = getattr(type(args), name).offset
         self.data = C.c_void_p.from_buffer(args, offset + _abi.Tensor.data.offset)
         self.rows = C.c_int64.from_buffer(args, offset + _abi.Tensor.shape.offset + dim * C.sizeof(C.c_int64))
         self.bound_data, self.bound_rows = self.data.value, self.rows.value
         self.ptr_of, self.rows_of = _readers(obj, dim)
         self.kind = type(obj)
+        self.name, self.written = name, written  # written: the plugin writes it, so it must be writable
 
     def set(self, obj):
         """Point the field at `obj` (trusted to match the bound array's kind, dtype and strides)."""
         if type(obj) is not self.kind:
             raise ArrayError(f"prepared call bound to {self.kind.__name__} arrays got a {type(obj).__name__}")
+        if self.written:
+            why = read_only(obj)
+            if why:
+                raise ArrayError(f"{self.name}: {why}; the plugin writes into it")
         self.data.value = self.ptr_of(obj)
         self.rows.value = self.rows_of(obj)
 
@@ -162,7 +168,7 @@ class PreparedGather(_Prepared):
 
     def __init__(self, ctx, args, arrays):
         super().__init__(ctx, "gather", args, arrays)
-        self._slots, self._out = _Field(args, "slots", arrays[1]), _Field(args, "out", arrays[2])
+        self._slots, self._out = _Field(args, "slots", arrays[1]), _Field(args, "out", arrays[2], written=True)
         self._max_rows = self._slots.bound_rows
         self._fields = (self._slots, self._out)
 
@@ -212,8 +218,9 @@ class PreparedAttend(_Prepared):
     def __init__(self, ctx, args, arrays, workspace):
         q, slots, _cache, out, valid_len, lse = arrays
         super().__init__(ctx, "attend", args, arrays)
-        self._q, self._slots, self._out = _Field(args, "q", q), _Field(args, "slots", slots), _Field(args, "out", out)
-        self._lse = _Field(args, "lse", lse) if lse is not None else None
+        self._q, self._slots = _Field(args, "q", q), _Field(args, "slots", slots)
+        self._out = _Field(args, "out", out, written=True)
+        self._lse = _Field(args, "lse", lse, written=True) if lse is not None else None
         self._len = _Field(args, "valid_len", valid_len) if valid_len is not None else None
         present = [f for f in (self._q, self._slots, self._out, self._lse, self._len) if f is not None]
         self._fields = tuple(present)
@@ -224,7 +231,7 @@ class PreparedAttend(_Prepared):
         need = max_workspace(ctx, args, present)
         if workspace is None:
             workspace = ctx._workspace(self._bound_stream, need, q)
-        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, ctx.device)
+        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, ctx.device, written=True)
         if args.workspace.shape[0] < need:
             raise ArrayError(f"workspace: {args.workspace.shape[0]} bytes, these shapes need up to {need} "
                              f"(attend_workspace_bytes over 1..{self._max_rows} queries)")
@@ -261,8 +268,8 @@ class PreparedMerge(_Prepared):
         partial_out, partial_lse, out, lse = arrays
         super().__init__(ctx, "merge", args, arrays)
         self._po, self._pl = _Field(args, "partial_out", partial_out, 1), _Field(args, "partial_lse", partial_lse, 1)
-        self._out = _Field(args, "out", out)
-        self._lse = _Field(args, "lse", lse) if lse is not None else None
+        self._out = _Field(args, "out", out, written=True)
+        self._lse = _Field(args, "lse", lse, written=True) if lse is not None else None
         self._lse_rows = self._lse.rows if self._lse else self._spare
         self._max_rows = self._out.bound_rows
         self._fields = tuple(f for f in (self._po, self._pl, self._out, self._lse) if f is not None)

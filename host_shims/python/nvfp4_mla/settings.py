@@ -1,7 +1,9 @@
 """The settings rule of plugin/settings.h, rule for rule and word for word, for the Python host.
 
 boolean: unset or "" is off; "0"/"false" off and "1"/"true" on, in any case; anything else fails.
-path:    unset or "" is none; leading or trailing whitespace fails.
+path:    unset or "" is none; leading or trailing whitespace fails. VLLM_NVFP4_MLA_SCALES_FILE, which the
+         runtime it comes from reads as os.getenv(name, "").strip(), is taken stripped instead
+         (parse_path_stripped; ASCII whitespace, as C's isspace), and empty after stripping is none.
 choice:  unset or "" is the first name; one of the names in any case; anything else fails.
 A failure names the variable and shows the value quoted byte by byte as the C code does (control,
 quote, backslash and non-ASCII bytes escaped, cut after QUOTE_MAX bytes), so that a host in either
@@ -54,6 +56,11 @@ def parse_path(name, value):
         raise SettingError(f"{name}={quote(value)} has leading or trailing whitespace: give the path without it; "
                            "unset or empty means none")
     return value
+
+
+def parse_path_stripped(name, value):
+    """The path without surrounding ASCII whitespace ("" = none), as nvfp4_setting_path_stripped()."""
+    return (value or "").strip(_SPACE)
 
 
 def parse_choice(name, value, names):

@@ -28,6 +28,9 @@ def test_from_env_should_snapshot_once_and_stay_immutable(monkeypatch):
      nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True)),
     ({"KV_FP8_ROPE": "FALSE", "VLLM_NVFP4_MLA_SCALES_FILE": "/a b.json"},
      nvfp4_mla.CacheFormat(scales_file="/a b.json")),
+    # Issue 37: stripped, as the runtime this variable comes from reads it; empty after stripping is none.
+    ({"VLLM_NVFP4_MLA_SCALES_FILE": "  "}, nvfp4_mla.CacheFormat()),
+    ({"VLLM_NVFP4_MLA_SCALES_FILE": " \t/x.json\n"}, nvfp4_mla.CacheFormat(scales_file="/x.json")),
 ])
 def test_from_env_should_accept_the_rules_spellings(env, want):
     assert nvfp4_mla.CacheFormat.from_env(env) == want
@@ -43,9 +46,6 @@ ACCEPTED = "is not a boolean: use 1 or true for on, 0 or false for off (any case
      'VLLM_NVFP4_MLA_DYNAMIC_SCALE="1 " ' + ACCEPTED),
     ({"KV_FP8_ROPE": "\ttrue"}, 'KV_FP8_ROPE="\\ttrue" ' + ACCEPTED),
     ({"KV_FP8_ROPE": "y\x01\u00e9\"\\"}, 'KV_FP8_ROPE="y\\x01\\xc3\\xa9\\"\\\\" ' + ACCEPTED),
-    ({"VLLM_NVFP4_MLA_SCALES_FILE": "  "}, 'VLLM_NVFP4_MLA_SCALES_FILE="  " has leading or trailing whitespace: '
-                                           "give the path without it; unset or empty means none"),
-    ({"VLLM_NVFP4_MLA_SCALES_FILE": "/x.json\n"}, 'VLLM_NVFP4_MLA_SCALES_FILE="/x.json\\n" has leading'),
 ])
 def test_from_env_should_refuse_what_the_plugin_refuses_in_its_words(plugin, env, words):
     with pytest.raises(nvfp4_mla.ConfigError) as err:
@@ -60,6 +60,24 @@ def test_from_env_should_refuse_what_the_plugin_refuses_in_its_words(plugin, env
     handle = C.c_void_p()
     assert plugin.table.config_create(C.byref(req), C.byref(handle)) == nvfp4_mla._abi.ERR_CONFIG
     assert words in plugin.table.last_error().decode()
+
+
+def test_scales_file_should_be_read_stripped_by_the_shim_and_the_plugin_alike(plugin, profile_path):
+    real = profile_path
+    fmt = nvfp4_mla.CacheFormat.from_env({"VLLM_NVFP4_MLA_SCALES_FILE": f" {real}\n", "KV_FP8_ROPE": "1"})
+    assert fmt.scales_file == real
+    want = f"nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:{REAL_SHA}"
+    assert fmt.record_abi(plugin, "nvfp4_ds_mla") == want
+    # The plugin, handed the unstripped value in a snapshot, strips it the same way.
+    raw = [f"VLLM_NVFP4_MLA_SCALES_FILE= {real}\n".encode(), b"KV_FP8_ROPE=1"]
+    req_env = (C.c_char_p * 3)(*raw, None)
+    req = nvfp4_mla._abi.ConfigRequest(struct_size=C.sizeof(nvfp4_mla._abi.ConfigRequest), cache_dtype=b"nvfp4_ds_mla",
+                                       environ=C.cast(req_env, C.POINTER(C.c_char_p)))
+    handle = C.c_void_p()
+    assert plugin.table.config_create(C.byref(req), C.byref(handle)) == nvfp4_mla._abi.OK
+    cfg = nvfp4_mla.config.PluginConfig(plugin, handle)
+    assert cfg.identity == want and cfg.scale_source_path == real
+    cfg.close()
 
 
 def test_identity_strings_should_come_from_the_plugin(plugin, profile_path):

@@ -84,6 +84,17 @@ def test_loader_should_refuse_a_malformed_selection(monkeypatch, value, words):
     assert err.value.reason == "invalid_selection"
 
 
+def test_loader_should_take_a_bare_name_as_a_file_in_the_working_folder(monkeypatch, tmp_path, plugin_path):
+    """Issue 37: as the C loader, never the dynamic loader's search path ("libc.so.6" is not looked up)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        nvfp4_mla.load("libc.so.6")
+    assert err.value.reason == "not_found"
+    assert str(err.value).startswith("cannot load nvfp4-mla plugin ./libc.so.6: ")
+    os.symlink(plugin_path, tmp_path / "libnvfp4_mla.so")
+    assert nvfp4_mla.load("libnvfp4_mla.so").path == "./libnvfp4_mla.so"
+
+
 def test_require_should_name_every_missing_capability(mock_dir):
     p = nvfp4_mla.load(mock(mock_dir, "no_per_token"))
     with pytest.raises(nvfp4_mla.PluginError) as err:
