@@ -77,7 +77,7 @@ typedef struct nvfp4_mla_plugin {
      * Fails with INVALID_ARGUMENT on a NULL or too-small info. */
     nvfp4_mla_status_t (*context_info)(const nvfp4_mla_context_t *ctx, nvfp4_mla_context_info_t *info);
 
-    /* [any-thread] Build the immutable cache-format configuration (record-format.md 6 and 7) from the
+    /* [any-thread] Build the immutable cache-format configuration (docs/record-format.md 6 and 7) from the
      * environment (or request->environ), the cache dtype and the checkpoint. *out is owned by the
      * host (config_destroy). Boolean variables accept unset or "" (off), 0/1 and false/true in any
      * case; VLLM_NVFP4_MLA_SCALES_FILE is taken stripped of surrounding ASCII whitespace, as the

@@ -1,7 +1,7 @@
 /* nvfp4-mla ABI 1: host description, context creation and the cache-format configuration.
  *
  * The configuration is what keeps a fleet from mixing records of different meaning
- * (record-format.md sections 6 and 7): one immutable object per process, made once from the
+ * (docs/record-format.md sections 6 and 7): one immutable object per process, made once from the
  * environment (or a snapshot the host passes) and the checkpoint, from which the writer and every
  * reader take their layout, mode and per-layer scales, the writer its policy, and persistent caches
  * their identity.
@@ -49,7 +49,7 @@ typedef struct nvfp4_mla_context_info {
                                    fatbin", ...), "" when none; owned by the context */
 } nvfp4_mla_context_info_t;
 
-/* Where the per-layer outer scales came from (record-format.md section 7). */
+/* Where the per-layer outer scales came from (docs/record-format.md section 7). */
 #define NVFP4_MLA_SCALE_SOURCE_NONE 0              /* no calibration: every layer 1.0 */
 #define NVFP4_MLA_SCALE_SOURCE_ENV_FILE 1          /* VLLM_NVFP4_MLA_SCALES_FILE */
 #define NVFP4_MLA_SCALE_SOURCE_CHECKPOINT_INLINE 2 /* config.json's nvfp4_mla_outer_scales object */

@@ -33,7 +33,7 @@ extern "C" {
  *     gives the entry no weight (as -1). A host that cannot rule the bug out passes the counter
  *     and checks it after the stream reaches the write. */
 
-/* write: quantise T tokens into their cache slots (record-format.md section 4). */
+/* write: quantise T tokens into their cache slots (docs/record-format.md section 4). */
 typedef struct nvfp4_mla_write_args {
     uint32_t struct_size;   /* sizeof(nvfp4_mla_write_args_t) as the host compiled it */
     uint32_t layout;        /* NVFP4_MLA_LAYOUT_* */
@@ -69,7 +69,7 @@ typedef struct nvfp4_mla_write_args {
                                      pointer is INVALID_ARGUMENT. */
 } nvfp4_mla_write_args_t;
 
-/* gather: dequantise N records to dense bf16 rows (record-format.md section 5). */
+/* gather: dequantise N records to dense bf16 rows (docs/record-format.md section 5). */
 typedef struct nvfp4_mla_gather_args {
     uint32_t struct_size;   /* sizeof(nvfp4_mla_gather_args_t) as the host compiled it */
     uint32_t layout;        /* NVFP4_MLA_LAYOUT_* */
@@ -91,7 +91,7 @@ typedef struct nvfp4_mla_gather_args {
  * slots[q, :] (the first valid_len[q] entries, minus the -1 ones); key = [latent, rope] (576).
  * lse[q, j] = natural log of sum_k exp(sm_scale * score_k); -inf (and out = 0) when no entry is
  * valid. Duplicate slots count as often as they appear. Keys and values are the records' binary32
- * values (record-format.md section 5, before gather's bf16 rounding; the 656 layout: its bf16
+ * values (docs/record-format.md section 5, before gather's bf16 rounding; the 656 layout: its bf16
  * decode). The CPU backend accumulates in double; CUDA uses bf16 tensor-core operands with f32
  * sums and stays within rel 2/128 + 1e-3 max|value| of it on out and rel 1e-5 on lse. */
 typedef struct nvfp4_mla_attend_args {

@@ -1,4 +1,4 @@
-/* nvfp4-mla ABI 1: the record contract in one place (record-format.md sections 2, 4, 6 and 8).
+/* nvfp4-mla ABI 1: the record contract in one place (docs/record-format.md sections 2, 4, 6 and 8).
  *
  * Layout ids, record sizes, field offsets and the rules every writer, reader and host applies to
  * them: the bytes of a layout's record, whether a layout carries a scale mode, whether an operation
@@ -23,10 +23,10 @@
 extern "C" {
 #endif
 
-/* ---- Record layouts (record-format.md section 2; section 8 for the 656-byte baseline). ---- */
+/* ---- Record layouts (docs/record-format.md section 2; section 8 for the 656-byte baseline). ---- */
 #define NVFP4_MLA_LAYOUT_FP8_ROPE_368 1   /* 368-byte record, E4M3 RoPE */
 #define NVFP4_MLA_LAYOUT_BF16_ROPE_432 2  /* 432-byte record, bf16 RoPE; static mode only */
-#define NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 3 /* 656-byte fp8_ds_mla record (record-format.md section 8),
+#define NVFP4_MLA_LAYOUT_FP8_DS_MLA_656 3 /* 656-byte fp8_ds_mla record (docs/record-format.md section 8),
                                              read by attend only: the baseline serving stacks run */
 #define NVFP4_MLA_RECORD_BYTES_368 368
 #define NVFP4_MLA_RECORD_BYTES_432 432
@@ -35,15 +35,15 @@ extern "C" {
 #define NVFP4_MLA_ROPE_DIM 64    /* k_pe values per token */
 #define NVFP4_MLA_ROW_DIM 576    /* a decoded row: the latent, then the RoPE key */
 
-/* ---- Outer-scale modes (record-format.md section 4, step 1). ---- */
+/* ---- Outer-scale modes (docs/record-format.md section 4, step 1). ---- */
 #define NVFP4_MLA_SCALE_STATIC 1    /* one launch scalar per layer (1.0 = uncalibrated) */
 #define NVFP4_MLA_SCALE_PER_TOKEN 2 /* s_t stored in each record at [292,296); 368 only */
 
-/* ---- Writer policies: how a writer picks the codes (README, "Writer policies"). ----
- * Any choice of codes is a valid record (record-format.md sections 4-5): a policy changes which
+/* ---- Writer policies: how a writer picks the codes (docs/record-format.md section 4b). ----
+ * Any choice of codes is a valid record (docs/record-format.md sections 4-5): a policy changes which
  * codes the writer picks, never what a reader computes, so it is not part of the cache identity.
  * Ids are frozen like the values above; a policy a plugin serves is named by a capability. */
-#define NVFP4_MLA_WRITER_POLICY_RTN 0 /* "rtn": record-format.md section 4 as written (the default) */
+#define NVFP4_MLA_WRITER_POLICY_RTN 0 /* "rtn": docs/record-format.md section 4 as written (the default) */
 #define NVFP4_MLA_WRITER_POLICY_MSE 1 /* "mse": per group, the scale code of least squared error
                                          among six candidates (capability write.policy_mse) */
 #define NVFP4_MLA_WRITER_POLICY_COUNT 2

@@ -1,5 +1,5 @@
 /* nvfp4-mla bench: the writer, the gather reader and attend on the GPU against ceilings measured in
- * the same run (../shared/spec/performance.md): a >= 4 GiB device copy, a plain random gather of
+ * the same run (BENCHMARKS.md, "What is measured"): a >= 4 GiB device copy, a plain random gather of
  * 368-byte records and the mma.sync bf16 matrix rate (bench_ceilings.cu).
  * Every kernel's correctness check (CUDA output against the plugin's CPU output) runs in the same
  * process. Times are medians of CUDA-event-timed launches after warm-up, on a cache of >= 4 GiB with

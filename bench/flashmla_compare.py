@@ -29,7 +29,7 @@ binary32 values against the same bf16 reference: 0.4-1.0e-2 worst over 16 rows),
 of thousands of rows. The GPU tests (tests/test_gpu_attend*.c) hold the kernels to the CPU
 reference over the same values, tighter. TFLOP/s count real heads for both sides.
 
-Usage (GPU machine; FlashMLA from tools/flashmla-fetch or an installed vLLM):
+Usage (GPU machine; FlashMLA from tools/flashmla-fetch (into .anchor/) or an installed vLLM):
   NVFP4_MLA_PLUGIN=build-gpu/plugin PYTHONPATH=host_shims/python \\
       python3 bench/flashmla_compare.py [--flashmla .anchor/_flashmla_C.abi3.so] [--json out.json]
 """

@@ -1,4 +1,4 @@
-/* E2M1 / E4M3 / bf16 / fp16 conversions of record-format.md section 2c, 4 and 5, written once.
+/* E2M1 / E4M3 / bf16 / fp16 conversions of docs/record-format.md section 2c, 4 and 5, written once.
  *
  * Why one header for both backends: the CUDA writer must be bit-identical to the CPU writer, so
  * both compile the same arithmetic (host and device). Every step is a single IEEE binary32
@@ -19,7 +19,7 @@
 #define NVFP4_HD static inline
 #endif
 
-/* Single-precision roundings of 1/6, 1/2688 and 1/448 (record-format.md section 4). */
+/* Single-precision roundings of 1/6, 1/2688 and 1/448 (docs/record-format.md section 4). */
 #define NVFP4_K6 0x1.555556p-3f
 #define NVFP4_K2688 0x1.861862p-12f
 #define NVFP4_K448 0x1.24924ap-9f
@@ -134,7 +134,7 @@ NVFP4_HD float nvfp4_e4m3_decode(uint8_t code) {
     return (code & 0x80u) ? -mag : mag;
 }
 
-/* E2M1 code of y / d without a division (record-format.md section 4, step 4): the magnitude index
+/* E2M1 code of y / d without a division (docs/record-format.md section 4, step 4): the magnitude index
  * is the number of exact thresholds m * d passed (> at 0.25, 1.25, 2.5, 5; >= at 0.75, 1.75, 3.5).
  * The thresholds increase, so three comparisons (a binary search) find that number. d > 0 is a
  * decoded group scale; every m * d is exact in binary32. */

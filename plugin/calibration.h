@@ -1,4 +1,4 @@
-/* Static calibration files, format nvfp4_ds_mla_outer_scale_v1 (record-format.md section 7).
+/* Static calibration files, format nvfp4_ds_mla_outer_scale_v1 (docs/record-format.md section 7).
  *
  * A strict loader: exact format string, exact key case, no duplicate keys at any depth, no unknown
  * keys, exactly num_layers finite positive scales, max_abs consistent with them; every rejection

@@ -1,4 +1,4 @@
-/* Which capabilities each backend really serves, in one place (design.md, ABI rule 4).
+/* Which capabilities each backend really serves, in one place (docs/architecture.md, ABI rule 4).
  *
  * A bit appears here only when the code behind it is finished and tested on that backend: the
  * compiled table is the union over the backends this binary carries, a context's runtime set is

@@ -257,7 +257,7 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s=1 requires %s=1: per-token scales exist only in the 368-byte "
                                                 "fp8-rope record", NVFP4_ENV_DYNAMIC_SCALE, NVFP4_ENV_FP8_ROPE);
     }
-    /* The identity's spelling of the layout (record-format.md section 6). */
+    /* The identity's spelling of the layout (docs/record-format.md section 6). */
     const char *layout_name = s->fp8_rope ? "fp8-rope-368" : "bf16-rope-432";
     nvfp4_mla_status_t st = NVFP4_MLA_OK;
     if (s->dynamic_scale) {

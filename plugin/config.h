@@ -1,4 +1,4 @@
-/* The cache-format configuration: one immutable object per process (record-format.md 6 and 7).
+/* The cache-format configuration: one immutable object per process (docs/record-format.md 6 and 7).
  * Built from the environment (VLLM_NVFP4_MLA_DYNAMIC_SCALE, VLLM_NVFP4_MLA_SCALES_FILE,
  * KV_FP8_ROPE, NVFP4_MLA_WRITER_POLICY, parsed by the one rule of settings.h), the cache dtype and
  * the checkpoint; it fixes layout, mode, per-layer scales, the writer policy and the

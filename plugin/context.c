@@ -1,4 +1,4 @@
-/* init / shutdown / context_info: a context per device (design.md, ABI rule 7). */
+/* init / shutdown / context_info: a context per device (docs/architecture.md, ABI rule 7). */
 #include "context.h"
 
 #include <stdint.h>

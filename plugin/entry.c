@@ -1,4 +1,4 @@
-/* The plugin's one exported symbol and the const table it returns (design.md, ABI rules 1-4).
+/* The plugin's one exported symbol and the const table it returns (docs/architecture.md, ABI rules 1-4).
  *
  * The entry is pure: it returns the address of a static const table and does nothing else, so
  * dlopen + probe run no plugin code beyond this and never touch CUDA. Its prototype is the public

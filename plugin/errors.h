@@ -1,6 +1,6 @@
 /* The plugin's error and log plumbing: a thread-local last-error text and the host's log sink.
  *
- * The plugin never prints, exits or aborts (design.md, ABI rule 6): a failing entry sets the
+ * The plugin never prints, exits or aborts (docs/architecture.md, ABI rule 6): a failing entry sets the
  * calling thread's message and returns a frozen status; optional diagnostics go to the host's
  * callback and nowhere else.
  */

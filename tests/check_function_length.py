@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""No function longer than about one screen (house style, design.md): every C, C++, CUDA and Python
+"""No function longer than about one screen (house style, docs/architecture.md): every C, C++, CUDA and Python
 function under abi/, kernels/, plugin/, host_shims/, bench/ and tests/ has at most LIMIT lines,
 counted from the first line of its signature to its closing brace (C) or its last line (Python).
 

@@ -82,7 +82,7 @@ static nvfp4_mla_attend_args_t attend_args(world_t *w, uint16_t *out, float *lse
     return a;
 }
 
-/* A record's binary32 values, written out from record-format.md section 5: (e2m1 * d) * outer,
+/* A record's binary32 values, written out from docs/record-format.md section 5: (e2m1 * d) * outer,
  * RoPE e4m3 * r (368) or the stored bf16 (432). */
 static void decode_binary32(const world_t *w, const uint8_t *rec, float *row) {
     float outer = w->scale, r;

@@ -1,4 +1,4 @@
-/* Golden records computed by hand (record-format.md section 4): each case states the input, the
+/* Golden records computed by hand (docs/record-format.md section 4): each case states the input, the
  * arithmetic in a comment, and the exact bytes it must produce. */
 #include <math.h>
 #include <setjmp.h>

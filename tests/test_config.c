@@ -1,4 +1,4 @@
-/* Cache-format configuration, calibration files and the cache identity (record-format.md 6, 7). */
+/* Cache-format configuration, calibration files and the cache identity (docs/record-format.md 6, 7). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* Writer policies (kernels/codec/write_policy.h, README "Writer policies"): the mse policy's arithmetic on
+/* Writer policies (kernels/codec/write_policy.h, docs/record-format.md 4b): the mse policy's arithmetic on
  * hand-computed groups, its guarantee against rtn, rtn's bytes unchanged, and the policy's path
  * through the configuration (NVFP4_MLA_WRITER_POLICY) and the write arguments. The hand-computed
  * values were also checked by an independent model with exact rationals (E4M3 and E2M1 rounding)
@@ -150,7 +150,7 @@ static void random_token(uint64_t *s, int t, float *latent, float *rope) {
     for (int i = 0; i < 64; i++) rope[i] = nvfp4_bf16_to_f32(nvfp4_f32_to_bf16((float)tu_gauss(s)));
 }
 
-/* The writer's y of group g (record-format.md step 2) for a record written in (mode, scale). */
+/* The writer's y of group g (docs/record-format.md step 2) for a record written in (mode, scale). */
 static void scaled_group(const float *latent, const uint8_t *rec, int per_token, float scale, int g, float *y) {
     float inv = scale == 1.0f ? 1.0f : 1.0f / scale;
     if (per_token) inv = 1.0f / tu_f32_at(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET);

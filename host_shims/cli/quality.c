@@ -1,5 +1,5 @@
 /* nvfp4-mla quality: reconstruction error per layer and mode on synthetic latents that follow the
- * real per-layer max_abs profile (../shared/spec/performance.md, "Quality"). Modes: outer scale 1.0, static
+ * real per-layer max_abs profile (QUALITY.md). Modes: outer scale 1.0, static
  * calibrated (scales through the plugin's configuration), per-token, static and per-token written
  * with the writer policy of --policy (mse by default; none with --policy rtn: every other mode is
  * written by rtn), and the 656-byte FP8 record. */

@@ -132,7 +132,7 @@ static float read_f32(const uint8_t *p) {
 
 /* Whether a 368-byte record can be one of `mode`: its s_t field [292,296) holds 0 in every static
  * record, and in a per-token record a positive normal float, or 0 in a zero token (every group scale
- * code zero too). Records carry no mode marker (record-format.md section 6), but this field tells
+ * code zero too). Records carry no mode marker (docs/record-format.md section 6), but this field tells
  * the two apart: decoding per-token records as static multiplies them by the --scale instead of
  * their s_t (errors of 40,000 %), and the reverse decodes zeros. */
 static const char *mode_contradiction(const uint8_t *r, uint32_t mode) {

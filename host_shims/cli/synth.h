@@ -1,6 +1,6 @@
 /* Synthetic latents and reconstruction-error measurement, shared by `quality` and `demo`.
  *
- * Latents follow ../shared/spec/performance.md: per layer, Gaussian or Student-t (nu = 3) values
+ * Latents as QUALITY.md describes them: per layer, Gaussian or Student-t (nu = 3) values
  * with a fixed per-channel magnitude spread (log-normal, sigma 0.5) and a per-token norm spread
  * (log-normal, sigma 1), scaled so that the layer's largest |value| equals the real max_abs of that
  * layer. */
@@ -33,7 +33,7 @@ typedef struct synth_error {
 int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *flags, const uint16_t *tokens, int64_t count,
                         synth_error_t *err);
 
-/* Round trip through the 656-byte fp8_ds_mla record (record-format.md section 8), encoded and
+/* Round trip through the 656-byte fp8_ds_mla record (docs/record-format.md section 8), encoded and
  * decoded by host_codes.h (no plugin entry writes or gathers it). */
 void synth_measure_fp8_656(const uint16_t *tokens, int64_t count, synth_error_t *err);
 

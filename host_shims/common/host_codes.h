@@ -1,5 +1,5 @@
 /* Number formats and the 656-byte record as a host sees them: bf16 and E4M3 values, and the one
- * encoder of the fp8_ds_mla record (record-format.md section 8), which no plugin entry writes.
+ * encoder of the fp8_ds_mla record (docs/record-format.md section 8), which no plugin entry writes.
  *
  * Shared by the nvfp4-mla tool and its tests. Written here rather than taken from kernels/: a host
  * reaches the plugin only through the ABI (nvfp4_mla.h), so it brings its own conversions, as a

@@ -1,5 +1,5 @@
 /* The C host loader: find the nvfp4-mla plugin, check it, and decide whether it can serve the
- * cache configuration this host wants (design.md, "Flow of one request").
+ * cache configuration this host wants (docs/architecture.md, "Flow of one request").
  *
  * Selection: NVFP4_MLA_PLUGIN (read with secure_getenv) is a path to the .so, or a folder holding
  * libnvfp4_mla.so; "none" (exactly) disables the plugin. A path is taken as a path, never searched:
@@ -87,7 +87,7 @@ uint64_t nvfp4_mla_loader_table_caps(const nvfp4_mla_loader_t *loader);
 int nvfp4_mla_loader_require(const nvfp4_mla_loader_t *loader, const nvfp4_mla_requirement_t *want, uint64_t available,
                              char *message, size_t message_size);
 
-/* The persistent-cache identity (record-format.md section 6) for `cache_dtype`, computed by the
+/* The persistent-cache identity (docs/record-format.md section 6) for `cache_dtype`, computed by the
  * plugin from the process environment and the checkpoint in `model_dir` (may be NULL), so that every
  * host gets the same string. 0 and the identity in `identity` (always NUL-terminated), or -1 and the
  * plugin's reason in `identity`. */

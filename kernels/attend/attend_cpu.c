@@ -1,7 +1,7 @@
 /* Sparse MLA attention on the CPU: the reference the CUDA kernel is tested against.
  *
  * For each query token and head: scores over the valid top-k entries (slot != -1, index <
- * valid_len), key = the record's 576 dequantised values in binary32 (record-format.md section 5,
+ * valid_len), key = the record's 576 dequantised values in binary32 (docs/record-format.md section 5,
  * before gather's bf16 rounding: the CUDA kernel keeps e2m1 * d exact and folds the outer and RoPE
  * scales into the scores, so this is the value it computes with; the 656-byte baseline is decoded
  * to bf16 by nvfp4_mla_decode_fp8_656_cpu, as its readers do), value = its 512 latent values;

@@ -272,12 +272,12 @@ enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, 
 /* Producer threads of a kind (also the in-launch merge's width). The narrow wgmma kinds take two
  * producer warpgroups: with one, the producer (one warp per scheduler, latency-bound at 0.4 issues
  * a cycle) set the tile time and the consumer waited on it for 20% of its samples (Nsight
- * Compute, h = 16). Measured: h = 16 138.7 -> 124.7 us; h = 32 172 -> 158 us although its
+ * Compute, h = 16). Two measured 8-10% faster at h = 16 and at h = 32, although the latter's
  * consumer, which used 255 registers with 256 threads, now runs at setmaxnreg's 232 and spills
  * (ptxas -v: a 40-byte stack frame, 56 bytes of spill stores; ptxas allocates each setmaxnreg
  * region to its own count). The paired wide kind takes two as well: its producer holds a quarter
  * record a thread (four threads a key, attend_producer_paired); with bulk copies, one warpgroup at
- * 88 registers had measured 149 against 145 us at h = 64 (BENCHMARKS.md, seventh session). */
+ * 88 registers had measured 3% slower than two at 48 (docs/performance-notes.md). */
 template <int KIND, int RB>
 struct kind_threads {
     static constexpr bool paired = KIND == KIND_WIDE && wide_pairs(RB);

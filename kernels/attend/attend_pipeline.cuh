@@ -93,7 +93,7 @@ struct tile_meta {
  * one -inf select a row instead of one a score (wide_softmax), the softmax went from 480 to 331
  * static SASS instructions, and warpgroup 0 from 837 to 732 executed a warp-tile (Nsight
  * Compute, h = 64). Measured: 656 records 1-2.5% faster at h = 64 / 128, 368
- * the same (their producer sets the pace; BENCHMARKS.md, thirteenth session). 1 KB a tile
+ * the same (their producer sets the pace; docs/performance-notes.md). 1 KB a tile
  * against tile_meta's 576 bytes: the wide kind has the room, the narrow rings at 32 heads do not. */
 struct alignas(16) wide_key {
     float ls;   /* latent score scale: tile_meta's s * sm_scale * log2(e) */

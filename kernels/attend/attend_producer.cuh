@@ -93,7 +93,7 @@ static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_
  * over the producer warps because one warp issuing all 64 copies held the others at the tile barrier.
  * The compiler issues the copies one lane at a time (the address goes through uniform registers),
  * 12% of the samples at h = 16; whole-warp cp.async copies (one instruction per record) measured
- * slower all the same (92.9 against 82.6 us at h = 16, BENCHMARKS.md). */
+ * 12% slower all the same at h = 16 (docs/performance-notes.md). */
 template <int RB, int PT>
 static __device__ __forceinline__ void issue_records(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                      uint8_t *raw, uint8_t *valid, uint64_t *landed, int32_t raw_slot,

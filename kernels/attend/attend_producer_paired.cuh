@@ -16,14 +16,14 @@
  * writing tile X, so the loads are in flight while it waits for tile X - 1's consumers to free
  * the buffer, and the buffer is then written from registers in one pass. Measured on the H200
  * against the bulk copies into each buffer's tail that this replaced (which could only be issued
- * once tile X - 2's P.V had freed the tail, and then were waited for at once): h = 64 115.6 ->
- * 104.3 us, h = 128 220.4 -> 194.6 us; an L2 prefetch a tile ahead of the loads measured slower
- * (107.7 / 200.8 us). BENCHMARKS.md, eleventh session.
+ * once tile X - 2's P.V had freed the tail, and then were waited for at once): 10% faster at
+ * h = 64, 12% at h = 128; an L2 prefetch a tile ahead of the loads measured slower
+ * (docs/performance-notes.md).
  *
  * Whether the wide kind pairs its buffers for records of record_bytes. Not for 656: a quarter
  * record would be 41 registers a thread (not tried), and the paired producer with 656-byte records
- * copied into the buffers' tails measured slower than the 12-slot ring (223 against 168 us at
- * h = 64, seventh session). */
+ * copied into the buffers' tails measured a third slower than the 12-slot ring at
+ * h = 64). */
 static __host__ __device__ constexpr bool wide_pairs(int record_bytes) {
     return record_bytes != 656;
 }

@@ -57,7 +57,7 @@ struct wide_tile {
 
 /* S over the tile's 9 blocks for all 64 keys (warpgroup 0): A = Q, B = the blocks, both K-major,
  * N = 64. One Q read a tile, where two warpgroups of N = 32 read Q twice (about 216 KB of operand
- * reads a tile against 144 KB; BENCHMARKS.md, tenth session). A descriptor's address field is the
+ * reads a tile against 144 KB). A descriptor's address field is the
  * shared address / 16, so the next 8 KB block is +512 with no carry. */
 template <bool PAIRED>
 static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
@@ -181,7 +181,7 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
 #pragma unroll
     for (int b = 0; b < 4; b++) vd[b] = sw128_desc(warp_uniform(tl.block(smem, pl, first + b)), 1024, ATT_BLOCK);
     if constexpr (PAIRED) { /* the blocks contiguous: two n128 wgmma a k-step (1-2% faster than four
-                             * n64, BENCHMARKS.md, twelfth session; the ring's blocks need not be) */
+                             * n64; the ring's blocks need not be) */
         float *o = &st.o[0][0]; /* o + 64h = st.o[2h], st.o[2h + 1]: block b's columns at o + 32b */
         const uint64_t pd = sw128_desc(warp_uniform(smem_addr(pbuf)), 1024, 16);
 #pragma unroll
@@ -278,8 +278,8 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
  * They meet twice a tile: BAR_WIDE_P (P and alpha written) and BAR_WIDE_P_FREE (warpgroup 1 done
  * with them, before the next tile's are written). Both sides bar.sync on both, although each
  * barrier only needs the other side's bar.arrive: the side that would only arrive reaches the
- * other barrier next and waits there anyway (measured on the H200: no slower; h = 64 114.6
- * against 115.3 us), and compute-sanitizer racecheck orders no accesses across a bar.arrive (with
+ * other barrier next and waits there anyway (measured on the H200: no slower), and
+ * compute-sanitizer racecheck orders no accesses across a bar.arrive (with
  * arrivals it reported the WAR hazards of alpha and of the next item's Q over the staged outputs,
  * which the barriers do order). PAIRED: the ring is two tile buffers, P in each tile's RoPE block;
  * else the shared P tile. */

@@ -1,4 +1,4 @@
-/* The gather reader on the CPU: records back to dense bf16 rows (record-format.md section 5).
+/* The gather reader on the CPU: records back to dense bf16 rows (docs/record-format.md section 5).
  *
  * The oracle of the CUDA gather and of attention's dequantisation: value = (e2m1 * e4m3) * outer
  * in binary32 (the first product is exact; attention uses this binary32 value), then bf16 with
@@ -54,7 +54,7 @@ void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, in
     }
 }
 
-/* The 656-byte fp8_ds_mla record (record-format.md section 8): the baseline attend reads. */
+/* The 656-byte fp8_ds_mla record (docs/record-format.md section 8): the baseline attend reads. */
 void nvfp4_mla_decode_fp8_656_cpu(const uint8_t *record, uint16_t *row) {
     enum { TILE = NVFP4_MLA_FP8_656_TILE_SIZE };
     for (int tile = 0; tile < NVFP4_MLA_FP8_656_TILES; tile++) {

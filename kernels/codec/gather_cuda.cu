@@ -3,9 +3,9 @@
  * One warp per row: lane g decodes latent group g (8 payload bytes, one scale code, the outer scale)
  * into 16 bf16 values, two 16-byte stores; lanes 0..7 also write the RoPE chunk g (8 codes times
  * the RoPE scale for 368, a 16-byte copy for 432). The slot, address and outer scale are worked out
- * once per lane instead of once per 8 values (the kernel is instruction-bound: ncu, BENCHMARKS.md).
- * Two rows per warp with all loads issued first measured slower (168-176 vs 162 us at N = 256k:
- * more registers, lower occupancy), so one row per warp it is.
+ * once per lane instead of once per 8 values (the kernel is instruction-bound: Nsight Compute).
+ * Two rows per warp with all loads issued first measured 4-9% slower at N = 256k (more
+ * registers, lower occupancy), so one row per warp it is.
  * E2M1 values come from a nibble table, products are binary32 in the CPU twin's order, bf16 pairs
  * come from the hardware round-to-nearest-even conversion. Slot -1, and any slot outside
  * [0, capacity) (which the plugin cannot check on the host without a sync), give zeros.

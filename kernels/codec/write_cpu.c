@@ -1,6 +1,6 @@
 /* The record writer on the CPU: the reference every other writer must equal byte for byte.
  *
- * Computes record-format.md section 4 literally, one token at a time, in the order the spec gives
+ * Computes docs/record-format.md section 4 literally, one token at a time, in the order the spec gives
  * its steps, so that a reader of the spec can check it line by line. Layouts 368 and 432; static
  * and per-token outer scales; the writer policies of write_policy.h (rtn: the spec as written).
  * Slots < 0 (padding) are skipped; slots >= capacity are skipped and counted in out_of_range_count,

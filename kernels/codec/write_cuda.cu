@@ -53,7 +53,7 @@ static __device__ __forceinline__ uint8_t e4m3_finite(float v) {
 #endif
 }
 
-/* E2M1 code of a finite y against the group's seven exact thresholds t[k] = m_k * d (record-format.md
+/* E2M1 code of a finite y against the group's seven exact thresholds t[k] = m_k * d (docs/record-format.md
  * step 4): the same three-comparison search as nvfp4_e2m1_encode, with the products made once per
  * group instead of per element (the all-finite path: no NaN test needed). */
 static __device__ __forceinline__ uint32_t e2m1_finite(float y, const float *t) {

@@ -1,6 +1,6 @@
-/* The writer policies' arithmetic (README, "Writer policies"), written once for both backends.
+/* The writer policies' arithmetic (docs/record-format.md section 4b), written once for both backends.
  *
- * record-format.md fixes what a reader computes from the codes, not how a writer picks them: any
+ * docs/record-format.md fixes what a reader computes from the codes, not how a writer picks them: any
  * group-scale code is a valid record. The `mse` policy picks, per group, the code whose decoded
  * group has the least squared error among six candidates instead of taking the `amax / 6` code
  * (`rtn`, the spec's step 3). Step 4 (the nearest E2M1 code of each element for the chosen scale),

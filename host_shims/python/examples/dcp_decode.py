@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Decode context parallelism (DCP) over NCCL with the nvfp4-mla plugin: records cross GPUs as
-records, partial attentions merge (issue 15; the repository README, "Decode context parallelism").
+records, partial attentions merge (issue 15; docs/integration.md, "Decode context parallelism").
 
 A DCP group of W processes, one per GPU, shares every request's tokens: token t lives on rank
 (t // I) % W at local slot (t // (I * W)) * I + t % I, round-robin by token (interleave I = 1) or by

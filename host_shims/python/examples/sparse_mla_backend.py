@@ -1,6 +1,7 @@
 """How a sparse-MLA attention backend of a Python serving engine uses the plugin.
 
-Runs on the CPU backend with numpy (python3 examples/sparse_mla_backend.py, NVFP4_MLA_PLUGIN set);
+Runs on the CPU backend with numpy (python3 examples/sparse_mla_backend.py, NVFP4_MLA_PLUGIN set; the
+interpreter must have numpy: Debian's python3-numpy for /usr/bin/python3, or pip install numpy);
 with PyTorch CUDA tensors the same calls take device="cuda:0" and a stream.
 
 Start-up: load the plugin, snapshot the cache format once, refuse a plugin that cannot serve it, and
@@ -21,7 +22,12 @@ mode="reduce-overhead" captures it in a CUDA graph). Same bytes as the prepared 
 import os
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the package needs no numpy; this example's arrays do
+    sys.exit(f"{os.path.basename(__file__)} needs numpy, which {sys.executable} (Python {sys.version.split()[0]}) "
+             "does not have: install it (python3 -m pip install numpy; Debian: apt-get install python3-numpy for "
+             "/usr/bin/python3), or run the example with an interpreter that has it")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import nvfp4_mla  # noqa: E402

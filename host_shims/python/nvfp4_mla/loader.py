@@ -44,7 +44,7 @@ def _select(selection):
     """The C loader's select_plugin: the file to open, or the exception it would report."""
     name = _abi.PLUGIN_ENV if selection is None else "plugin selection"
     if selection is None:
-        selection = os.environ.get(_abi.PLUGIN_ENV)  # Python has no secure_getenv; see README
+        selection = os.environ.get(_abi.PLUGIN_ENV)  # Python has no secure_getenv; see docs/integration.md
     if not selection:
         raise PluginNotSelected(
             f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the plugin file or its folder)", "not_selected")

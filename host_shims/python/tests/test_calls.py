@@ -101,7 +101,7 @@ def test_plugin_errors_should_carry_the_plugins_message(ctx):
 
 
 def e4m3(codes):
-    """E4M3 codes to float32 (record-format.md 2c); the writer never emits NaN codes."""
+    """E4M3 codes to float32 (docs/record-format.md 2c); the writer never emits NaN codes."""
     c = codes.astype(np.int32)
     e, m = (c >> 3) & 15, (c & 7).astype(np.float32)
     mag = np.where(e == 0, m / 8 * np.float32(2.0**-6), (1 + m / 8) * np.exp2(e - 7).astype(np.float32))
@@ -109,7 +109,7 @@ def e4m3(codes):
 
 
 def record_values(rec):
-    """One per-token 368-byte record's 576 binary32 values (record-format.md section 5)."""
+    """One per-token 368-byte record's 576 binary32 values (docs/record-format.md section 5)."""
     codes = np.stack([rec[:256] & 15, rec[:256] >> 4], axis=1).reshape(512)
     e2m1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], np.float32)[codes & 7] * np.where(codes & 8, -1, 1).astype(np.float32)
     d = np.repeat(e4m3(rec[256:288]), 16)
