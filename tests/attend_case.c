@@ -42,10 +42,21 @@ static double uniform(uint64_t *s) {
     return ((double)(*s >> 11) + 0.5) * 0x1p-53;
 }
 
-/* Two N(0, 1) values (Box-Muller, both halves). */
-static void gauss2(uint64_t *s, double *a, double *b) {
-    const double r = sqrt(-2 * log(uniform(s))), t = 6.283185307179586 * uniform(s);
-    *a = r * cos(t), *b = r * sin(t);
+/* N(0, 1) values: a table of 2^16 Box-Muller draws made once, indexed by the case's stream (cheap:
+ * big cases draw tens of millions). */
+static double gauss(uint64_t *s) {
+    static double table[1 << 16];
+    static int made;
+    if (!made) {
+        uint64_t t = 0x853C49E6748FEA9Bull;
+        for (int i = 0; i < (1 << 16); i += 2) {
+            const double r = sqrt(-2 * log(uniform(&t))), a = 6.283185307179586 * uniform(&t);
+            table[i] = r * cos(a), table[i + 1] = r * sin(a);
+        }
+        made = 1;
+    }
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return table[*s >> 48];
 }
 
 static void *must_alloc(size_t bytes) {
@@ -64,15 +75,9 @@ static void make_tokens(attend_case_t *c, uint64_t *rng) {
     const int64_t n = c->o.slots_n;
     c->tok = must_alloc((size_t)n * 576 * 2);
     for (int64_t t = 0; t < n; t++) {
-        double g, unused_half;
-        gauss2(rng, &g, &unused_half);
-        const double mag = 0.5 * exp(c->o.magnitude_sigma * g);
-        for (int i = 0; i < 576; i += 2) {
-            double a, b;
-            gauss2(rng, &a, &b);
-            c->tok[t * 576 + i] = nvfp4_f32_to_bf16((float)(a * mag));
-            c->tok[t * 576 + i + 1] = nvfp4_f32_to_bf16((float)(b * mag));
-        }
+        const double mag = 0.5 * exp(c->o.magnitude_sigma * gauss(rng));
+        for (int i = 0; i < 576; i++)
+            c->tok[t * 576 + i] = nvfp4_f32_to_bf16((float)(gauss(rng) * mag));
     }
 }
 
@@ -125,12 +130,8 @@ static void make_queries(attend_case_t *c, uint64_t *rng) {
     const int64_t nq = c->o.nq, h = c->o.h, topk = c->o.topk;
     const size_t q_n = (size_t)(nq * h * 576);
     c->q = must_alloc(q_n * 2);
-    for (size_t i = 0; i < q_n; i += 2) {
-        double a, b;
-        gauss2(rng, &a, &b);
-        c->q[i] = nvfp4_f32_to_bf16((float)(a * c->o.q_sigma));
-        c->q[i + 1] = nvfp4_f32_to_bf16((float)(b * c->o.q_sigma));
-    }
+    for (size_t i = 0; i < q_n; i++)
+        c->q[i] = nvfp4_f32_to_bf16((float)(gauss(rng) * c->o.q_sigma));
     c->slots = must_alloc((size_t)(nq * topk) * 4);
     c->valid = must_alloc((size_t)nq * 4);
     for (int64_t i = 0; i < nq * topk; i++)
