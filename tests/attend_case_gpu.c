@@ -93,6 +93,7 @@ static void *make_workspace(uint64_t bytes, int ws_fill) {
 /* The calls: eager on the legacy stream, or captured on a non-blocking stream and launched. */
 static void make_calls(nvfp4_mla_context_t *gpu, nvfp4_mla_attend_args_t *g, const attend_gpu_call_t *call) {
     const int calls = call->calls > 0 ? call->calls : 1;
+    CK(cudaDeviceSynchronize()); /* the poison memsets ran on the legacy stream; a captured call runs on another */
     if (!call->graph) {
         for (int k = 0; k < calls; k++)
             if (nvfp4_op_attend(gpu, g) != NVFP4_MLA_OK)
