@@ -158,8 +158,9 @@ static bench_check check_timed_call(bench &b, const attend_side &a, const attend
                              want_lse[i * H + h], NULL, &s, where);
         }
     char line[512];
-    printf("%-28s check of the timed call: %lld queries (%lld .. %lld), %s\n", "", (long long)n, (long long)picks[0],
-           (long long)picks[n - 1], attend_check_summary(&s, line, sizeof line));
+    printf("  check of attend %s h=%lld, the timed call: %lld queries (%lld .. %lld), %s\n",
+           a.is656 ? "fp8-656" : "nvfp4-368", (long long)H, (long long)n, (long long)picks[0], (long long)picks[n - 1],
+           attend_check_summary(&s, line, sizeof line));
     *ok = *ok && s.failed == 0;
     return bench_check{n, s.rows, s.failed, s.worst_rel_rms, s.worst_excess, s.worst_lse};
 }

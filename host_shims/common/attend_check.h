@@ -64,11 +64,12 @@ const char *attend_check_summary(const attend_check_stats_t *stats, char *buf, i
 /* Folds `part` into `total` (counts added, worsts kept, the first failure kept). */
 void attend_check_merge_stats(attend_check_stats_t *total, const attend_check_stats_t *part);
 
-/* The queries to check of a call of n_q queries: every one when n_q <= all_up_to; else at least
- * `spread` of them (and at most 2 x spread): the first and last three, the queries on either side
- * of each boundary where a round robin of `period` work items (the GPU's CTAs; 0: none) wraps with 1,
- * 2, 4 or 8 items a query, then evenly spaced ones. Sorted, distinct, into `out` (room for
- * 2 * spread + 8, or n_q when n_q <= all_up_to). Returns how many. */
+/* The queries to check of a call of n_q queries: every one when n_q <= all_up_to (or n_q <=
+ * spread); else at least `spread` of them, at most 2 x spread + 8: the first and last three; both
+ * sides of the first boundaries where a round robin of `period` work items (the GPU's CTAs; 0:
+ * none) wraps, at 1, 2, 4 and 8 items a query (spread / 4 queries each); spread / 2 + 1 evenly
+ * spaced ones; then reproducible pseudo-random ones up to `spread`. Sorted, distinct, into `out`
+ * (room for 2 x spread + 8, or n_q when all are taken). Returns how many. */
 int64_t attend_check_pick_queries(int64_t n_q, int64_t all_up_to, int64_t spread, int64_t period, int64_t *out);
 
 #ifdef __cplusplus
