@@ -470,7 +470,8 @@ static void record_faults(uint32_t layout, uint32_t mode) {
     double weight = 0;
     attend_case_opts_t o;
     for (int attempt = 0; attempt < 8 && weight < 0.25; attempt++) { /* data where one entry matters */
-        if (attempt) attend_case_free(&c);
+        if (attempt)
+            attend_case_free(&c);
         o = opts(4, 16, 128, layout, mode);
         o.lengths = 0, o.empty_first = 0, o.unused = 0;
         attend_case_make(&c, &o, cpu);
