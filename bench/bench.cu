@@ -2,9 +2,12 @@
  * the same run (BENCHMARKS.md, "What is measured"): a >= 4 GiB device copy, a plain random gather of
  * 368-byte records and the mma.sync bf16 matrix rate (bench_ceilings.cu).
  * Every kernel's correctness check (CUDA output against the plugin's CPU output) runs in the same
- * process. Times are medians of CUDA-event-timed launches after warm-up, on a cache of >= 4 GiB with
- * random slots. The plugin is reached through the loader and the ABI only, as a runtime would.
- * This file: the command, the writer and gather sections, the JSON; attend: bench_attend.cu. */
+ * process; attend checks the timed call's own output (bench_attend.cu). Times: median and spread of
+ * CUDA-event-timed launches after warm-up, sides compared in one row interleaved, optionally with
+ * L2 flushed before each launch (--flush-l2), on a cache of >= 4 GiB whose every record holds a
+ * random token (bench_data.cu), at random slots. The plugin is reached through the loader and the
+ * ABI only, as a runtime would.
+ * This file: the command, timing, the writer and gather sections, the JSON; attend: bench_attend.cu. */
 #include <string.h>
 
 #include "bench.h"
@@ -25,20 +28,53 @@ nvfp4_mla_tensor_t bench_tensor(void *p, int32_t dtype, int ndim, std::initializ
     return t;
 }
 
-void bench_add_row(bench &b, const char *op, int64_t size, double us, double bytes, double ceiling_tbps,
-                   const char *ceiling, int correct) {
-    bench_row r;
+std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<std::function<void()>> &sides, int warmup,
+                                           int iters) {
+    const size_t n = sides.size();
+    std::vector<cudaEvent_t> ev(2 * n);
+    for (auto &e : ev) CK(cudaEventCreate(&e));
+    std::vector<std::vector<float>> ms(n);
+    for (int round = 0; round < warmup + iters; round++) {
+        for (size_t k = 0; k < n; k++) {
+            if (b.flush_l2) CK(cudaMemsetAsync(b.flush_buf, round & 0xFF, b.flush_bytes, b.s));
+            CK(cudaEventRecord(ev[2 * k], b.s));
+            sides[k]();
+            CK(cudaEventRecord(ev[2 * k + 1], b.s));
+        }
+        CK(cudaEventSynchronize(ev[2 * n - 1]));
+        for (size_t k = 0; k < n && round >= warmup; k++) {
+            float t;
+            CK(cudaEventElapsedTime(&t, ev[2 * k], ev[2 * k + 1]));
+            ms[k].push_back(t);
+        }
+    }
+    for (auto &e : ev) cudaEventDestroy(e);
+    std::vector<bench_timing> out(n);
+    for (size_t k = 0; k < n; k++) {
+        std::vector<float> &v = ms[k];
+        std::sort(v.begin(), v.end());
+        const size_t m = v.size();
+        out[k] = bench_timing{v[m / 2] * 1e3, v[0] * 1e3, v[m - 1] * 1e3, v[m / 4] * 1e3, v[(3 * m) / 4] * 1e3, (int)m};
+    }
+    return out;
+}
+
+bench_row &bench_add_row(bench &b, const char *op, int64_t size, const bench_timing &t, double bytes,
+                         double ceiling_tbps, const char *ceiling, int correct) {
+    bench_row r = {};
     snprintf(r.op, sizeof r.op, "%s", op);
     r.size = size;
-    r.median_us = us;
-    r.tbps = bytes / (us * 1e-6) / 1e12;
+    r.t = t;
+    r.median_us = t.median_us;
+    r.tbps = bytes / (t.median_us * 1e-6) / 1e12;
     r.ratio = ceiling_tbps > 0 ? r.tbps / ceiling_tbps : 0;
     r.ceiling = ceiling;
     r.correct = correct;
     b.rows.push_back(r);
-    printf("%-28s %9lld %11.2f %9.3f %8.3f  %-10s %s\n", r.op, (long long)size, us, r.tbps, r.ratio, ceiling,
-           correct < 0 ? "-" : correct ? "PASS" : "FAIL");
+    printf("%-28s %9lld %11.2f %9.3f %8.3f  %-10s %-5s %9.2f %9.2f\n", r.op, (long long)size, t.median_us, r.tbps,
+           r.ratio, ceiling, correct < 0 ? "-" : correct ? "PASS" : "FAIL", t.min_us, t.max_us);
     fflush(stdout);
+    return b.rows.back();
 }
 
 /* bench.h */
@@ -62,15 +98,12 @@ static nvfp4_mla_tensor_t big_cache(bench &b) {
                         {BENCH_BLOCK * 368, 368, 1});
 }
 
-/* The writer's inputs: bf16 tokens of N(0,1)-ish values (a random sign, exponent and mantissa),
- * random slots (4 consecutive tokens share a 4-slot run), identity slots, the compact cache. */
+/* The writer's inputs: tokens like a model's latents (bench_tokens: Gaussian values times a
+ * per-token log-normal magnitude, RoPE included; a host copy for the CPU writer), random slots (4
+ * consecutive tokens share a 4-slot run), identity slots, the compact cache. */
 static void writer_buffers(bench &b) {
     const int64_t T = BENCH_T_MAX;
     b.tokens.resize(T * 576);
-    for (auto &v : b.tokens) {
-        uint64_t r = bench_rand();
-        v = (uint16_t)(((r & 1) << 15) | ((120 + (r >> 1) % 10) << 7) | ((r >> 8) & 0x7F));
-    }
     std::vector<int64_t> slots(T), ident(T);
     for (int64_t i = 0; i < T; i++) slots[i] = (int64_t)(bench_rand() % (uint64_t)(b.capacity / 4)) * 4 + (i & 3);
     for (int64_t i = 0; i < T; i++) ident[i] = i;
@@ -78,23 +111,26 @@ static void writer_buffers(bench &b) {
     CK(cudaMalloc(&b.d_slots, T * 8));
     CK(cudaMalloc(&b.d_ident, T * 8));
     CK(cudaMalloc(&b.d_compact, T * 368));
-    CK(cudaMemcpy(b.d_tokens, b.tokens.data(), T * 576 * 2, cudaMemcpyHostToDevice));
+    bench_tokens(b.d_tokens, 0, T, 0x5EED0001, 0.5f, b.s);
+    CK(cudaStreamSynchronize(b.s));
+    CK(cudaMemcpy(b.tokens.data(), b.d_tokens, T * 576 * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(b.d_slots, slots.data(), T * 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(b.d_ident, ident.data(), T * 8, cudaMemcpyHostToDevice));
 }
 
 /* Device time per launch without host enqueue latency: 100 launches in one graph. */
-static double graph_us(bench &b, const nvfp4_mla_write_args_t &w, int &launched) {
+static bench_timing graph_us(bench &b, const nvfp4_mla_write_args_t &w, int &launched) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(b.s, cudaStreamCaptureModeThreadLocal));
     for (int k = 0; k < 100; k++) launched &= b.t->write(b.gpu, &w) == NVFP4_MLA_OK;
     CK(cudaStreamEndCapture(b.s, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
-    const double us = median_us([&] { CK(cudaGraphLaunch(exec, b.s)); }, 2, 20, b.s) / 100.0;
+    bench_timing t = bench_time(b, [&] { CK(cudaGraphLaunch(exec, b.s)); }, 2, 20);
+    for (double *v : {&t.median_us, &t.min_us, &t.max_us, &t.p25_us, &t.p75_us}) *v /= 100.0;
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    return us;
+    return t;
 }
 
 /* One writer row (and its graph row for small T) of one writer policy: the CUDA records of T tokens
@@ -115,7 +151,8 @@ static void write_case(bench &b, int m, uint32_t policy, int64_t T) {
     w.slot_mapping = bench_tensor(b.d_slots, NVFP4_MLA_DTYPE_I64, 1, {T}, {1});
     w.cache = big_cache(b);
     int launched = 1;
-    double us = median_us([&] { launched &= b.t->write(b.gpu, &w) == NVFP4_MLA_OK; }, 3, T >= 16384 ? 20 : 50, b.s);
+    bench_timing us =
+        bench_time(b, [&] { launched &= b.t->write(b.gpu, &w) == NVFP4_MLA_OK; }, 3, T >= 16384 ? 20 : 50);
     char name[64], policy_suffix[16] = "";
     if (policy != NVFP4_MLA_WRITER_POLICY_RTN) snprintf(policy_suffix, sizeof policy_suffix, " %s", nvfp4_mla_writer_policy_name(policy));
     snprintf(name, sizeof name, "write %s%s", mode_names[m], policy_suffix);
@@ -179,7 +216,7 @@ static void gather_case(bench &b, int m) {
     g.cache = big_cache(b);
     g.slots = bench_tensor(b.d_index, NVFP4_MLA_DTYPE_I32, 1, {N}, {1});
     int launched = 1;
-    const double us = median_us([&] { launched &= b.t->gather(b.gpu, &g) == NVFP4_MLA_OK; }, 3, 20, b.s);
+    const bench_timing us = bench_time(b, [&] { launched &= b.t->gather(b.gpu, &g) == NVFP4_MLA_OK; }, 3, 20);
     bench_add_row(b, m ? "gather static" : "gather per-token", N, us, N * (368.0 + 1152 + 4), b.copy_tbps, "copy",
                   ok && launched);
     printf("%-28s %9s %11s %9s %8.3f  %-10s\n", "  (vs gather368 ceiling)", "", "", "", b.rows.back().tbps / b.g368_tbps,
@@ -190,30 +227,53 @@ static void bench_gather(bench &b) {
     for (int m = 0; m < 2 && (!b.only[0] || !strcmp(b.only, "gather")); m++) gather_case(b, m);
 }
 
-/* bench.json: the device, the ceilings and every row; written whole or not at all. */
+/* One row of bench.json: the keys plot_results.py and earlier readers use (op, size, median_us,
+ * tbps, ratio, ceiling, check), the spread of the samples, and for attend rows TFLOP/s over the
+ * real heads and what the check of the timed call found. */
+static void json_row(FILE *f, const bench_row &r, const char *sep) {
+    fprintf(f, "  {\"op\": \"%s\", \"size\": %lld, \"median_us\": %.3f, \"tbps\": %.4f, \"ratio\": %.4f, "
+               "\"ceiling\": \"%s\", \"check\": \"%s\", \"min_us\": %.3f, \"max_us\": %.3f, \"p25_us\": %.3f, "
+               "\"p75_us\": %.3f, \"samples\": %d", r.op, (long long)r.size, r.median_us, r.tbps, r.ratio, r.ceiling,
+            r.correct < 0 ? "-" : r.correct ? "pass" : "fail", r.t.min_us, r.t.max_us, r.t.p25_us, r.t.p75_us,
+            r.t.samples);
+    if (r.tflops > 0) fprintf(f, ", \"tflops\": %.2f", r.tflops);
+    if (r.check.queries > 0)
+        fprintf(f, ", \"check_queries\": %lld, \"check_rows\": %lld, \"check_failed_rows\": %lld, "
+                   "\"worst_rel_rms\": %.3e, \"worst_excess\": %.3e, \"worst_lse\": %.3e",
+                (long long)r.check.queries, (long long)r.check.rows, (long long)r.check.failed, r.check.worst_rel_rms,
+                r.check.worst_excess, r.check.worst_lse);
+    fprintf(f, "}%s\n", sep);
+}
+
+/* bench.json: the device, the ceilings, how times were taken, and every row; written whole or not
+ * at all. */
 static int bench_json(const bench &b, const char *path) {
     cli_out_t out;
     if (cli_out_open("bench", path, &out)) return 1;
     FILE *f = out.f;
-    fprintf(f, "{\"device\": \"%s\", \"copy_tbps\": %.4f, \"gather368_tbps\": %.4f, \"rows\": [\n", b.info.device_name,
-            b.copy_tbps, b.g368_tbps);
-    for (size_t i = 0; i < b.rows.size(); i++) {
-        const bench_row &r = b.rows[i];
-        fprintf(f, "  {\"op\": \"%s\", \"size\": %lld, \"median_us\": %.3f, \"tbps\": %.4f, \"ratio\": %.4f, "
-                   "\"ceiling\": \"%s\", \"check\": \"%s\"}%s\n", r.op, (long long)r.size, r.median_us, r.tbps,
-                r.ratio, r.ceiling, r.correct < 0 ? "-" : r.correct ? "pass" : "fail", i + 1 < b.rows.size() ? "," : "");
-    }
+    fprintf(f, "{\"device\": \"%s\", \"copy_tbps\": %.4f, \"gather368_tbps\": %.4f, \"flush_l2\": %s, "
+               "\"timing\": \"CUDA events around each launch; sides of a row interleaved\", "
+               "\"data\": \"every record from random tokens, per-token log-normal magnitudes\", \"rows\": [\n",
+            b.info.device_name, b.copy_tbps, b.g368_tbps, b.flush_l2 ? "true" : "false");
+    for (size_t i = 0; i < b.rows.size(); i++) json_row(f, b.rows[i], i + 1 < b.rows.size() ? "," : "");
     fprintf(f, "]}\n");
     return cli_out_commit(&out);
 }
 
-/* [--quick] [--only write|gather|attend] [--tokens T] [--json FILE] [--plugin P], each once. */
+/* [--quick] [--only write|gather|attend] [--tokens T] [--json FILE] [--plugin P] [--flush-l2]
+ * [--check-queries N], each once. */
 static int parse_bench(int argc, char **argv, bench &b, const char **plugin, const char **json_path) {
     cli_seen_t seen = {};
     for (int i = 1; i < argc; i++) {
-        long long tokens_value = 0;
+        long long tokens_value = 0, queries = 0;
         if (cli_once("bench", &seen, argv[i])) return 1;
         else if (!strcmp(argv[i], "--quick")) b.quick = 1;
+        else if (!strcmp(argv[i], "--flush-l2")) b.flush_l2 = 1;
+        else if (i + 1 < argc && !strcmp(argv[i], "--check-queries")) {
+            if (cli_parse_int("bench", argv[i], argv[i + 1], 1, 128, &queries)) return 1;
+            b.check_queries = queries;
+            i++;
+        }
         else if (i + 1 < argc && !strcmp(argv[i], "--only")) b.only = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--tokens")) {
             if (cli_parse_int("bench", argv[i], argv[i + 1], 1, INT64_C(1) << 32, &tokens_value)) return 1;
@@ -239,8 +299,17 @@ static int bench_open(bench &b, const char *plugin) {
     b.info.struct_size = sizeof b.info;
     b.t->context_info(b.gpu, &b.info);
     CK(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
-    printf("device %s; plugin %s %s (git %s)\n", b.info.device_name, b.t->plugin_name, b.t->version, b.t->git_revision);
-    printf("%-28s %9s %11s %9s %8s  %-10s %s\n", "operation", "size", "median us", "TB/s", "ratio", "ceiling", "check");
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    b.sm_count = prop.multiProcessorCount;
+    if (b.flush_l2) { /* twice the L2: each launch starts on a cache holding none of its data */
+        b.flush_bytes = 2 * (size_t)prop.l2CacheSize;
+        CK(cudaMalloc(&b.flush_buf, b.flush_bytes));
+    }
+    printf("device %s; plugin %s %s (git %s); L2 %s between launches\n", b.info.device_name, b.t->plugin_name,
+           b.t->version, b.t->git_revision, b.flush_l2 ? "flushed" : "not flushed");
+    printf("%-28s %9s %11s %9s %8s  %-10s %-5s %9s %9s\n", "operation", "size", "median us", "TB/s", "ratio", "ceiling",
+           "check", "min us", "max us");
     return 0;
 }
 
@@ -248,17 +317,23 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
     static bench b; /* large; one per process */
     const char *plugin = NULL, *json_path = NULL;
     b.only = "";
+    b.check_queries = 16;
     if (parse_bench(argc, argv, b, &plugin, &json_path) || bench_open(b, plugin)) return 1;
     b.copy_bytes = b.quick ? (size_t)1 << 30 : (size_t)4 << 30;
     bench_ceilings(b);
     writer_buffers(b);
     bench_scatter_ceiling(b);
     bench_write(b);
+    /* the readers read real records at every slot (the writer rows left static ones at theirs) */
+    int filled = bench_fill_cache_368(b, b.cache, b.capacity, 0x5EED0368);
+    if (!filled) printf("nvfp4-mla bench: writing the big cache failed: %s\n", b.t->last_error());
     bench_gather(b);
     bench_attend(b);
     int failed = json_path ? bench_json(b, json_path) : 0;
+    failed |= !filled;
     for (const bench_row &r : b.rows) failed |= r.correct == 0;
     b.t->shutdown(b.gpu);
     cli_host_close(&b.host);
+    if (b.flush_buf) cudaFree(b.flush_buf);
     return failed;
 }

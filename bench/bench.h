@@ -1,5 +1,6 @@
 /* The pieces of `nvfp4-mla bench` (CUDA C++): the run's state, timing and result rows, shared by
- * bench.cu (command, writer, gather reader, JSON), bench_attend.cu and bench_ceilings.cu. */
+ * bench.cu (command, writer, gather reader, JSON), bench_attend.cu, bench_ceilings.cu and
+ * bench_data.cu (the data every timed call reads). */
 #ifndef NVFP4_MLA_CLI_BENCH_H
 #define NVFP4_MLA_CLI_BENCH_H
 
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <functional>
 #include <initializer_list>
 #include <vector>
 
@@ -26,12 +28,28 @@ static const int64_t BENCH_BLOCK = 64;      /* tokens per cache block */
 static const int64_t BENCH_N = 262144;      /* rows gathered */
 static const int64_t BENCH_T_MAX = 262144;  /* tokens written, at most */
 
+/* The times of one launch, microseconds: median and spread over the timed samples. */
+struct bench_timing {
+    double median_us, min_us, max_us, p25_us, p75_us;
+    int samples;
+};
+
+/* What an attend row's check found (bench_attend.cu): the timed call's own output, CPU reference. */
+struct bench_check {
+    int64_t queries;                                 /* queries checked (0: no check) */
+    int64_t rows, failed;                            /* (query, head) rows checked, outside the bounds */
+    double worst_rel_rms, worst_excess, worst_lse;   /* attend_check_stats_t's */
+};
+
 struct bench_row {
     char op[64];
     int64_t size;
-    double median_us, tbps, ratio;
+    bench_timing t;
+    double median_us, tbps, ratio; /* median_us: t.median_us; tbps and ratio from it */
     const char *ceiling;
     int correct; /* 1 PASS, 0 FAIL, -1 no check */
+    double tflops; /* attend rows: over the real heads (0: none) */
+    bench_check check;
 };
 
 struct bench {
@@ -39,13 +57,19 @@ struct bench {
     const char *only;    /* "", "write", "gather" or "attend" */
     int64_t only_tokens; /* writer size filter, 0 = all */
     int quick;           /* 1 GiB instead of 4 GiB */
+    int flush_l2;        /* an L2-sized write before each timed launch (outside its events) */
+    int64_t check_queries; /* attend: queries of the timed call checked against the CPU (16) */
     /* The plugin: its CPU context (host.cpu) is the correctness oracle, `gpu` is timed. */
     cli_host_t host;
     const nvfp4_mla_plugin_t *t;
     nvfp4_mla_context_t *gpu;
     nvfp4_mla_context_info_t info;
     cudaStream_t s;
-    /* The big cache (>= 4 GiB, the copy ceiling's source): random slots of every timed operation. */
+    int sm_count;        /* the device's multiprocessors (the check's query spread) */
+    void *flush_buf;     /* flush_l2: twice the device's L2 */
+    size_t flush_bytes;
+    /* The big cache (>= 4 GiB, the copy ceiling's source): random slots of every timed operation;
+     * every record written from random tokens before the readers run (bench_fill_cache_368). */
     size_t copy_bytes;
     uint8_t *cache;
     int64_t capacity;    /* 368-byte records it holds, whole blocks */
@@ -62,26 +86,16 @@ struct bench {
     std::vector<bench_row> rows;
 };
 
-/* Median of `iters` CUDA-event-timed launches after `warmup` untimed ones, in microseconds. */
-template <typename F> static double median_us(F launch, int warmup, int iters, cudaStream_t s) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < warmup; i++) launch();
-    std::vector<float> ms;
-    for (int i = 0; i < iters; i++) {
-        CK(cudaEventRecord(a, s));
-        launch();
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float t;
-        CK(cudaEventElapsedTime(&t, a, b));
-        ms.push_back(t);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2] * 1000.0;
+/* Times sides[0..n): `warmup` untimed rounds, then `iters` rounds; a round launches every side
+ * once, in turn (A B A B ...: drifts of clocks and temperature fall on every side alike), each
+ * launch between its own CUDA events on b.s. With b.flush_l2, an L2-sized write precedes each
+ * timed launch, outside its events. */
+std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<std::function<void()>> &sides, int warmup,
+                                           int iters);
+
+/* One side. */
+template <typename F> static bench_timing bench_time(const bench &b, F launch, int warmup, int iters) {
+    return bench_time_sides(b, {std::function<void()>(launch)}, warmup, iters)[0];
 }
 
 /* One reproducible random stream for the whole run (xorshift64). */
@@ -91,9 +105,9 @@ uint64_t bench_rand();
 nvfp4_mla_tensor_t bench_tensor(void *p, int32_t dtype, int ndim, std::initializer_list<int64_t> shape,
                                 std::initializer_list<int64_t> strides);
 
-/* Prints a row of the table and keeps it for --json. */
-void bench_add_row(bench &b, const char *op, int64_t size, double us, double bytes, double ceiling_tbps,
-                   const char *ceiling, int correct);
+/* Prints a row of the table (median, and the spread as min / max) and keeps it for --json. */
+bench_row &bench_add_row(bench &b, const char *op, int64_t size, const bench_timing &t, double bytes,
+                         double ceiling_tbps, const char *ceiling, int correct);
 
 /* Write arguments for T tokens of the bench's token buffer (576-value rows) into 368-byte records
  * of the compact cache [T, 1, 368] at identity slots (the writer's checks, attend's records); the
@@ -107,5 +121,25 @@ void bench_scatter_ceiling(bench &b);
 
 /* bench_attend.cu: attend over 368 per-token and 656 records at h = 16, 32, 64, 128. */
 void bench_attend(bench &b);
+
+/* ---- bench_data.cu: data like a model's, made on the device ----
+ * Row t of stream `seed`: 576 bf16 values (latent and RoPE) N(0, 1) x one log-normal magnitude
+ * base x exp(0.5 N(0, 1)) a row, a pure function of (seed, t); rows [first, first + n) into d_rows
+ * [n, 576]. Tokens take base 0.5, queries 2 (scores of about unit spread under 1/sqrt(576)). */
+void bench_tokens(uint16_t *d_rows, int64_t first, int64_t n, uint64_t seed, float base, cudaStream_t s);
+
+/* Every record of `cache` ([capacity / 64, 64, 368] at b.cache) written by the plugin's CUDA writer
+ * in per-token mode from tokens of stream `seed` (chunks of BENCH_T_MAX through b.d_tokens, whose
+ * contents it leaves changed). 0 when a write failed. */
+int bench_fill_cache_368(bench &b, uint8_t *cache, int64_t capacity, uint64_t seed);
+
+/* Every record of a 656-byte cache of `capacity` records (contiguous) written by FlashMLA's rule
+ * (power-of-two tile scales, as host_encode_fp8_656_pow2) from tokens of stream `seed`. */
+void bench_fill_cache_656(bench &b, uint8_t *cache, int64_t capacity, uint64_t seed);
+
+/* The records of slots[0..n) (-1: a zero record) copied from a cache of `block`-record pages of
+ * `rb` bytes into dst [n, rb]: what the CPU reference of a checked query reads. */
+void bench_copy_records(const uint8_t *cache, int64_t block, int32_t rb, const int32_t *d_slots, int64_t n,
+                        uint8_t *d_dst, cudaStream_t s);
 
 #endif

@@ -63,9 +63,9 @@ static void copy_ceiling(bench &b) {
     CK(cudaMalloc(&b.cache, b.copy_bytes));
     CK(cudaMalloc(&dst, b.copy_bytes));
     CK(cudaMemsetAsync(b.cache, 0x3C, b.copy_bytes, b.s));
-    const double us = median_us([&] { CK(cudaMemcpyAsync(dst, b.cache, b.copy_bytes, cudaMemcpyDeviceToDevice, b.s)); },
-                                2, 10, b.s);
-    b.copy_tbps = 2.0 * b.copy_bytes / (us * 1e-6) / 1e12;
+    const bench_timing us = bench_time(
+        b, [&] { CK(cudaMemcpyAsync(dst, b.cache, b.copy_bytes, cudaMemcpyDeviceToDevice, b.s)); }, 2, 10);
+    b.copy_tbps = 2.0 * b.copy_bytes / (us.median_us * 1e-6) / 1e12;
     bench_add_row(b, "ceiling: copy", (int64_t)(b.copy_bytes >> 20), us, 2.0 * b.copy_bytes, b.copy_tbps, "copy", -1);
     CK(cudaFree(dst));
 }
@@ -79,21 +79,22 @@ static void gather_ceiling(bench &b) {
     CK(cudaMalloc(&b.d_index, N * 4));
     CK(cudaMalloc(&b.d_out, N * 576 * 2));
     CK(cudaMemcpy(b.d_index, index.data(), N * 4, cudaMemcpyHostToDevice));
-    const double us = median_us(
-        [&] { gather368_ceiling<<<132 * 16, 256, 0, b.s>>>((const uint4 *)b.cache, b.d_index, (uint4 *)b.d_out, (int32_t)N); },
-        3, 20, b.s);
+    const bench_timing us = bench_time(
+        b, [&] { gather368_ceiling<<<132 * 16, 256, 0, b.s>>>((const uint4 *)b.cache, b.d_index, (uint4 *)b.d_out, (int32_t)N); },
+        3, 20);
     CK(cudaGetLastError());
-    b.g368_tbps = (N * 368.0 * 2 + N * 4.0) / (us * 1e-6) / 1e12;
+    b.g368_tbps = (N * 368.0 * 2 + N * 4.0) / (us.median_us * 1e-6) / 1e12;
     bench_add_row(b, "ceiling: gather368", N, us, N * 368.0 * 2 + N * 4.0, b.copy_tbps, "copy", -1);
 }
 
 /* bf16 tensor-core rate of mma.sync (the instruction attend uses): 4 CTAs of 8 warps per SM. */
 static void mma_rate_ceiling(bench &b) {
     const int mma_iters = 4096;
-    const double us = median_us([&] { mma_ceiling<<<132 * 4, 256, 0, b.s>>>((float *)b.d_out, mma_iters); }, 2, 10, b.s);
+    const bench_timing us =
+        bench_time(b, [&] { mma_ceiling<<<132 * 4, 256, 0, b.s>>>((float *)b.d_out, mma_iters); }, 2, 10);
     CK(cudaGetLastError());
-    b.mma_tflops = 132.0 * 4 * 8 * mma_iters * 8 * 4096.0 / (us * 1e-6) / 1e12;
-    bench_add_row(b, "ceiling: mma.sync bf16", 132 * 4 * 8, us, b.mma_tflops * 1e12 * us * 1e-6, 0, "TFLOP/s", -1);
+    b.mma_tflops = 132.0 * 4 * 8 * mma_iters * 8 * 4096.0 / (us.median_us * 1e-6) / 1e12;
+    bench_add_row(b, "ceiling: mma.sync bf16", 132 * 4 * 8, us, b.mma_tflops * 1e12 * us.median_us * 1e-6, 0, "TFLOP/s", -1);
 }
 
 void bench_ceilings(bench &b) {
@@ -104,12 +105,13 @@ void bench_ceilings(bench &b) {
 
 void bench_scatter_ceiling(bench &b) {
     const int64_t T = BENCH_T_MAX;
-    const double us = median_us(
+    const bench_timing us = bench_time(
+        b,
         [&] {
             scatter368_ceiling<<<(unsigned)(T / 8), 256, 0, b.s>>>((const uint4 *)b.d_tokens, b.d_slots,
                                                                   (uint4 *)b.cache, (int32_t)T);
         },
-        3, 20, b.s);
+        3, 20);
     CK(cudaGetLastError());
     bench_add_row(b, "ceiling: scatter368", T, us, T * 1528.0, b.copy_tbps, "copy", -1);
 }

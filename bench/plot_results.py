@@ -8,7 +8,8 @@ quality.png: relative RMS error per layer (against the layer's max_abs) of each 
 writer policy mse's too), for Gaussian and Student-t latents, and the attention output error of the
 three layers measured.
 bench.png: throughput of the writer and the gather reader against the same-run copy and gather368
-ceilings, and attend's median time per head count for the 368-byte and the 656-byte records.
+ceilings, and attend's median time per head count for the 368-byte and the 656-byte records (with
+the samples' interquartile range as error bars where the file has it: p25_us, p75_us).
 Only what the files hold is drawn; nothing is filled in.
 """
 import argparse
@@ -91,11 +92,16 @@ def plot_bench(plt, b, out):
     for r in rows:
         m = re.fullmatch(r"attend (\S+) h=(\d+)", r["op"])
         if m:
-            attend.setdefault(m.group(1), {})[int(m.group(2))] = r["median_us"]
+            attend.setdefault(m.group(1), {})[int(m.group(2))] = r
     heads = sorted({h for per in attend.values() for h in per})
     for i, (layout, per) in enumerate(sorted(attend.items(), reverse=True)):
         xs = [k + (i - 0.5) * 0.4 for k in range(len(heads))]
-        att.bar(xs, [per.get(h, float("nan")) for h in heads], 0.4, label=f"{layout} records", color=f"C{i + 4}")
+        medians = [per[h]["median_us"] if h in per else float("nan") for h in heads]
+        spread = None
+        if all("p25_us" in per.get(h, {}) and "p75_us" in per.get(h, {}) for h in heads):
+            spread = [[per[h]["median_us"] - per[h]["p25_us"] for h in heads],
+                      [per[h]["p75_us"] - per[h]["median_us"] for h in heads]]
+        att.bar(xs, medians, 0.4, yerr=spread, capsize=3, label=f"{layout} records", color=f"C{i + 4}")
     att.set_xticks(range(len(heads)), [f"h = {h}" for h in heads])
     att.set(ylabel="median time per call (us)", title="attend: 128 queries, top-k 2048, random slots")
     att.grid(True, axis="y", alpha=0.3)

@@ -1,6 +1,7 @@
 /* The host side's number formats (host_shims/common/host_codes.h, what the CLI and its tests use)
  * against the plugin's own (kernels/fp_codes.h): a host brings its own conversions, and they must
- * give the same bits. Also the 656-byte encoder against the plugin's 656 decoder. */
+ * give the same bits. Also the 656-byte encoders (the spec's scale rule, FlashMLA's power of two)
+ * against the plugin's 656 decoder. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -68,11 +69,43 @@ static void host_656_record_should_decode_as_the_plugin_reads_it(void **state) {
     assert_memory_equal(row + 512, token + 512, 128); /* RoPE copied */
 }
 
+/* FlashMLA's rule: every tile scale a power of two, the smallest at or above max(amax / 448, 1e-4),
+ * so that no code saturates; values within E4M3's rounding; the RoPE copied. Tiles of amax 448 x
+ * 2^k (a scale exactly 2^k), just above it (2^(k+1)), tiny (the 1e-4 floor: 2^-13) and zero. */
+static void host_656_pow2_record_should_hold_power_of_two_scales(void **state) {
+    (void)state;
+    const float amax[4] = {448.0f * 0.25f, 448.0f * 0.25f * 1.01f, 1e-6f, 0.0f};
+    const float expect[4] = {0.25f, 0.5f, 0x1p-13f, 0x1p-13f};
+    uint16_t token[576], row[576];
+    uint8_t record[656];
+    for (int i = 0; i < 576; i++) {
+        const int tile = i / 128;
+        const float x = i < 512 ? amax[tile] * (float)((i * 37) % 101 - 50) / 50.0f : (float)i * 0.01f;
+        token[i] = host_bf16_bits(x);
+    }
+    for (int t = 0; t < 3; t++) token[t * 128 + 7] = host_bf16_bits(amax[t]); /* the tile's amax itself */
+    host_encode_fp8_656_pow2(token, record);
+    nvfp4_mla_decode_fp8_656_cpu(record, row);
+    for (int t = 0; t < 4; t++) {
+        float scale;
+        memcpy(&scale, record + 512 + 4 * t, 4);
+        if (scale != expect[t]) fail_msg("tile %d: scale %a, expected %a", t, (double)scale, (double)expect[t]);
+    }
+    for (int i = 0; i < 512; i++) {
+        assert_true((record[i] & 0x7F) <= 0x7E);
+        const float x = host_bf16_value(token[i]), v = nvfp4_bf16_to_f32(row[i]);
+        if (!(fabsf(v - x) <= 0.0625f * fabsf(x) + 0x1p-13f * 0x1p-9f))
+            fail_msg("element %d: %g decodes to %g", i, (double)x, (double)v);
+    }
+    assert_memory_equal(row + 512, token + 512, 128);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(host_bf16_should_equal_the_plugins),
         cmocka_unit_test(host_e4m3_should_equal_the_plugins),
         cmocka_unit_test(host_656_record_should_decode_as_the_plugin_reads_it),
+        cmocka_unit_test(host_656_pow2_record_should_hold_power_of_two_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,7 +62,15 @@ uint8_t host_e4m3_code(float value) {
     return sign | code_of_value(rounded > 448.0f ? 448.0f : rounded);
 }
 
-void host_encode_fp8_656(const uint16_t *token, uint8_t *record) {
+/* The smallest power of two >= x (x > 0, finite). */
+static float pow2_at_least(float x) {
+    int e;
+    const float fraction = frexpf(x, &e); /* x = fraction * 2^e, fraction in [0.5, 1) */
+    return fraction == 0.5f ? x : ldexpf(1.0f, e);
+}
+
+/* One encoder, two scale rules: the spec's max(amax / 448, FLT_MIN), or FlashMLA's power of two. */
+static void encode_656(const uint16_t *token, uint8_t *record, int pow2) {
     enum { TILE = NVFP4_MLA_FP8_656_TILE_SIZE };
     for (int tile = 0; tile < NVFP4_MLA_FP8_656_TILES; tile++) {
         float amax = 0.0f;
@@ -70,13 +78,22 @@ void host_encode_fp8_656(const uint16_t *token, uint8_t *record) {
             const float a = fabsf(host_bf16_value(token[tile * TILE + j]));
             amax = isfinite(a) && a > amax ? a : amax;
         }
-        const float scale = amax / 448.0f < FLT_MIN ? FLT_MIN : amax / 448.0f;
+        const float scale = pow2 ? pow2_at_least(amax / 448.0f < 1e-4f ? 1e-4f : amax / 448.0f)
+                                 : amax / 448.0f < FLT_MIN ? FLT_MIN : amax / 448.0f;
         memcpy(record + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * tile, &scale, sizeof scale);
         for (int j = 0; j < TILE; j++) {
             record[tile * TILE + j] = host_e4m3_code(host_bf16_value(token[tile * TILE + j]) / scale);
         }
     }
     memcpy(record + NVFP4_MLA_FP8_656_ROPE_OFFSET, token + NVFP4_MLA_LATENT_DIM, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
+}
+
+void host_encode_fp8_656(const uint16_t *token, uint8_t *record) {
+    encode_656(token, record, 0);
+}
+
+void host_encode_fp8_656_pow2(const uint16_t *token, uint8_t *record) {
+    encode_656(token, record, 1);
 }
 
 void host_decode_fp8_656_latent(const uint8_t *record, float *latent) {

@@ -1,5 +1,6 @@
-/* Number formats and the 656-byte record as a host sees them: bf16 and E4M3 values, and the one
- * encoder of the fp8_ds_mla record (docs/record-format.md section 8), which no plugin entry writes.
+/* Number formats and the 656-byte record as a host sees them: bf16 and E4M3 values, and the
+ * encoders of the fp8_ds_mla record (docs/record-format.md section 8: the spec's scale rule and
+ * FlashMLA's), which no plugin entry writes.
  *
  * Shared by the nvfp4-mla tool and its tests. Written here rather than taken from kernels/: a host
  * reaches the plugin only through the ABI (nvfp4_mla.h), so it brings its own conversions, as a
@@ -31,6 +32,11 @@ float host_e4m3_value(uint8_t code);
 /* One bf16 token [576] (latent then RoPE) as a 656-byte fp8_ds_mla record: per 128-value tile the
  * scale max(finite tile amax / 448, FLT_MIN), E4M3 codes of value / scale, the RoPE copied. */
 void host_encode_fp8_656(const uint16_t *token, uint8_t *record);
+
+/* The same record by FlashMLA's quantiser (record-format.md section 8): each tile's scale the power
+ * of two 2^ceil(log2(max(tile_amax / 448, 1e-4))), taken exactly (never below tile_amax / 448, so no
+ * code saturates), E4M3 codes of value / scale (exact divisions), the RoPE copied. */
+void host_encode_fp8_656_pow2(const uint16_t *token, uint8_t *record);
 
 /* The 512 latent values of a 656-byte record in binary32: E4M3 value times its tile's scale. */
 void host_decode_fp8_656_latent(const uint8_t *record, float *latent);

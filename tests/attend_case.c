@@ -1,0 +1,355 @@
+/* Attend test cases on the host (see attend_case.h). */
+#include "attend_case.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "codec.h"
+#include "context.h"
+#include "errors.h"
+#include "host_codes.h"
+#include "ops.h"
+#include "test_util.h"
+
+attend_case_opts_t attend_case_opts(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode) {
+    attend_case_opts_t o = {.nq = nq,
+                            .h = h,
+                            .topk = topk,
+                            .layout = layout,
+                            .mode = mode,
+                            .block = 64,
+                            .slots_n = 4096,
+                            .unused = 0.1,
+                            .lengths = 1,
+                            .empty_first = 1,
+                            .magnitude_sigma = 0.5,
+                            .q_sigma = 1.0,
+                            .seed = 1};
+    return o;
+}
+
+/* The case's random stream: xorshift64 over a mixed seed. */
+static double uniform(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return ((double)(*s >> 11) + 0.5) * 0x1p-53;
+}
+
+/* N(0, 1) values: a table of 2^16 Box-Muller draws made once, indexed by the case's stream (cheap:
+ * big cases draw tens of millions). */
+static double gauss(uint64_t *s) {
+    static double table[1 << 16];
+    static int made;
+    if (!made) {
+        uint64_t t = 0x853C49E6748FEA9Bull;
+        for (int i = 0; i < (1 << 16); i += 2) {
+            const double r = sqrt(-2 * log(uniform(&t))), a = 6.283185307179586 * uniform(&t);
+            table[i] = r * cos(a), table[i + 1] = r * sin(a);
+        }
+        made = 1;
+    }
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return table[*s >> 48];
+}
+
+static void *must_alloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        fail_msg("cannot allocate %zu bytes", bytes);
+    return p;
+}
+
+uint8_t *attend_case_record(const attend_case_t *c, uint8_t *cache, int64_t slot) {
+    return cache + (slot / c->o.block) * c->stride + (slot % c->o.block) * c->rb;
+}
+
+/* Tokens: Gaussian latent and RoPE, times one log-normal magnitude a token. */
+static void make_tokens(attend_case_t *c, uint64_t *rng) {
+    const int64_t n = c->o.slots_n;
+    c->tok = must_alloc((size_t)n * 576 * 2);
+    for (int64_t t = 0; t < n; t++) {
+        const double mag = 0.5 * exp(c->o.magnitude_sigma * gauss(rng));
+        for (int i = 0; i < 576; i++)
+            c->tok[t * 576 + i] = nvfp4_f32_to_bf16((float)(gauss(rng) * mag));
+    }
+}
+
+/* Writes token rows [first, first + n) of `kv` (latent rows of 576-value stride) into `cache` at
+ * slots `ids` with the CPU writer in the case's mode. */
+static void write_records(const attend_case_t *c, nvfp4_mla_context_t *cpu, uint8_t *cache, const uint16_t *kv,
+                          const int64_t *ids, int64_t n) {
+    nvfp4_mla_write_args_t w = {.struct_size = sizeof w,
+                                .layout = c->o.layout,
+                                .scale_mode = c->o.mode,
+                                .outer_scale = c->scale,
+                                .kv_c = tu_rows((void *)kv, NVFP4_MLA_DTYPE_BF16, n, 512, 576),
+                                .k_pe = tu_rows((void *)(kv + 512), NVFP4_MLA_DTYPE_BF16, n, 64, 576),
+                                .slot_mapping = tu_vec((void *)ids, NVFP4_MLA_DTYPE_I64, n),
+                                .cache = tu_cache(cache, c->o.slots_n / c->o.block, c->o.block, c->rb, c->stride)};
+    if (nvfp4_op_write(cpu, &w) != NVFP4_MLA_OK)
+        fail_msg("cpu write: %s", nvfp4_last_error());
+}
+
+static void make_cache(attend_case_t *c, nvfp4_mla_context_t *cpu, uint64_t *rng) {
+    const int64_t n = c->o.slots_n;
+    c->cache = calloc((size_t)(n / c->o.block), (size_t)c->stride);
+    if (!c->cache)
+        fail_msg("cannot allocate the cache");
+    if (c->rb != NVFP4_MLA_RECORD_BYTES_656) {
+        int64_t *ids = must_alloc((size_t)n * 8);
+        for (int64_t t = 0; t < n; t++)
+            ids[t] = t;
+        write_records(c, cpu, c->cache, c->tok, ids, n);
+        free(ids);
+        return;
+    }
+    for (int64_t t = 0; t < n; t++) {
+        uint8_t *rec = attend_case_record(c, c->cache, t);
+        if (!c->o.random_656) {
+            host_encode_fp8_656_pow2(c->tok + t * 576, rec);
+            continue;
+        }
+        for (int i = 0; i < 512; i++)
+            rec[i] = (uint8_t)(uniform(rng) * 256) & 0xF7; /* never 0x7F / 0xFF */
+        for (int i = 0; i < 4; i++) {
+            const float s = (float)(0.001 + uniform(rng) * 0.01);
+            memcpy(rec + 512 + 4 * i, &s, 4);
+        }
+        memcpy(rec + 528, c->tok + t * 576 + 512, 128);
+    }
+}
+
+static void make_queries(attend_case_t *c, uint64_t *rng) {
+    const int64_t nq = c->o.nq, h = c->o.h, topk = c->o.topk;
+    const size_t q_n = (size_t)(nq * h * 576);
+    c->q = must_alloc(q_n * 2);
+    for (size_t i = 0; i < q_n; i++)
+        c->q[i] = nvfp4_f32_to_bf16((float)(gauss(rng) * c->o.q_sigma));
+    c->slots = must_alloc((size_t)(nq * topk) * 4);
+    c->valid = must_alloc((size_t)nq * 4);
+    for (int64_t i = 0; i < nq * topk; i++)
+        c->slots[i] = uniform(rng) < c->o.unused ? -1 : (int32_t)(uniform(rng) * (double)c->o.slots_n);
+    for (int64_t i = 0; i < nq; i++)
+        c->valid[i] = c->o.lengths && i % 3 == 2 ? (int32_t)(uniform(rng) * (double)(topk + 1)) : (int32_t)topk;
+    if (c->o.empty_first && nq > 1)
+        for (int64_t e = 0; e < topk; e++)
+            c->slots[e] = -1;
+}
+
+void attend_case_make(attend_case_t *c, const attend_case_opts_t *o, nvfp4_mla_context_t *cpu) {
+    memset(c, 0, sizeof *c);
+    c->o = *o;
+    c->rb = (int32_t)nvfp4_mla_record_bytes(o->layout);
+    c->stride = o->block * c->rb + o->pad;
+    c->scale = o->mode == NVFP4_MLA_SCALE_PER_TOKEN ? 0.0f : c->rb == NVFP4_MLA_RECORD_BYTES_656 ? 1.0f : 0.01f;
+    uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    make_tokens(c, &rng);
+    make_cache(c, cpu, &rng);
+    make_queries(c, &rng);
+    const int64_t nq = o->nq, h = o->h, topk = o->topk;
+    c->out = must_alloc((size_t)(nq * h * 512) * 2);
+    c->lse = must_alloc((size_t)(nq * h) * 4);
+    nvfp4_mla_attend_args_t *a = &c->a;
+    a->struct_size = sizeof *a, a->layout = o->layout, a->scale_mode = o->mode, a->outer_scale = c->scale;
+    a->sm_scale = 1.0f / sqrtf(576.0f);
+    a->q = tu_tensor(c->q, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){nq, h, 576}, (int64_t[]){h * 576, 576, 1});
+    a->slots = tu_rows(c->slots, NVFP4_MLA_DTYPE_I32, nq, topk, topk);
+    a->valid_len = tu_vec(c->valid, NVFP4_MLA_DTYPE_I32, nq);
+    a->cache = tu_cache(c->cache, o->slots_n / o->block, o->block, c->rb, c->stride);
+    a->out = tu_tensor(c->out, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){nq, h, 512}, (int64_t[]){h * 512, 512, 1});
+    a->lse = tu_rows(c->lse, NVFP4_MLA_DTYPE_F32, nq, h, h);
+}
+
+void attend_case_free(attend_case_t *c) {
+    free(c->cache), free(c->tok), free(c->q), free(c->slots), free(c->valid), free(c->out), free(c->lse);
+    memset(c, 0, sizeof *c);
+}
+
+/* The CPU attend of queries [q0, q0 + n) over `cache` (NULL: the case's): its status (no cmocka
+ * call, so that threads may use it). */
+static nvfp4_mla_status_t reference(const attend_case_t *c, nvfp4_mla_context_t *cpu, const uint8_t *cache, int64_t q0,
+                                    int64_t n, uint16_t *out, float *lse) {
+    nvfp4_mla_attend_args_t r = c->a;
+    const int64_t h = c->o.h, topk = c->o.topk;
+    r.q = tu_tensor(c->q + q0 * h * 576, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){n, h, 576}, (int64_t[]){h * 576, 576, 1});
+    r.slots = tu_rows(c->slots + q0 * topk, NVFP4_MLA_DTYPE_I32, n, topk, topk);
+    r.valid_len = tu_vec(c->valid + q0, NVFP4_MLA_DTYPE_I32, n);
+    if (cache)
+        r.cache.data = (void *)cache;
+    r.out = tu_tensor(out, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){n, h, 512}, (int64_t[]){h * 512, 512, 1});
+    r.lse = tu_rows(lse, NVFP4_MLA_DTYPE_F32, n, h, h);
+    r.workspace = (nvfp4_mla_tensor_t){0};
+    r.stream = NULL;
+    return nvfp4_op_attend(cpu, &r);
+}
+
+void attend_case_reference(const attend_case_t *c, nvfp4_mla_context_t *cpu, const uint8_t *cache, int64_t q0,
+                           int64_t n, uint16_t *out, float *lse) {
+    if (reference(c, cpu, cache, q0, n, out, lse) != NVFP4_MLA_OK)
+        fail_msg("cpu attend: %s", nvfp4_last_error());
+}
+
+/* One thread's share of attend_case_check: picks[i] for i = first, first + step, ... */
+typedef struct check_job {
+    const attend_case_t *c;
+    nvfp4_mla_context_t *cpu;
+    const int64_t *picks;
+    int64_t n, first, step;
+    attend_check_stats_t stats;
+    int cpu_failed;
+    char cpu_error[256];
+} check_job_t;
+
+static void *check_worker(void *arg) {
+    check_job_t *j = arg;
+    const attend_case_t *c = j->c;
+    const int64_t h = c->o.h;
+    uint16_t *want = must_alloc((size_t)h * 512 * 2);
+    float *want_lse = must_alloc((size_t)h * 4);
+    for (int64_t i = j->first; i < j->n && !j->cpu_failed; i += j->step) {
+        const int64_t qi = j->picks[i];
+        if (reference(c, j->cpu, NULL, qi, 1, want, want_lse) != NVFP4_MLA_OK) {
+            j->cpu_failed = 1;
+            snprintf(j->cpu_error, sizeof j->cpu_error, "%s", nvfp4_last_error());
+            break;
+        }
+        for (int64_t head = 0; head < h; head++) {
+            char where[64];
+            snprintf(where, sizeof where, "q %lld head %lld", (long long)qi, (long long)head);
+            attend_check_row(c->out + (qi * h + head) * 512, c->lse[qi * h + head], want + head * 512, want_lse[head],
+                             NULL, &j->stats, where);
+        }
+    }
+    free(want), free(want_lse);
+    return NULL;
+}
+
+int64_t attend_case_check(const attend_case_t *c, nvfp4_mla_context_t *cpu, const int64_t *picks, int64_t n,
+                          attend_check_stats_t *stats) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t threads = cores < 1 ? 1 : cores > 16 ? 16 : cores;
+    threads = threads < n ? threads : n > 0 ? n : 1;
+    check_job_t jobs[16];
+    pthread_t tid[16];
+    for (int64_t t = 0; t < threads; t++) {
+        jobs[t] = (check_job_t){.c = c, .cpu = cpu, .picks = picks, .n = n, .first = t, .step = threads};
+        if (pthread_create(&tid[t], NULL, check_worker, &jobs[t]))
+            fail_msg("pthread_create");
+    }
+    attend_check_stats_t all = {0};
+    for (int64_t t = 0; t < threads; t++) {
+        pthread_join(tid[t], NULL);
+        if (jobs[t].cpu_failed)
+            fail_msg("cpu attend: %s", jobs[t].cpu_error);
+        attend_check_merge_stats(&all, &jobs[t].stats);
+    }
+    attend_check_merge_stats(stats, &all);
+    return all.failed;
+}
+
+/* One entry's key as binary32 (what the CPU reference computes with). */
+static void entry_key(const attend_case_t *c, int32_t slot, float *row) {
+    const uint8_t *rec = attend_case_record(c, c->cache, slot);
+    if (c->rb == NVFP4_MLA_RECORD_BYTES_656) {
+        uint16_t bf[576];
+        nvfp4_mla_decode_fp8_656_cpu(rec, bf);
+        for (int i = 0; i < 576; i++)
+            row[i] = nvfp4_bf16_to_f32(bf[i]);
+    } else {
+        nvfp4_mla_decode_record_f32_cpu(rec, c->rb, c->o.mode == NVFP4_MLA_SCALE_PER_TOKEN, c->scale, row);
+    }
+}
+
+int64_t attend_case_heaviest_entry(const attend_case_t *c, int64_t qi, int64_t head, double *weight) {
+    const int64_t topk = c->o.topk, limit = c->valid[qi] < topk ? c->valid[qi] : topk;
+    const uint16_t *q = c->q + (qi * c->o.h + head) * 576;
+    double *score = must_alloc((size_t)(topk ? topk : 1) * sizeof *score), m = -INFINITY, l = 0;
+    float key[576];
+    for (int64_t k = 0; k < limit; k++) {
+        const int32_t slot = c->slots[qi * topk + k];
+        score[k] = -INFINITY;
+        if (slot < 0)
+            continue;
+        entry_key(c, slot, key);
+        double dot = 0;
+        for (int i = 0; i < 576; i++)
+            dot += (double)nvfp4_bf16_to_f32(q[i]) * key[i];
+        score[k] = dot * c->a.sm_scale;
+        m = fmax(m, score[k]);
+    }
+    for (int64_t k = 0; k < limit; k++)
+        l += score[k] == -INFINITY ? 0 : exp(score[k] - m);
+    int64_t best = -1;
+    double best_w = 0;
+    for (int64_t k = 0; k < limit; k++) { /* a slot's weight: all its entries (duplicates count) */
+        const int32_t slot = c->slots[qi * topk + k];
+        if (slot < 0)
+            continue;
+        double w = 0;
+        for (int64_t j = 0; j < limit; j++)
+            if (c->slots[qi * topk + j] == slot && score[j] != -INFINITY)
+                w += exp(score[j] - m) / l;
+        if (w > best_w)
+            best_w = w, best = slot;
+    }
+    free(score);
+    *weight = best_w;
+    return best;
+}
+
+void attend_fault_scale_latent(const attend_case_t *c, nvfp4_mla_context_t *cpu, uint8_t *cache, int64_t slot,
+                               float factor) {
+    uint8_t *rec = attend_case_record(c, cache, slot);
+    if (c->rb == NVFP4_MLA_RECORD_BYTES_656) {
+        for (int t = 0; t < 4; t++) {
+            float s;
+            memcpy(&s, rec + 512 + 4 * t, 4);
+            s *= factor;
+            memcpy(rec + 512 + 4 * t, &s, 4);
+        }
+        return;
+    }
+    uint16_t row[576];
+    for (int i = 0; i < 576; i++) {
+        const float v = nvfp4_bf16_to_f32(c->tok[slot * 576 + i]);
+        row[i] = i < 512 ? nvfp4_f32_to_bf16(v * factor) : c->tok[slot * 576 + i];
+    }
+    const int64_t id = slot;
+    write_records(c, cpu, cache, row, &id, 1);
+}
+
+void attend_fault_bump_scale(const attend_case_t *c, uint8_t *cache, int64_t slot, int group) {
+    uint8_t *rec = attend_case_record(c, cache, slot);
+    if (c->rb == NVFP4_MLA_RECORD_BYTES_656) {
+        float s;
+        memcpy(&s, rec + 512 + 4 * group, 4);
+        s *= 2.0f;
+        memcpy(rec + 512 + 4 * group, &s, 4);
+        return;
+    }
+    uint8_t *code = rec + 256 + group;
+    *code = (uint8_t)((*code & 0x7F) < 0x7E ? *code + 1 : *code - 1); /* never a NaN code */
+}
+
+void attend_merge_partials(int n, const float *const *o, const double *lse, uint16_t *out, float *lse_out) {
+    double m = -INFINITY, l = 0, acc[512] = {0};
+    for (int s = 0; s < n; s++)
+        m = fmax(m, lse[s]);
+    if (m != -INFINITY)
+        for (int s = 0; s < n; s++) {
+            const double w = exp(lse[s] - m);
+            l += w;
+            for (int i = 0; i < 512; i++)
+                acc[i] += w * o[s][i];
+        }
+    for (int i = 0; i < 512; i++)
+        out[i] = nvfp4_f32_to_bf16(l > 0 ? (float)(acc[i] / l) : 0.0f);
+    *lse_out = l > 0 ? (float)(m + log(l)) : -INFINITY;
+}
