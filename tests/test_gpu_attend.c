@@ -162,10 +162,13 @@ static bool race_shapes(void) {
         run_case(1, heads[hi], 1024, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
     }
     run_case(1, 16, 1024, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
-    run_case(3, 128, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC);   /* items after items */
-    run_case(2, 64, 512, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);   /* wide, 432: paired too */
-    run_case(2, 64, 512, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);  /* wide, 656: the 12-slot ring */
-    run_case(2, 64, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* wide, 368 per-token */
+    run_case(3, 128, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC);   /* 32 heads, items after items */
+    /* The wide kind takes calls of 32+ queries x 64-head groups: 32 items of one or two tiles a CTA. */
+    run_case(16, 128, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* wide, 368 per-token */
+    run_case(32, 64, 64, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);     /* wide, 432: paired too */
+    run_case(32, 64, 64, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);    /* wide, 656: the 12-slot ring */
+    gpu->cuda.sm_count = 64; /* 32 items on 64 SMs: 2 splits of one tile, the wide kind's partials and the merge */
+    run_case(32, 64, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
     gpu->cuda.sm_count = sms;
     return true;
 }
