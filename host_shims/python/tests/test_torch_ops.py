@@ -425,7 +425,7 @@ def test_example_backend_should_show_the_compiled_path_beside_the_prepared_one(p
 def test_hot_path_benchmark_should_time_the_torch_ops_beside_the_prepared_calls(plugin, tmp_path):
     from test_scripts import run
     out = tmp_path / "hot_path.json"
-    done = run("bench/hot_path.py", plugin.path, "--device", "cpu", "--calls", "3", "--reps", "1", "--json", str(out))
+    done = run("../../bench/hot_path.py", plugin.path, "--device", "cpu", "--calls", "3", "--reps", "1", "--json", str(out))
     assert done.returncode == 0, done.stderr
     import json
     for r in json.loads(out.read_text())["host_us_per_call"]:
