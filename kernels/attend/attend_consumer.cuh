@@ -17,9 +17,9 @@ static __device__ __forceinline__ uint32_t warp_uniform(uint32_t v) {
     return __shfl_sync(0xFFFFFFFFu, v, 0);
 }
 
-#ifndef ATT_MAX_SLACK
-#define ATT_MAX_SLACK 8.0f /* log2 units: how far a row's scores may pass its running maximum */
-#endif
+/* Log2 units: how far a row's scores may pass its running maximum before it moves (advance_max:
+ * P stays below 2^8, which bf16 and the f32 sums carry). */
+#define ATT_MAX_SLACK 8.0f
 
 /* Moves a row's running maximum m to cover the tile's maximum and returns alpha, the factor for
  * the row's sums and outputs so far. m moves only when the tile passes it by more than

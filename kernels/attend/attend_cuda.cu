@@ -60,31 +60,18 @@
  * trade them. Wide: warpgroup 0 x 232 (scores, softmax, half of O; at 216 it spilled O) and
  * warpgroup 1 x 168 (half of O) with 2 paired producer warpgroups x 56 (512 threads, all 64K) or,
  * for 656-byte records, 1 producer warpgroup x 104 (384 threads); narrow wgmma: 1 consumer x 232 +
- * 2 producers x 136. */
-#ifndef ATT_SCORE_REGS
-#define ATT_SCORE_REGS 232 /* wide warpgroup 0: scores, softmax, half of O */
-#endif
-#ifndef ATT_VALUE_REGS
-#define ATT_VALUE_REGS 168 /* wide warpgroup 1: half of O (at 152 it spilled 161 words, ptxas) */
-#endif
-#ifndef ATT_PAIRED_PRODUCER_REGS
-#define ATT_PAIRED_PRODUCER_REGS 56
-#endif
-#ifndef ATT_WIDE_PRODUCER_REGS
-#define ATT_WIDE_PRODUCER_REGS 104
-#endif
-#ifndef ATT_NARROW_PRODUCER_REGS
-#define ATT_NARROW_PRODUCER_REGS 136
-#endif
-#ifndef ATT_NARROW_CONSUMER_REGS
-#define ATT_NARROW_CONSUMER_REGS 232
-#endif
-#ifndef ATT_ONE_LAUNCH_MERGE_BYTES
-#define ATT_ONE_LAUNCH_MERGE_BYTES (128 << 10) /* the most partials one CTA's in-launch merge reads */
-#endif
-#ifndef ATT_MERGE_BATCH
-#define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight */
-#endif
+ * 2 producers x 136. Tuning constants, checked against the register file by the asserts below; the
+ * producers' counts are what the consumers leave (setmaxnreg takes multiples of 8). */
+#define ATT_SCORE_REGS 232           /* wide warpgroup 0: scores, softmax, half of O (at 216 it spilled O) */
+#define ATT_VALUE_REGS 168           /* wide warpgroup 1: half of O (at 152 it spilled 161 words, ptxas) */
+#define ATT_PAIRED_PRODUCER_REGS 56  /* (65536 - 128 x (232 + 168)) / 256: the rest of the register file */
+#define ATT_WIDE_PRODUCER_REGS 104   /* (384 x 168 - 128 x (232 + 168)) / 128: the rest of the launch's */
+#define ATT_NARROW_PRODUCER_REGS 136 /* (384 x 168 - 128 x 232) / 256: the rest of the launch's */
+#define ATT_NARROW_CONSUMER_REGS 232 /* the 32-head one spills a little here (kind_threads), used 255 before */
+/* The most partials one CTA's in-launch merge reads (past it the merge kernel, which spreads them
+ * over a CTA a row, takes the call: attend_plan_for). */
+#define ATT_ONE_LAUNCH_MERGE_BYTES (128 << 10)
+#define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight (merge_if_last) */
 #define ATT_LAUNCH_REGS 168 /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
 static_assert(128 * (ATT_SCORE_REGS + ATT_VALUE_REGS) + 256 * ATT_PAIRED_PRODUCER_REGS <= 65536,
               "wide paired: over the register file");
