@@ -56,8 +56,8 @@ template <int N, int C>
 static __device__ __forceinline__ void qk_block_desc(float (*acc)[N / 2], uint64_t da, uint64_t db, bool first) {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) { /* +32 bytes = +2 in the descriptors' address field */
-        if (N == 16) wgmma_ss_n16<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
-        else wgmma_ss_n32<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
+        if (N == 16) wgmma_ss_n16<0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
+        else wgmma_ss_n32<0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
     }
 }
 
@@ -120,8 +120,8 @@ static __device__ __forceinline__ void pv_block(narrow_state<N, WG> &st, const u
         const uint64_t da = sw128_desc(smem_addr(blk), 1024, ATT_BLOCK), db = sw128_desc(smem_addr(pt), 1024, 16);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) { /* +2048 bytes (A, 16 rows) and +32 (B) a k-step */
-            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
-            else wgmma_ss_n32<1, 0>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
+            if (N == 16) wgmma_ss_n16<1>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
+            else wgmma_ss_n32<1>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
         }
 #endif
     } else {
@@ -161,8 +161,8 @@ static __device__ __forceinline__ void pv_resident_wgmma(narrow_state<N, true> &
     for (int kk = 0; kk < 4; kk++) {
 #pragma unroll
         for (int b = 0; b < 8; b++) {
-            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
-            else wgmma_ss_n32<1, 0>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
+            if (N == 16) wgmma_ss_n16<1>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
+            else wgmma_ss_n32<1>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
         }
     }
 }

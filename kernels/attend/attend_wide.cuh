@@ -69,7 +69,7 @@ static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_
      * narrow_qk on C7519). */
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0, 0>(rope, dq + 512 * 8 + 2 * kk, d0 + 2 * kk, kk > 0);
+    for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0>(rope, dq + 512 * 8 + 2 * kk, d0 + 2 * kk, kk > 0);
     wgmma_commit();
 #pragma unroll 1
     for (int i = 1; i < 9; i++) {
@@ -77,7 +77,7 @@ static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_
         const uint64_t db = PAIRED ? d0 + 512 * i : sw128_desc(warp_uniform(tl.block(smem, pl, i)), 1024, 16);
         const uint64_t da = dq + 512 * (i - 1);
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0, 0>(lat, da + 2 * kk, db + 2 * kk, i > 1 || kk > 0);
+        for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0>(lat, da + 2 * kk, db + 2 * kk, i > 1 || kk > 0);
         wgmma_commit();
     }
     wgmma_wait<0>();
@@ -195,13 +195,13 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-            for (int b = 0; b < 4; b++) wgmma_rs_n64<1>(st.o[b], pf[kk], vd[b] + 128 * kk, 1);
+            for (int b = 0; b < 4; b++) wgmma_rs_n64(st.o[b], pf[kk], vd[b] + 128 * kk, 1);
     } else {
         const uint64_t pd = sw128_desc(warp_uniform(smem_addr(pbuf)), 1024, 16);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-            for (int b = 0; b < 4; b++) wgmma_ss_n64<0, 1>(st.o[b], pd + 2 * kk, vd[b] + 128 * kk, 1);
+            for (int b = 0; b < 4; b++) wgmma_ss_n64<1>(st.o[b], pd + 2 * kk, vd[b] + 128 * kk, 1);
     }
     wgmma_commit();
     wgmma_wait<0>();

@@ -149,41 +149,43 @@ static __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
 }
 
-/* D[64 x 16] (+)= A[64 x 16] * B[16 x 16], A and B from shared memory. */
-template <int TA, int TB>
+/* D[64 x 16] (+)= A[64 x 16] * B[16 x 16], A and B from shared memory; TRANS_A: A MN-major (1, the
+ * blocks' transposed view in P.V) or K-major (0); B is K-major. */
+template <int TRANS_A>
 static __device__ __forceinline__ void wgmma_ss_n16(float *d, uint64_t da, uint64_t db, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, %12;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-                 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS_A), "n"(0));
 }
 
-/* D[64 x 32] (+)= A[64 x 16] * B[16 x 32], A and B from shared memory. */
-template <int TA, int TB>
+/* D[64 x 32] (+)= A[64 x 16] * B[16 x 32], A and B from shared memory; TRANS_A: A MN-major (1, the
+ * blocks' transposed view in P.V) or K-major (0); B is K-major. */
+template <int TRANS_A>
 static __device__ __forceinline__ void wgmma_ss_n32(float *d, uint64_t da, uint64_t db, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS_A), "n"(0));
 }
 
-/* D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory. */
-template <int TA, int TB>
+/* D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory; A K-major; TRANS_B: B MN-major
+ * (1, the blocks' transposed view in P.V) or K-major (0). */
+template <int TRANS_B>
 static __device__ __forceinline__ void wgmma_ss_n64(float *d, uint64_t da, uint64_t db, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(0), "n"(TRANS_B));
 }
 
 /* D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A from registers (the accumulator-shaped bf16
- * fragment), B from shared memory. */
-template <int TB>
+ * fragment), B from shared memory, MN-major (the blocks' transposed view in P.V). */
 static __device__ __forceinline__ void wgmma_rs_n64(float *d, const uint32_t *a, uint64_t db, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(TB));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(1));
 }
 
 /* D[64 x 128] (+)= A[64 x 16] * B[16 x 128], A and B from shared memory; A K-major and B MN-major
