@@ -335,7 +335,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     const int warp = t >> 5, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
     Meta *meta = reinterpret_cast<Meta *>(smem + pl.off_meta);
-    const int per_tile = pl.resident ? 9 : 17;
+    const int per_tile = pl.resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS;
     tile_cursor cur;
     cur.item = blockIdx.x;
     cursor_seek(a, pl, cur);
@@ -354,14 +354,14 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
         if (pl.resident) { /* the tile's 9 blocks in one batch */
             const uint32_t s0 = pos_slot(pos, pl);
-            for (int i = IN_ORDER ? 8 : 0; i < 9; i++)
+            for (int i = IN_ORDER ? ATT_LATENT_BLOCKS : 0; i < ATT_TILE_BLOCKS; i++)
                 mbar_wait(&bars.slot_empty[slot_after(s0, i, pl)], pos_parity(pos + i, pl) ^ 1u);
             write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
             dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + s0 * ATT_BLOCK, t);
             dequant_latent_tile<RB, PT>(raw, valid, smem + pl.off_ring, [&](uint32_t b) { return slot_after(s0, 1 + b, pl) * ATT_BLOCK; }, t);
             fence_proxy_async();
-            for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[slot_after(s0, i, pl)]);
-            pos += 9;
+            for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.slot_full[slot_after(s0, i, pl)]);
+            pos += ATT_TILE_BLOCKS;
         }
         for (int i = 0; i < per_tile && !pl.resident; i++, pos++) {
             const uint32_t slot = pos_slot(pos, pl);
@@ -371,7 +371,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
                 write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
                 dequant_rope<RB, PT>(raw, valid, blk, t);
             } else {
-                dequant_latent<RB, PT>(raw, valid, blk, (i - 1) & 7, t);
+                dequant_latent<RB, PT>(raw, valid, blk, (i - 1) & (ATT_LATENT_BLOCKS - 1), t);
             }
             fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
             mbar_arrive(&bars.slot_full[slot]);
