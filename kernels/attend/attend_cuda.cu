@@ -85,10 +85,12 @@ static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <=
 /* ---- split-K partials and their merge ----
  * Workspace (splits > 1): partial O [splits, n_q, h, 512] f32 (normalised rows), partial log2-sum-exp
  * [splits, n_q, h] f32, then, 8-byte aligned, one arrival counter per (query, head group). */
-static __host__ __device__ __forceinline__ uint64_t partial_floats(const nvfp4_mla_attend_kernel_args_t &a, int splits) {
+static __host__ __device__ __forceinline__ uint64_t partial_floats(const nvfp4_mla_attend_kernel_args_t &a,
+                                                                   int splits) {
     return (uint64_t)splits * a.num_queries * a.num_heads * (NVFP4_MLA_LATENT_DIM + 1);
 }
-static __host__ __device__ __forceinline__ uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t &a, int splits) {
+static __host__ __device__ __forceinline__ uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t &a,
+                                                                    int splits) {
     return (partial_floats(a, splits) * sizeof(float) + 7) / 8 * 8;
 }
 
@@ -284,7 +286,8 @@ struct kind_threads {
  * instantiation, so that the other calls keep the register allocation without the merge tail. */
 template <int KIND, int RB, bool ONE_LAUNCH>
 __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
-    nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a, const __grid_constant__ attend_plan pl) {
+    nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a,
+                        const __grid_constant__ attend_plan pl) {
     constexpr bool WG = KIND >= KIND_N16_WGMMA;
     constexpr int CONSUMERS = kind_threads<KIND, RB>::consumers, PRODUCERS = kind_threads<KIND, RB>::producers;
     constexpr bool PAIRED = kind_threads<KIND, RB>::paired;
@@ -490,12 +493,15 @@ static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const at
 template <int RB>
 static cudaError_t launch_rb(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
     if (pl.wide) return launch_kind<KIND_WIDE, RB>(a, pl);
-    if (pl.wgmma) return pl.heads == 16 ? launch_kind<KIND_N16_WGMMA, RB>(a, pl) : launch_kind<KIND_N32_WGMMA, RB>(a, pl);
+    if (pl.wgmma)
+        return pl.heads == 16 ? launch_kind<KIND_N16_WGMMA, RB>(a, pl) : launch_kind<KIND_N32_WGMMA, RB>(a, pl);
     return pl.heads == 16 ? launch_kind<KIND_N16_SYNC, RB>(a, pl) : launch_kind<KIND_N32_SYNC, RB>(a, pl);
 }
 
 static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    return a->record_bytes == 656 ? launch_rb<656>(a, pl) : a->record_bytes == 432 ? launch_rb<432>(a, pl) : launch_rb<368>(a, pl);
+    return a->record_bytes == 656   ? launch_rb<656>(a, pl)
+           : a->record_bytes == 432 ? launch_rb<432>(a, pl)
+                                    : launch_rb<368>(a, pl);
 }
 
 /* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the

@@ -286,7 +286,8 @@ static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_a
                                                                const attend_bars &bars, const tile_meta *meta,
                                                                narrow_state<N, true> &st, int64_t tiles, uint32_t &pos,
                                                                uint32_t &tile, int warp, int lane) {
-    static_assert(N == 16, "at 32 heads a second set of score accumulators spilled, and 32 heads have at most 17 slots");
+    static_assert(N == 16,
+                  "at 32 heads a second set of score accumulators spilled, and 32 heads have at most 17 slots");
     constexpr int C = qk_chains<N, true>::value;
     constexpr bool CONTIG = true; /* ATT_RING_SLOTS: attend_narrow's condition, fit_ring's largest ring */
     const uint8_t *pt = smem + pl.off_p;
@@ -355,7 +356,8 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
          * scores are done, and P.V of T waits for all of it.) */
         /* (an empty item has no tile to wait for) */
         if (WG && N == 16 && pl.resident && pl.slots >= ATT_RING_SLOTS && tiles > 0) {
-            if constexpr (WG && N == 16) narrow_tiles_overlapped<N>(a, pl, smem, bars, meta, st, tiles, pos, tile, warp, lane);
+            if constexpr (WG && N == 16)
+                narrow_tiles_overlapped<N>(a, pl, smem, bars, meta, st, tiles, pos, tile, warp, lane);
             narrow_epilogue<N, WG>(a, pl, smem, st, span, warp, lane);
             continue;
         }

@@ -84,8 +84,8 @@ struct resident_descs {
 /* S^T over one operand block: 4 k-steps of 16 dims against Q block `qblk` (N rows); k-step kk
  * accumulates into chain kk % C (the first block of a product starts each chain). */
 template <int N, bool WG, int C>
-static __device__ __forceinline__ void qk_block(float (*acc)[N / 2], const uint8_t *blk, const uint8_t *qblk, bool first,
-                                                int warp, int lane) {
+static __device__ __forceinline__ void qk_block(float (*acc)[N / 2], const uint8_t *blk, const uint8_t *qblk,
+                                                bool first, int warp, int lane) {
     if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
         qk_block_desc<N, C>(acc, sw128_desc(smem_addr(blk), 1024, 16), sw128_desc(smem_addr(qblk), 1024, 16), first);
@@ -102,7 +102,8 @@ static __device__ __forceinline__ void qk_block(float (*acc)[N / 2], const uint8
 #pragma unroll
             for (int jp = 0; jp < N / 16; jp++) {
                 uint32_t bf[4];
-                ldsm_x4(bf, qblk + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
+                ldsm_x4(bf,
+                        qblk + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
                 mma_bf16(acc[0] + 4 * (2 * jp), af, bf[0], bf[1]);
                 mma_bf16(acc[0] + 4 * (2 * jp + 1), af, bf[2], bf[3]);
             }
@@ -132,11 +133,13 @@ static __device__ __forceinline__ void pv_block(narrow_state<N, WG> &st, const u
             uint32_t bf[N / 16][4];
 #pragma unroll
             for (int jp = 0; jp < N / 16; jp++)
-                ldsm_x4(bf[jp], pt + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
+                ldsm_x4(bf[jp],
+                        pt + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
 #pragma unroll
             for (int m = 0; m < 4; m++) {
                 uint32_t af[4];
-                ldsm_x4_trans(af, blk + swizzle_off(16 * kk + 8 * ((lane >> 4) & 1) + (lane & 7), 16 * m + 8 * ((lane >> 3) & 1)));
+                ldsm_x4_trans(af, blk + swizzle_off(16 * kk + 8 * ((lane >> 4) & 1) + (lane & 7),
+                                                    16 * m + 8 * ((lane >> 3) & 1)));
 #pragma unroll
                 for (int jp = 0; jp < N / 16; jp++) {
                     mma_bf16(st.o[4 * half + m] + 4 * (2 * jp), af, bf[jp][0], bf[jp][1]);

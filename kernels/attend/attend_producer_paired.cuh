@@ -77,8 +77,8 @@ static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kern
                                                      int part) {
     if (part == 0)
         write_key_meta<RB>(
-            a, q.valid, [&] { return __uint_as_float(q.scales_rs.y); }, [&] { return __uint_as_float(q.scales_rs.x); }, m,
-            k);
+            a, q.valid, [&] { return __uint_as_float(q.scales_rs.y); }, [&] { return __uint_as_float(q.scales_rs.x); },
+            m, k);
     uint4 lo = q.rope[0], hi = q.rope[q.rope_chunks - 1];
     if (RB == NVFP4_MLA_RECORD_BYTES_368) e4m3x16_bf16(q.rope[0], lo, hi);
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part)) = lo;
