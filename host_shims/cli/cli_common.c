@@ -56,7 +56,7 @@ int cli_host_open_for(cli_host_t *host, const char *plugin, uint64_t need) {
             return 1;
         }
     }
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     if (host->table->init(&init, &host->cpu) != NVFP4_MLA_OK) {
         fprintf(stderr, "nvfp4-mla: init on the CPU failed: %s\n", host->table->last_error());
         nvfp4_mla_loader_close(&host->loader);
