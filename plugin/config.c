@@ -276,9 +276,8 @@ nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *host_re
     *out = NULL;
     nvfp4_mla_config_request_t req;
     nvfp4_mla_status_t st =
-        nvfp4_copy_versioned(&req, sizeof req, sizeof req, host_request, "config_create: nvfp4_mla_config_request_t");
-    if (st || (st = nvfp4_check_zero("config_create", "flags", &req.flags, sizeof req.flags)) ||
-        (st = nvfp4_check_zero("config_create", "reserved", req.reserved, sizeof req.reserved))) {
+        NVFP4_TAKE_ARGS("config_create", nvfp4_mla_config_request_t, &req, host_request, sizeof req);
+    if (st) {
         return st;
     }
     if (!req.cache_dtype) {

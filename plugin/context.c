@@ -74,10 +74,9 @@ nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *host_args, nv
     *out = NULL;
     nvfp4_mla_init_args_t args;
     /* A host struct that ends before environ (ABI 1.1; every host built before it) reads as NULL. */
-    nvfp4_mla_status_t st = nvfp4_copy_versioned(&args, sizeof args, offsetof(nvfp4_mla_init_args_t, environ),
-                                                 host_args, "init: nvfp4_mla_init_args_t");
-    if (st || (st = nvfp4_check_zero("init", "flags", &args.flags, sizeof args.flags)) ||
-        (st = nvfp4_check_zero("init", "reserved", args.reserved, sizeof args.reserved))) {
+    nvfp4_mla_status_t st = NVFP4_TAKE_ARGS("init", nvfp4_mla_init_args_t, &args, host_args,
+                                            offsetof(nvfp4_mla_init_args_t, environ));
+    if (st) {
         return st;
     }
     nvfp4_mla_context_t *ctx = calloc(1, sizeof *ctx);
