@@ -29,7 +29,8 @@
  *            message gives (NVFP4_MLA_ATTEND_SMEM_CAP).
  * A failure message names the variable, shows the value quoted (control, quote, backslash and
  * non-ASCII bytes escaped, so whitespace shows) and says what is accepted. No I/O, no state: the
- * functions are safe from any thread.
+ * functions are safe from any thread (nvfp4_setting_lookup without a snapshot reads the process
+ * environment through secure_getenv, as safe as the host's own setenv calls let it be).
  */
 #ifndef NVFP4_MLA_PLUGIN_SETTINGS_H
 #define NVFP4_MLA_PLUGIN_SETTINGS_H
