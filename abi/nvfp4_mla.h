@@ -65,8 +65,20 @@ typedef struct nvfp4_mla_plugin {
     const char *(*last_error)(void);
 
     /* [any-thread] Create a context on a device. On success *out is a new context the host owns and
-     * releases with shutdown. On failure *out is NULL and the host calls nothing else on it. A CUDA
-     * device whose architecture is not in the fatbin (or no driver) is NVFP4_MLA_ERR_UNSUPPORTED. */
+     * releases with shutdown. On failure *out is NULL (unless `out` itself is NULL) and the host
+     * calls nothing else on it; the status says why:
+     *   INVALID_ARGUMENT  out or args NULL; flags or reserved not zero; a device_type other than
+     *                     cpu or cuda; a device_index other than 0 (cpu) or below 0 (cuda); a larger
+     *                     args or host struct with a non-zero field this ABI does not know;
+     *   VERSION           args->struct_size or host->struct_size below the ABI 1.0 size;
+     *   OUT_OF_MEMORY     the context cannot be allocated;
+     *   UNSUPPORTED       a CUDA device that is unusable (no driver, no such ordinal, an
+     *                     architecture not in the fatbin) or a build without the CUDA backend;
+     *   CONFIG            (cuda) an attention setting of args->environ or the process environment
+     *                     (NVFP4_MLA_ATTEND_SMEM_CAP, NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE) that
+     *                     the settings rule does not take, named with its quoted value;
+     *   DEVICE            (cuda) the kernels' shared-memory limits cannot be set on the device;
+     *   INTERNAL          a bug in the plugin. */
     nvfp4_mla_status_t (*init)(const nvfp4_mla_init_args_t *args, nvfp4_mla_context_t **out);
 
     /* [context-thread] Release a context and everything it holds; NULL is accepted (OK). The host

@@ -35,6 +35,12 @@ typedef struct nvfp4_mla_init_args {
     const nvfp4_mla_host_desc_t *host; /* optional; copied: it (and log_user_data's lifetime)
                                           must outlive the context */
     uint64_t reserved[4];    /* zero */
+    /* ---- ABI 1.1 ---- */
+    const char *const *environ; /* optional NULL-terminated "NAME=VALUE" snapshot the host took, from
+                                   which a CUDA context reads the attention settings
+                                   (NVFP4_MLA_ATTEND_*); NULL = the process environment, read
+                                   with secure_getenv. Borrowed for the call. A host struct that
+                                   ends before it (every 1.0 host) reads as NULL. */
 } nvfp4_mla_init_args_t;
 
 /* What a context's device serves (after init). */

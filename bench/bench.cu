@@ -290,7 +290,7 @@ static int parse_bench(int argc, char **argv, bench &b, const char **plugin, con
 static int bench_open(bench &b, const char *plugin) {
     if (cli_host_open(&b.host, plugin)) return 1;
     b.t = b.host.table;
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, NULL};
     if (b.t->init(&init, &b.gpu) != NVFP4_MLA_OK) {
         int rc = cli_fail("bench", "%s", b.t->last_error());
         cli_host_close(&b.host);

@@ -1,6 +1,7 @@
 /* Versioned structs and tensor descriptor checks (see args.h). */
 #include "args.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "errors.h"
@@ -27,6 +28,19 @@ nvfp4_mla_status_t nvfp4_copy_versioned(void *dst, size_t known_size, size_t min
                               "%s: struct_size %u carries a non-zero field at byte %zu that ABI %d.%d does not know",
                               what, host_size, i, NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR);
         }
+    }
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_take_args(void *dst, size_t size, size_t min_size, const void *src, const char *op,
+                                   const char *type, size_t flags_offset, size_t flags_size, size_t reserved_offset,
+                                   size_t reserved_size) {
+    char what[128];
+    snprintf(what, sizeof what, "%s: %s", op, type);
+    nvfp4_mla_status_t st = nvfp4_copy_versioned(dst, size, min_size, src, what);
+    if (st || (st = nvfp4_check_zero(op, "flags", (const unsigned char *)dst + flags_offset, flags_size)) ||
+        (st = nvfp4_check_zero(op, "reserved", (const unsigned char *)dst + reserved_offset, reserved_size))) {
+        return st;
     }
     return NVFP4_MLA_OK;
 }

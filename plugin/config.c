@@ -19,7 +19,6 @@
 #include "args.h"
 #include "calibration.h"
 #include "errors.h"
-#include "settings.h"
 
 struct nvfp4_mla_config {
     nvfp4_mla_config_info_t info; /* strings point into the arrays below */
@@ -36,40 +35,21 @@ typedef struct env_settings {
     char scales_file[4096];
 } env_settings_t;
 
-/* The policies' names in id order (nvfp4_mla_record.h), as NVFP4_MLA_WRITER_POLICY spells them. */
-static const char *const policy_names[NVFP4_MLA_WRITER_POLICY_COUNT] = {
-#define NVFP4_POLICY_NAME(id, name) [id] = name,
-    NVFP4_MLA_FOR_EACH_WRITER_POLICY(NVFP4_POLICY_NAME)
-#undef NVFP4_POLICY_NAME
-};
-
-static const char *lookup(const char *const *environ, const char *name) {
-    if (!environ) {
-        return secure_getenv(name);
-    }
-    size_t n = strlen(name);
-    for (const char *const *e = environ; *e; e++) {
-        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') {
-            return *e + n + 1;
-        }
-    }
-    return NULL;
-}
-
-/* The settings by the one rule of settings.h: a value that is not understood is an error, never
- * "off" or a default. */
+/* The settings by the one rule of settings.h, from the host's snapshot or the process environment:
+ * a value that is not understood is an error, never "off" or a default. */
 static nvfp4_mla_status_t read_settings(const char *const *environ, env_settings_t *s) {
     char why[NVFP4_SETTING_MESSAGE_MAX];
-    if (nvfp4_setting_bool(NVFP4_ENV_DYNAMIC_SCALE, lookup(environ, NVFP4_ENV_DYNAMIC_SCALE), &s->dynamic_scale, why,
-                           sizeof why) ||
-        nvfp4_setting_bool(NVFP4_ENV_FP8_ROPE, lookup(environ, NVFP4_ENV_FP8_ROPE), &s->fp8_rope, why, sizeof why) ||
-        /* Stripped, as the runtime that defines this variable reads it (settings.h). */
-        nvfp4_setting_path_stripped(NVFP4_ENV_SCALES_FILE, lookup(environ, NVFP4_ENV_SCALES_FILE), s->scales_file,
-                                    sizeof s->scales_file, why, sizeof why) ||
-        nvfp4_setting_choice(NVFP4_ENV_WRITER_POLICY, lookup(environ, NVFP4_ENV_WRITER_POLICY), policy_names,
-                             NVFP4_MLA_WRITER_POLICY_COUNT, &s->writer_policy, why, sizeof why)) {
+    nvfp4_setting_value_t dynamic = {0}, rope = {0}, policy = {0};
+    nvfp4_setting_value_t file = {.path = s->scales_file, .path_size = sizeof s->scales_file};
+    if (nvfp4_setting_read(NVFP4_SETTING_DYNAMIC_SCALE, environ, &dynamic, why, sizeof why) ||
+        nvfp4_setting_read(NVFP4_SETTING_FP8_ROPE, environ, &rope, why, sizeof why) ||
+        nvfp4_setting_read(NVFP4_SETTING_SCALES_FILE, environ, &file, why, sizeof why) ||
+        nvfp4_setting_read(NVFP4_SETTING_WRITER_POLICY, environ, &policy, why, sizeof why)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s", why);
     }
+    s->dynamic_scale = dynamic.on;
+    s->fp8_rope = rope.on;
+    s->writer_policy = policy.index; /* the table's names are the policies in id order */
     return NVFP4_MLA_OK;
 }
 
@@ -296,9 +276,8 @@ nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *host_re
     *out = NULL;
     nvfp4_mla_config_request_t req;
     nvfp4_mla_status_t st =
-        nvfp4_copy_versioned(&req, sizeof req, sizeof req, host_request, "config_create: nvfp4_mla_config_request_t");
-    if (st || (st = nvfp4_check_zero("config_create", "flags", &req.flags, sizeof req.flags)) ||
-        (st = nvfp4_check_zero("config_create", "reserved", req.reserved, sizeof req.reserved))) {
+        NVFP4_TAKE_ARGS("config_create", nvfp4_mla_config_request_t, &req, host_request, sizeof req);
+    if (st) {
         return st;
     }
     if (!req.cache_dtype) {

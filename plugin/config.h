@@ -1,6 +1,6 @@
 /* The cache-format configuration: one immutable object per process (docs/record-format.md 6 and 7).
  * Built from the environment (VLLM_NVFP4_MLA_DYNAMIC_SCALE, VLLM_NVFP4_MLA_SCALES_FILE,
- * KV_FP8_ROPE, NVFP4_MLA_WRITER_POLICY, parsed by the one rule of settings.h), the cache dtype and
+ * KV_FP8_ROPE, NVFP4_MLA_WRITER_POLICY: rows of the settings table, settings.h), the cache dtype and
  * the checkpoint; it fixes layout, mode, per-layer scales, the writer policy and the
  * persistent-cache identity. The policy is decided here, once, and not at context init: the host
  * passes it in every write as it passes the layout and mode of the same configuration, so one
@@ -10,11 +10,8 @@
 #define NVFP4_MLA_PLUGIN_CONFIG_H
 
 #include "nvfp4_mla.h"
+#include "settings.h" /* the variables' names (NVFP4_ENV_*) and their rule */
 
-#define NVFP4_ENV_DYNAMIC_SCALE "VLLM_NVFP4_MLA_DYNAMIC_SCALE"
-#define NVFP4_ENV_SCALES_FILE "VLLM_NVFP4_MLA_SCALES_FILE"
-#define NVFP4_ENV_FP8_ROPE "KV_FP8_ROPE"
-#define NVFP4_ENV_WRITER_POLICY "NVFP4_MLA_WRITER_POLICY"
 #define NVFP4_CHECKPOINT_FIELD "nvfp4_mla_outer_scales"
 #define NVFP4_IDENTITY_DEFAULT "vllm-default-v1"
 #define NVFP4_CONFIG_JSON_MAX_BYTES (16u << 20)

@@ -1,6 +1,7 @@
 /* init / shutdown / context_info: a context per device (docs/architecture.md, ABI rule 7). */
 #include "context.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,50 +12,42 @@
 #include "errors.h"
 #include "settings.h"
 
-/* The attention kernel's settings, read once per CUDA context with the project's settings rules
- * (plugin/settings.c: quoted values, one wording). See context.h. All are checked before any
- * output is set. */
-nvfp4_mla_status_t nvfp4_attend_settings_parse(const nvfp4_attend_settings_t *s, int32_t *smem_per_block,
+/* The attention kernel's settings, read once per CUDA context through the settings table
+ * (settings.h: quoted values, one wording) from the host's snapshot or the process environment.
+ * See context.h. All are checked before any output is set. */
+nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *const *environ, int32_t *smem_per_block,
                                                int32_t *force_mma_sync, int32_t *merge_mode) {
     char message[NVFP4_SETTING_MESSAGE_MAX];
-    unsigned long long cap_bytes = INT32_MAX;
-    if (nvfp4_setting_count("NVFP4_MLA_ATTEND_SMEM_CAP", s->cap, "a decimal byte count", 16384, INT32_MAX, "no cap",
-                            &cap_bytes, message, sizeof message)) {
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
-    }
-    static const char *const engines[] = {"auto", "sync"};
-    int engine = 0;
-    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MMA", s->mma, engines, 2, &engine, message, sizeof message)) {
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
-    }
-    static const char *const merges[] = {"auto", "separate", "in-launch"}; /* the first is the default */
+    nvfp4_setting_value_t cap = {.count = INT32_MAX}, engine = {0}, merge = {0};
+    /* The merge modes in the order of the table's names (auto, separate, in-launch). */
     static const int32_t merge_modes[] = {NVFP4_ATTEND_MERGE_AUTO, NVFP4_ATTEND_MERGE_SEPARATE,
                                           NVFP4_ATTEND_MERGE_IN_LAUNCH};
-    enum { MERGES = (int)(sizeof merges / sizeof *merges) };
-    _Static_assert(MERGES == sizeof merge_modes / sizeof *merge_modes, "a mode for every merge setting");
-    int merge = 0;
-    if (nvfp4_setting_choice("NVFP4_MLA_ATTEND_MERGE", s->merge, merges, MERGES, &merge, message, sizeof message)) {
+    if (nvfp4_settings[NVFP4_SETTING_ATTEND_MERGE].choice_count != (int)(sizeof merge_modes / sizeof *merge_modes)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INTERNAL, "init: %s has %d names for %zu merge modes", NVFP4_ENV_ATTEND_MERGE,
+                          nvfp4_settings[NVFP4_SETTING_ATTEND_MERGE].choice_count,
+                          sizeof merge_modes / sizeof *merge_modes);
+    }
+    if (nvfp4_setting_read(NVFP4_SETTING_ATTEND_SMEM_CAP, environ, &cap, message, sizeof message) ||
+        nvfp4_setting_read(NVFP4_SETTING_ATTEND_MMA, environ, &engine, message, sizeof message) ||
+        nvfp4_setting_read(NVFP4_SETTING_ATTEND_MERGE, environ, &merge, message, sizeof message)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
     }
-    if ((int32_t)cap_bytes < *smem_per_block) {
-        *smem_per_block = (int32_t)cap_bytes;
+    if ((int32_t)cap.count < *smem_per_block) {
+        *smem_per_block = (int32_t)cap.count;
     }
-    *force_mma_sync = engine == 1;
-    *merge_mode = merge_modes[merge];
+    *force_mma_sync = engine.index == 1; /* "sync" */
+    *merge_mode = merge_modes[merge.index];
     return NVFP4_MLA_OK;
 }
 
-static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx) {
+static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx, const char *const *environ) {
 #if NVFP4_MLA_HAVE_CUDA
     if (nvfp4_mla_cuda_probe(ctx->device_index, ctx->device_name, sizeof ctx->device_name, ctx->backend_note,
                              sizeof ctx->backend_note, &ctx->cuda) != 0) {
         return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "init: CUDA device %d is unusable: %s (backend.cuda absent)",
                           ctx->device_index, ctx->backend_note);
     }
-    const nvfp4_attend_settings_t settings = {secure_getenv("NVFP4_MLA_ATTEND_SMEM_CAP"),
-                                              secure_getenv("NVFP4_MLA_ATTEND_MMA"),
-                                              secure_getenv("NVFP4_MLA_ATTEND_MERGE")};
-    nvfp4_mla_status_t st = nvfp4_attend_settings_parse(&settings, &ctx->cuda.smem_per_block,
+    nvfp4_mla_status_t st = nvfp4_attend_settings_parse(environ, &ctx->cuda.smem_per_block,
                                                         &ctx->attend_force_mma_sync, &ctx->attend_merge_mode);
     if (st) {
         return st;
@@ -67,6 +60,7 @@ static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx) {
     ctx->capability_bits = NVFP4_CAPS_CUDA;
     return NVFP4_MLA_OK;
 #else
+    (void)environ;
     snprintf(ctx->backend_note, sizeof ctx->backend_note, "this build has no CUDA backend (built with -Dcuda=disabled or no toolkit)");
     return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "init: CUDA device %d requested, but %s", ctx->device_index,
                       ctx->backend_note);
@@ -79,10 +73,10 @@ nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *host_args, nv
     }
     *out = NULL;
     nvfp4_mla_init_args_t args;
-    nvfp4_mla_status_t st =
-        nvfp4_copy_versioned(&args, sizeof args, sizeof args, host_args, "init: nvfp4_mla_init_args_t");
-    if (st || (st = nvfp4_check_zero("init", "flags", &args.flags, sizeof args.flags)) ||
-        (st = nvfp4_check_zero("init", "reserved", args.reserved, sizeof args.reserved))) {
+    /* A host struct that ends before environ (ABI 1.1; every host built before it) reads as NULL. */
+    nvfp4_mla_status_t st = NVFP4_TAKE_ARGS("init", nvfp4_mla_init_args_t, &args, host_args,
+                                            offsetof(nvfp4_mla_init_args_t, environ));
+    if (st) {
         return st;
     }
     nvfp4_mla_context_t *ctx = calloc(1, sizeof *ctx);
@@ -111,7 +105,7 @@ nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *host_args, nv
             return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "init: device_index is %d, must be >= 0",
                               args.device_index);
         }
-        if ((st = init_cuda(ctx))) {
+        if ((st = init_cuda(ctx, args.environ))) {
             nvfp4_log(&ctx->host, NVFP4_MLA_LOG_WARN, "nvfp4-mla: %s", nvfp4_last_error());
             free(ctx);
             return st;

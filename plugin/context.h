@@ -24,16 +24,14 @@ nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *args, nvfp4_m
 nvfp4_mla_status_t nvfp4_context_shutdown(nvfp4_mla_context_t *ctx);
 nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_context_info_t *info);
 
-/* The attention kernel's settings, each NULL or empty = unset:
- *   NVFP4_MLA_ATTEND_SMEM_CAP (`s->cap`: decimal bytes in [16384, INT32_MAX], lowers *smem_per_block),
- *   NVFP4_MLA_ATTEND_MMA (`s->mma`: "auto" or "sync", sets *force_mma_sync),
- *   NVFP4_MLA_ATTEND_MERGE (`s->merge`: "auto", "separate" or "in-launch", sets *merge_mode to
+/* The attention kernel's settings (rows of settings.h's table), looked up in `environ` (the host's
+ * snapshot; NULL: the process environment), each unset or "" = its default:
+ *   NVFP4_MLA_ATTEND_SMEM_CAP (decimal bytes in [16384, INT32_MAX], lowers *smem_per_block),
+ *   NVFP4_MLA_ATTEND_MMA ("auto" or "sync", sets *force_mma_sync),
+ *   NVFP4_MLA_ATTEND_MERGE ("auto", "separate" or "in-launch", sets *merge_mode to
  *   NVFP4_ATTEND_MERGE_AUTO, _SEPARATE or _IN_LAUNCH).
- * ERR_CONFIG naming the variable and its quoted value otherwise. */
-typedef struct nvfp4_attend_settings {
-    const char *cap, *mma, *merge; /* the variables' values as read (NULL: unset) */
-} nvfp4_attend_settings_t;
-nvfp4_mla_status_t nvfp4_attend_settings_parse(const nvfp4_attend_settings_t *s, int32_t *smem_per_block,
+ * ERR_CONFIG naming the variable and its quoted value otherwise, every output left as it was. */
+nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *const *environ, int32_t *smem_per_block,
                                                int32_t *force_mma_sync, int32_t *merge_mode);
 
 /* Fails with UNSUPPORTED naming `capability` unless the context's device serves every bit of `need`. */

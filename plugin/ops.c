@@ -71,11 +71,9 @@ nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4
     nvfp4_mla_write_args_t a;
     /* out_of_range_count is the last member and the newest (ABI 1.1): a host built before it passes a
      * struct that ends before it, which reads as NULL. */
-    nvfp4_mla_status_t st = nvfp4_copy_versioned(&a, sizeof a, offsetof(nvfp4_mla_write_args_t, out_of_range_count),
-                                                 host_args, "write: nvfp4_mla_write_args_t");
-    if (st || (st = nvfp4_check_zero("write", "flags", &a.flags, sizeof a.flags)) ||
-        (st = nvfp4_check_zero("write", "reserved", a.reserved, sizeof a.reserved)) ||
-        (st = nvfp4_check_call(ctx, "write", NVFP4_MLA_CAP_OP_WRITE, a.layout, a.scale_mode, a.outer_scale,
+    nvfp4_mla_status_t st = NVFP4_TAKE_ARGS("write", nvfp4_mla_write_args_t, &a, host_args,
+                                            offsetof(nvfp4_mla_write_args_t, out_of_range_count));
+    if (st || (st = nvfp4_check_call(ctx, "write", NVFP4_MLA_CAP_OP_WRITE, a.layout, a.scale_mode, a.outer_scale,
                                a.stream)) ||
         (st = check_policy(ctx, a.writer_policy))) {
         return st;
@@ -156,11 +154,8 @@ static nvfp4_mla_status_t check_cpu_slots(const nvfp4_mla_gather_kernel_args_t *
 nvfp4_mla_status_t nvfp4_lower_gather(const nvfp4_mla_context_t *ctx, const nvfp4_mla_gather_args_t *host_args,
                                       nvfp4_mla_gather_kernel_args_t *k) {
     nvfp4_mla_gather_args_t a;
-    nvfp4_mla_status_t st =
-        nvfp4_copy_versioned(&a, sizeof a, sizeof a, host_args, "gather: nvfp4_mla_gather_args_t");
-    if (st || (st = nvfp4_check_zero("gather", "flags", &a.flags, sizeof a.flags)) ||
-        (st = nvfp4_check_zero("gather", "reserved0", &a.reserved0, sizeof a.reserved0)) ||
-        (st = nvfp4_check_zero("gather", "reserved", a.reserved, sizeof a.reserved)) ||
+    nvfp4_mla_status_t st = NVFP4_TAKE_ARGS("gather", nvfp4_mla_gather_args_t, &a, host_args, sizeof a);
+    if (st || (st = nvfp4_check_zero("gather", "reserved0", &a.reserved0, sizeof a.reserved0)) ||
         (st = nvfp4_check_call(ctx, "gather", NVFP4_MLA_CAP_OP_GATHER, a.layout, a.scale_mode, a.outer_scale,
                                a.stream))) {
         return st;

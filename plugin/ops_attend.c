@@ -16,10 +16,8 @@ static nvfp4_tensor_rule_t rule(const nvfp4_mla_context_t *ctx, const char *name
 /* The struct itself, the mode and the capabilities, sm_scale. */
 static nvfp4_mla_status_t check_header(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *host_args,
                                        nvfp4_mla_attend_args_t *a) {
-    nvfp4_mla_status_t st = nvfp4_copy_versioned(a, sizeof *a, sizeof *a, host_args, "attend: nvfp4_mla_attend_args_t");
-    if (st || (st = nvfp4_check_zero("attend", "flags", &a->flags, sizeof a->flags)) ||
-        (st = nvfp4_check_zero("attend", "reserved", a->reserved, sizeof a->reserved)) ||
-        (st = nvfp4_check_call(ctx, "attend", NVFP4_MLA_CAP_OP_ATTEND, a->layout, a->scale_mode, a->outer_scale,
+    nvfp4_mla_status_t st = NVFP4_TAKE_ARGS("attend", nvfp4_mla_attend_args_t, a, host_args, sizeof *a);
+    if (st || (st = nvfp4_check_call(ctx, "attend", NVFP4_MLA_CAP_OP_ATTEND, a->layout, a->scale_mode, a->outer_scale,
                                a->stream))) {
         return st;
     }

@@ -43,10 +43,8 @@ static nvfp4_mla_status_t check_apart(const nvfp4_mla_tensor_t *output, const ch
 /* The struct itself, the capability, the stream. */
 static nvfp4_mla_status_t check_header(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *host_args,
                                        nvfp4_mla_merge_args_t *a) {
-    nvfp4_mla_status_t st = nvfp4_copy_versioned(a, sizeof *a, sizeof *a, host_args, "merge: nvfp4_mla_merge_args_t");
-    if (st || (st = nvfp4_check_zero("merge", "flags", &a->flags, sizeof a->flags)) ||
-        (st = nvfp4_check_zero("merge", "reserved", a->reserved, sizeof a->reserved)) ||
-        (st = nvfp4_context_require(ctx, "merge", NVFP4_MLA_CAP_OP_MERGE_PARTIALS))) {
+    nvfp4_mla_status_t st = NVFP4_TAKE_ARGS("merge", nvfp4_mla_merge_args_t, a, host_args, sizeof *a);
+    if (st || (st = nvfp4_context_require(ctx, "merge", NVFP4_MLA_CAP_OP_MERGE_PARTIALS))) {
         return st;
     }
     return nvfp4_check_stream(ctx, "merge", a->stream);

@@ -1,12 +1,41 @@
-/* Boolean, path and choice settings (see settings.h). Plain C with no plugin dependency, because the host
- * loader compiles this file as well. */
+/* The settings table and its rule (see settings.h). Plain C with no plugin dependency beyond the ABI
+ * headers, because the host loader compiles this file as well. */
 #include "settings.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "nvfp4_mla.h"
+
+/* The writer policies in id order (nvfp4_mla_record.h), as NVFP4_MLA_WRITER_POLICY spells them. */
+static const char *const policy_names[NVFP4_MLA_WRITER_POLICY_COUNT] = {
+#define NVFP4_POLICY_NAME(id, name) [id] = name,
+    NVFP4_MLA_FOR_EACH_WRITER_POLICY(NVFP4_POLICY_NAME)
+#undef NVFP4_POLICY_NAME
+};
+/* The attention's engines and merges; init maps the index (context.c). */
+static const char *const mma_names[] = {"auto", "sync"};
+static const char *const merge_names[] = {"auto", "separate", "in-launch"};
+#define NAMES(list) list, (int)(sizeof list / sizeof list[0])
+
+const nvfp4_setting_t nvfp4_settings[NVFP4_SETTINGS] = {
+    [NVFP4_SETTING_DYNAMIC_SCALE] = {NVFP4_ENV_DYNAMIC_SCALE, NVFP4_SETTING_KIND_BOOL, "config_create", "off"},
+    [NVFP4_SETTING_FP8_ROPE] = {NVFP4_ENV_FP8_ROPE, NVFP4_SETTING_KIND_BOOL, "config_create", "off"},
+    [NVFP4_SETTING_SCALES_FILE] = {NVFP4_ENV_SCALES_FILE, NVFP4_SETTING_KIND_PATH_STRIPPED, "config_create",
+                                   "none"},
+    [NVFP4_SETTING_WRITER_POLICY] = {NVFP4_ENV_WRITER_POLICY, NVFP4_SETTING_KIND_CHOICE, "config_create", "rtn",
+                                     NAMES(policy_names)},
+    [NVFP4_SETTING_ATTEND_SMEM_CAP] = {NVFP4_ENV_ATTEND_SMEM_CAP, NVFP4_SETTING_KIND_COUNT, "init", "no cap", NULL, 0,
+                                       "a decimal byte count", 16384, INT32_MAX},
+    [NVFP4_SETTING_ATTEND_MMA] = {NVFP4_ENV_ATTEND_MMA, NVFP4_SETTING_KIND_CHOICE, "init", "auto", NAMES(mma_names)},
+    [NVFP4_SETTING_ATTEND_MERGE] = {NVFP4_ENV_ATTEND_MERGE, NVFP4_SETTING_KIND_CHOICE, "init", "auto",
+                                    NAMES(merge_names)},
+    [NVFP4_SETTING_PLUGIN] = {NVFP4_MLA_PLUGIN_ENV, NVFP4_SETTING_KIND_PATH, "loader", "no plugin selected"},
+};
 
 /* Appends `piece` when it fits whole: a cut message beats an overflow (callers size the buffer). */
 static void append(char *out, size_t out_size, size_t *used, const char *piece) {
@@ -151,4 +180,41 @@ int nvfp4_setting_count(const char *name, const char *value, const char *what, u
     }
     *out = v;
     return 0;
+}
+
+const char *nvfp4_setting_lookup(const char *const *environ, const char *name) {
+    if (!environ) {
+        return secure_getenv(name);
+    }
+    size_t n = strlen(name);
+    for (const char *const *e = environ; *e; e++) {
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') {
+            return *e + n + 1;
+        }
+    }
+    return NULL;
+}
+
+int nvfp4_setting_parse(const nvfp4_setting_t *s, const char *value, nvfp4_setting_value_t *out, char *message,
+                        size_t message_size) {
+    switch (s->kind) {
+    case NVFP4_SETTING_KIND_BOOL: return nvfp4_setting_bool(s->name, value, &out->on, message, message_size);
+    case NVFP4_SETTING_KIND_PATH:
+        return nvfp4_setting_path(s->name, value, out->path, out->path_size, message, message_size);
+    case NVFP4_SETTING_KIND_PATH_STRIPPED:
+        return nvfp4_setting_path_stripped(s->name, value, out->path, out->path_size, message, message_size);
+    case NVFP4_SETTING_KIND_CHOICE:
+        return nvfp4_setting_choice(s->name, value, s->choices, s->choice_count, &out->index, message, message_size);
+    case NVFP4_SETTING_KIND_COUNT:
+        return nvfp4_setting_count(s->name, value, s->what, s->lo, s->hi, s->unset, &out->count, message,
+                                   message_size);
+    }
+    snprintf(message, message_size, "%s: setting kind %d is unknown", s->name, (int)s->kind);
+    return -1;
+}
+
+int nvfp4_setting_read(nvfp4_setting_id_t id, const char *const *environ, nvfp4_setting_value_t *out, char *message,
+                       size_t message_size) {
+    const nvfp4_setting_t *s = &nvfp4_settings[id];
+    return nvfp4_setting_parse(s, nvfp4_setting_lookup(environ, s->name), out, message, message_size);
 }

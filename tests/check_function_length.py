@@ -2,10 +2,7 @@
 """No function longer than about one screen (house style, docs/architecture.md): every C, C++, CUDA and Python
 function under abi/, kernels/, plugin/, host_shims/, bench/ and tests/ has at most LIMIT lines,
 counted from the first line of its signature to its closing brace (C) or its last line (Python).
-
-The attention kernel family (kernels/attend/attend_cuda.cu, kernels/attend/attend_*.cuh) is left to
-the attention work that replaces it; PENDING lists the functions of files that work owns too, each by
-name, so that any other long function there still fails.
+No file is exempt (the attention kernels' exemption ended with the attention work it waited for).
     usage: check_function_length.py SOURCE_ROOT
 """
 import ast
@@ -14,8 +11,6 @@ import re
 import sys
 
 LIMIT = 80
-EXEMPT = re.compile(r"kernels/attend/attend_cuda\.cu$|kernels/attend/attend_[a-z]+\.cuh$")
-PENDING = set()
 FOLDERS = ("abi", "kernels", "plugin", "host_shims", "bench", "tests")
 C_FILES = (".c", ".h", ".cu", ".cuh", ".cpp")
 
@@ -77,14 +72,14 @@ def main(root):
             for name in sorted(files):
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, root)
-                if EXEMPT.search(rel) or not name.endswith(C_FILES + (".py",)):
+                if not name.endswith(C_FILES + (".py",)):
                     continue
                 with open(path, errors="replace") as f:
                     text = f.read()
                 functions = python_functions(text) if name.endswith(".py") else c_functions(text)
                 checked += len(functions)
                 long_ones += [(rel, fn, first, last - first + 1) for fn, first, last in functions
-                              if last - first + 1 > LIMIT and (rel, fn) not in PENDING]
+                              if last - first + 1 > LIMIT]
     for rel, fn, first, lines in long_ones:
         print(f"{rel}:{first}: {fn} has {lines} lines (limit {LIMIT}): split it")
     print(f"{checked} functions checked, {len(long_ones)} longer than {LIMIT} lines")

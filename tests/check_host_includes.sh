@@ -3,7 +3,8 @@
 # bench/ (the tool's benchmark), and not the CLI's tests (tests/test_cli*.c, tests/cli_harness.h),
 # includes a header of kernels/, and no build file gives them that folder.
 # (The loader library shares one file with the plugin on purpose, plugin/settings.c: the settings
-# rule, so that the plugin and its loader parse NVFP4_MLA_PLUGIN-style values alike.)
+# table and rule, so that the plugin and its loader parse NVFP4_MLA_PLUGIN-style values alike; the
+# Python shim's layout manifest prints that table for the mirror's test.)
 #   usage: check_host_includes.sh SOURCE_ROOT
 set -u
 cd "$1" || exit 1

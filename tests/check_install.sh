@@ -37,7 +37,7 @@ int main(void) {
     nvfp4_mla_requirement_t want = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, NVFP4_MLA_CAP_OP_ATTEND, 1};
     int rc = nvfp4_mla_loader_require(&loader, &want, nvfp4_mla_loader_table_caps(&loader), message, sizeof message);
     printf("%s\n", message);
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     nvfp4_mla_context_t *ctx = NULL;
     rc = rc || loader.table->init(&init, &ctx) != NVFP4_MLA_OK;
     if (ctx) {

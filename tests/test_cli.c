@@ -399,6 +399,15 @@ static void probe_should_show_and_check_the_writer_policy(void **state) {
                                              "asks for one");
     assert_non_null(strstr(out_text, "\"writer_policies\":\t[\"rtn\"]"));
     assert_non_null(strstr(out_text, "\"reason\":\t\"missing_capability\""));
+    /* The old plugin cannot report the policy: the loader reads the variable by the plugin's rule
+     * (any case: "RTN" asks for nothing; a name it does not know is refused in the rule's words). */
+    snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_old_minor.so NVFP4_MLA_WRITER_POLICY=RTN", mocks);
+    assert_int_equal(run(env, "probe"), 0);
+    snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_old_minor.so NVFP4_MLA_WRITER_POLICY=4over6", mocks);
+    expect_failure(run(env, "probe --json"),
+                   "configuration refused: NVFP4_MLA_WRITER_POLICY=\"4over6\" is not one of: rtn, mse (any case); "
+                   "unset or empty is rtn");
+    assert_non_null(strstr(out_text, "\"reason\":\t\"config_error\""));
     snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_current.so NVFP4_MLA_WRITER_POLICY=mse", mocks);
     expect_failure(run(env, "probe"), "cannot serve static scales on fp8_rope_368 (requested by the configuration): "
                                       "missing write.policy_mse");

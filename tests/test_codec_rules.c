@@ -6,9 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "backends.h"
+#include "config.h"
 #include "context.h"
 #include "errors.h"
 #include "ops.h"
@@ -384,6 +386,42 @@ static void capture_should_max_reduce_over_written_tokens_only(void **state) {
     free(tok);
 }
 
+/* One intake for every versioned argument struct (nvfp4_take_args): each of the six entries that
+ * take one refuses a non-zero flags or reserved word, and a struct below its 1.0 size, in the same
+ * words, naming itself, before it looks at anything else. */
+#define INTAKE_CASE(type, op, call)                                                                               \
+    do {                                                                                                          \
+        type a;                                                                                                   \
+        memset(&a, 0, sizeof a);                                                                                  \
+        a.struct_size = sizeof a;                                                                                 \
+        a.flags = 1;                                                                                              \
+        assert_int_equal(call, NVFP4_MLA_ERR_INVALID_ARGUMENT);                                                  \
+        assert_string_equal(nvfp4_last_error(), op ": flags must be zero in ABI 1.1");                            \
+        a.flags = 0;                                                                                              \
+        a.reserved[3] = 1;                                                                                        \
+        assert_int_equal(call, NVFP4_MLA_ERR_INVALID_ARGUMENT);                                                  \
+        assert_string_equal(nvfp4_last_error(), op ": reserved must be zero in ABI 1.1");                         \
+        a.struct_size = 4;                                                                                        \
+        assert_int_equal(call, NVFP4_MLA_ERR_VERSION);                                                            \
+        assert_non_null(strstr(nvfp4_last_error(), op ": " #type ": struct_size 4 is smaller than the ABI 1.0"));  \
+    } while (0)
+
+static void every_entry_should_take_its_versioned_struct_alike(void **state) {
+    (void)state;
+    nvfp4_mla_context_t *made = NULL;
+    nvfp4_mla_config_t *config = NULL;
+    uint64_t bytes = 0;
+    INTAKE_CASE(nvfp4_mla_init_args_t, "init", nvfp4_context_init(&a, &made));
+    INTAKE_CASE(nvfp4_mla_config_request_t, "config_create", nvfp4_config_create(&a, &config));
+    INTAKE_CASE(nvfp4_mla_write_args_t, "write", nvfp4_op_write(tu_cpu, &a));
+    INTAKE_CASE(nvfp4_mla_gather_args_t, "gather", nvfp4_op_gather(tu_cpu, &a));
+    INTAKE_CASE(nvfp4_mla_attend_args_t, "attend", nvfp4_op_attend(tu_cpu, &a));
+    INTAKE_CASE(nvfp4_mla_attend_args_t, "attend", nvfp4_op_attend_workspace_bytes(tu_cpu, &a, &bytes));
+    INTAKE_CASE(nvfp4_mla_merge_args_t, "merge", nvfp4_op_merge(tu_cpu, &a));
+    assert_null(made);
+    assert_null(config);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(per_token_records_should_satisfy_the_invariants),
@@ -396,6 +434,7 @@ int main(void) {
         cmocka_unit_test(gather_should_zero_unused_slots_and_reject_out_of_range),
         cmocka_unit_test(capture_should_max_reduce_over_written_tokens_only),
         cmocka_unit_test(operations_should_apply_the_records_mode_rule),
+        cmocka_unit_test(every_entry_should_take_its_versioned_struct_alike),
     };
     return cmocka_run_group_tests(tests, tu_setup_cpu, tu_teardown_cpu);
 }

@@ -86,7 +86,7 @@ static job_t serial[THREADS], parallel[THREADS];
 
 static void *worker(void *arg) {
     job_t *j = arg;
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     for (int round = 0; round < ROUNDS; round++) {
         nvfp4_mla_context_t *ctx;
         if (plugin->init(&init, &ctx) != NVFP4_MLA_OK) {
@@ -103,7 +103,7 @@ static void *worker(void *arg) {
 
 static void threads_should_reproduce_the_serial_results(void **state) {
     (void)state;
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     nvfp4_mla_context_t *ctx;
     assert_int_equal(plugin->init(&init, &ctx), NVFP4_MLA_OK);
     for (int i = 0; i < THREADS; i++) {
@@ -127,7 +127,7 @@ static void *churn(void *arg) {
     snprintf(want, sizeof want, "device_index is %d, must be 0 for the CPU", (int)id + 1);
     const char *env[] = {"KV_FP8_ROPE=1", "VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", NULL};
     for (int round = 0; round < 200; round++) {
-        nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, (int32_t)id + 1, 0, NULL, {0}};
+        nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, (int32_t)id + 1, 0, NULL, {0}, NULL};
         nvfp4_mla_context_t *ctx = NULL;
         bad += plugin->init(&init, &ctx) != NVFP4_MLA_ERR_INVALID_ARGUMENT || !strstr(plugin->last_error(), want);
         init.device_index = 0;

@@ -497,11 +497,21 @@ static void source_should_be_reported_through_the_log_callback(void **state) {
     nvfp4_config_destroy(cfg);
 }
 
-/* nvfp4_attend_settings_parse over (cap, mma, merge), the outputs primed with the given values. */
+/* nvfp4_attend_settings_parse over a snapshot holding (cap, mma, merge) (NULL: left out), the
+ * outputs primed with the given values. */
 static nvfp4_mla_status_t parse3(const char *cap, const char *mma, const char *merge, int32_t *smem, int32_t *sync,
                                  int32_t *merge_mode) {
-    const nvfp4_attend_settings_t s = {cap, mma, merge};
-    return nvfp4_attend_settings_parse(&s, smem, sync, merge_mode);
+    char vars[3][128];
+    const char *env[4] = {NULL, NULL, NULL, NULL};
+    const char *names[3] = {NVFP4_ENV_ATTEND_SMEM_CAP, NVFP4_ENV_ATTEND_MMA, NVFP4_ENV_ATTEND_MERGE};
+    const char *values[3] = {cap, mma, merge};
+    for (int i = 0, n = 0; i < 3; i++) {
+        if (values[i]) {
+            snprintf(vars[i], sizeof vars[i], "%s=%s", names[i], values[i]);
+            env[n++] = vars[i];
+        }
+    }
+    return nvfp4_attend_settings_parse(env, smem, sync, merge_mode);
 }
 
 static void attend_settings_should_parse_strictly(void **state) {
@@ -554,6 +564,77 @@ static void attend_settings_should_parse_strictly(void **state) {
     assert_int_equal(merge, NVFP4_ATTEND_MERGE_AUTO);
 }
 
+/* init's attention settings come from the host's snapshot when it passes one, the process
+ * environment otherwise (an empty snapshot hides a bad process value; a snapshot's bad value is
+ * refused although the process has none). */
+static void attend_settings_should_come_from_the_snapshot(void **state) {
+    (void)state;
+    int32_t smem = 232448, sync = 0, merge = NVFP4_ATTEND_MERGE_AUTO;
+    const char *empty[] = {NULL};
+    const char *snap[] = {"NVFP4_MLA_ATTEND_MMA_X=sync", NVFP4_ENV_ATTEND_MMA "=sync", NULL};
+    setenv(NVFP4_ENV_ATTEND_MMA, "wgmma", 1);
+    assert_int_equal(nvfp4_attend_settings_parse(NULL, &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
+    assert_string_equal(nvfp4_last_error(),
+                        "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" is not one of: auto, sync (any case); unset or empty is auto");
+    assert_int_equal(nvfp4_attend_settings_parse(empty, &smem, &sync, &merge), NVFP4_MLA_OK);
+    assert_int_equal(sync, 0);
+    assert_int_equal(nvfp4_attend_settings_parse(snap, &smem, &sync, &merge), NVFP4_MLA_OK);
+    assert_int_equal(sync, 1);
+    unsetenv(NVFP4_ENV_ATTEND_MMA);
+    const char *bad[] = {NVFP4_ENV_ATTEND_SMEM_CAP "=99KB", NULL};
+    assert_int_equal(nvfp4_attend_settings_parse(bad, &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
+    assert_non_null(strstr(nvfp4_last_error(), "NVFP4_MLA_ATTEND_SMEM_CAP=\"99KB\" is not a decimal byte count"));
+    assert_int_equal(smem, 232448);
+}
+
+/* init's args grew environ in ABI 1.1: a 1.0 host's smaller struct is taken (environ NULL), a
+ * snapshot is taken on the CPU (which reads no setting), a struct below the 1.0 size is VERSION. */
+static void init_should_take_the_1_0_args_and_a_snapshot(void **state) {
+    (void)state;
+    const char *snap[] = {NVFP4_ENV_ATTEND_MMA "=not-read-by-a-cpu-context", NULL};
+    nvfp4_mla_init_args_t args = {sizeof args, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, snap};
+    nvfp4_mla_context_t *ctx = NULL;
+    assert_int_equal(nvfp4_context_init(&args, &ctx), NVFP4_MLA_OK);
+    nvfp4_context_shutdown(ctx);
+    args.struct_size = (uint32_t)offsetof(nvfp4_mla_init_args_t, environ); /* a 1.0 host */
+    assert_int_equal(nvfp4_context_init(&args, &ctx), NVFP4_MLA_OK);
+    nvfp4_context_shutdown(ctx);
+    args.struct_size = (uint32_t)offsetof(nvfp4_mla_init_args_t, environ) - 8;
+    assert_int_equal(nvfp4_context_init(&args, &ctx), NVFP4_MLA_ERR_VERSION);
+    assert_null(ctx);
+    assert_non_null(strstr(nvfp4_last_error(), "init: nvfp4_mla_init_args_t: struct_size"));
+}
+
+/* One table holds every variable: the names are unique, each has a reader and an "unset" meaning,
+ * choices have names and counts bounds; the configuration's and init's rows are where they read. */
+static void settings_table_should_hold_every_variable_once(void **state) {
+    (void)state;
+    for (int i = 0; i < NVFP4_SETTINGS; i++) {
+        const nvfp4_setting_t *s = &nvfp4_settings[i];
+        assert_non_null(s->name);
+        assert_non_null(s->reader);
+        assert_non_null(s->unset);
+        assert_true((s->kind == NVFP4_SETTING_KIND_CHOICE) == (s->choice_count > 0 && s->choices));
+        assert_true((s->kind == NVFP4_SETTING_KIND_COUNT) == (s->what && s->lo <= s->hi && s->hi > 0));
+        if (s->kind == NVFP4_SETTING_KIND_CHOICE) {
+            assert_string_equal(s->choices[0], s->unset); /* the default is the first name */
+        }
+        for (int j = 0; j < i; j++) {
+            assert_string_not_equal(s->name, nvfp4_settings[j].name);
+        }
+    }
+    assert_string_equal(nvfp4_settings[NVFP4_SETTING_WRITER_POLICY].name, NVFP4_ENV_WRITER_POLICY);
+    assert_string_equal(nvfp4_settings[NVFP4_SETTING_WRITER_POLICY].reader, "config_create");
+    assert_int_equal(nvfp4_settings[NVFP4_SETTING_WRITER_POLICY].choice_count, NVFP4_MLA_WRITER_POLICY_COUNT);
+    for (uint32_t p = 0; p < NVFP4_MLA_WRITER_POLICY_COUNT; p++) {
+        assert_string_equal(nvfp4_settings[NVFP4_SETTING_WRITER_POLICY].choices[p], nvfp4_mla_writer_policy_name(p));
+    }
+    assert_string_equal(nvfp4_settings[NVFP4_SETTING_ATTEND_MERGE].reader, "init");
+    assert_string_equal(nvfp4_settings[NVFP4_SETTING_PLUGIN].name, NVFP4_MLA_PLUGIN_ENV);
+    assert_string_equal(nvfp4_setting_lookup((const char *const[]){"A=1", "AB=2", NULL}, "AB"), "2");
+    assert_null(nvfp4_setting_lookup((const char *const[]){"ABC=1", NULL}, "AB"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(identity_should_stay_default_for_non_nvfp4_and_implicit_nvfp4),
@@ -573,6 +654,9 @@ int main(void) {
         cmocka_unit_test(real_production_file_should_load),
         cmocka_unit_test(source_should_be_reported_through_the_log_callback),
         cmocka_unit_test(attend_settings_should_parse_strictly),
+        cmocka_unit_test(attend_settings_should_come_from_the_snapshot),
+        cmocka_unit_test(settings_table_should_hold_every_variable_once),
+        cmocka_unit_test(init_should_take_the_1_0_args_and_a_snapshot),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

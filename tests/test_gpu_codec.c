@@ -44,7 +44,7 @@ static int setup(void **state) {
     }
     const char *cap = getenv("NVFP4_MLA_GPU_TEST_MAX_T");
     if (cap) max_tokens = atoll(cap);
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     if (nvfp4_context_init(&init, &cpu)) return -1;
     init.device_type = NVFP4_MLA_DEVICE_CUDA;
     if (nvfp4_context_init(&init, &gpu)) {
@@ -384,7 +384,7 @@ typedef struct stream_job {
 
 static void *stream_worker(void *arg) {
     stream_job_t *job = arg;
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, NULL};
     nvfp4_mla_context_t *ctx;
     cudaStream_t stream;
     if (nvfp4_context_init(&init, &ctx) != NVFP4_MLA_OK || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) {

@@ -10,7 +10,8 @@
  * attend_workspace_bytes answers during capture (it reads shapes only). Split-K merges: under the
  * default NVFP4_MLA_ATTEND_MERGE=auto a captured attend merges with a second kernel (a graph node of
  * its own) and an eager one inside its launch, so every replay is also checked bit for bit against
- * the other merge; with in-launch the graph holds one attend node. Exits 77 without a device. */
+ * the other merge; with in-launch the graph holds one attend node. And init's attention settings
+ * from the host's snapshot (ABI 1.1). Exits 77 without a device. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <setjmp.h>
@@ -57,7 +58,7 @@ static int setup(void **state) {
         return -1;
     }
     unsetenv("NVFP4_MLA_ATTEND_MERGE"); /* the node counts assume the default merge, auto */
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, NULL};
     if (plugin->init(&init, &ctx) != NVFP4_MLA_OK) {
         fprintf(stderr, "CUDA init failed: %s\n", plugin->last_error());
         return -1;
@@ -290,7 +291,7 @@ static void graph_should_replay_h128_batch32_like_eager_calls(void **state) {
 static void graph_should_replay_the_merge_in_the_launch_like_eager_calls(void **state) {
     (void)state;
     setenv("NVFP4_MLA_ATTEND_MERGE", "in-launch", 1);
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, NULL};
     const nvfp4_mla_status_t st = plugin->init(&init, &ctx);
     unsetenv("NVFP4_MLA_ATTEND_MERGE");
     if (st != NVFP4_MLA_OK) fail_msg("init (in-launch): %s", plugin->last_error());
@@ -298,6 +299,34 @@ static void graph_should_replay_the_merge_in_the_launch_like_eager_calls(void **
     replay_should_match_eager_calls(16, 40, false);
     plugin->shutdown(ctx);
     ctx = default_ctx;
+}
+
+/* A CUDA context reads its attention settings from the host's snapshot (init_args.environ, ABI
+ * 1.1) when one is passed, ignoring the process environment; a 1.0-sized struct (no snapshot)
+ * reads the process environment. */
+static void init_should_read_the_attention_settings_from_the_host_snapshot(void **state) {
+    (void)state;
+    setenv("NVFP4_MLA_ATTEND_MMA", "bogus", 1); /* the process's value: refused when read */
+    const char *good[] = {"NVFP4_MLA_ATTEND_MERGE=in-launch", NULL};
+    const char *bad[] = {"NVFP4_MLA_ATTEND_MMA=wgmma", NULL};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, good};
+    nvfp4_mla_context_t *c = NULL;
+    const nvfp4_mla_status_t from_snapshot = plugin->init(&init, &c);
+    if (c) plugin->shutdown(c);
+    init.environ = bad;
+    const nvfp4_mla_status_t refused = plugin->init(&init, &c);
+    if (refused == NVFP4_MLA_OK) plugin->shutdown(c);
+    char refused_message[512];
+    snprintf(refused_message, sizeof refused_message, "%s", plugin->last_error());
+    init.struct_size = (uint32_t)offsetof(nvfp4_mla_init_args_t, environ); /* a 1.0 host */
+    const nvfp4_mla_status_t from_process = plugin->init(&init, &c);
+    if (from_process == NVFP4_MLA_OK) plugin->shutdown(c);
+    unsetenv("NVFP4_MLA_ATTEND_MMA");
+    assert_int_equal(from_snapshot, NVFP4_MLA_OK);
+    assert_int_equal(refused, NVFP4_MLA_ERR_CONFIG);
+    assert_non_null(strstr(refused_message, "NVFP4_MLA_ATTEND_MMA=\"wgmma\" is not one of: auto, sync"));
+    assert_int_equal(from_process, NVFP4_MLA_ERR_CONFIG);
+    assert_non_null(strstr(plugin->last_error(), "NVFP4_MLA_ATTEND_MMA=\"bogus\""));
 }
 
 /* A refused call returns before enqueuing anything: the capture goes on, and the graph holds only
@@ -342,6 +371,7 @@ int main(void) {
         cmocka_unit_test(graph_should_replay_h128_batch32_like_eager_calls),
         cmocka_unit_test(graph_should_replay_the_merge_in_the_launch_like_eager_calls),
         cmocka_unit_test(refused_call_should_leave_the_capture_valid),
+        cmocka_unit_test(init_should_read_the_attention_settings_from_the_host_snapshot),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

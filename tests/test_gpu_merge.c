@@ -55,8 +55,8 @@ static int setup(void **state) {
     if (!(plugin = GPU_LOADER_OPEN(&loader, merge))) {
         return -1;
     }
-    nvfp4_mla_init_args_t on_cpu = {sizeof on_cpu, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
-    nvfp4_mla_init_args_t on_gpu = {sizeof on_gpu, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t on_cpu = {sizeof on_cpu, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
+    nvfp4_mla_init_args_t on_gpu = {sizeof on_gpu, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, NULL};
     if (plugin->init(&on_cpu, &cpu) != NVFP4_MLA_OK || plugin->init(&on_gpu, &gpu) != NVFP4_MLA_OK) {
         fprintf(stderr, "init failed: %s\n", plugin->last_error());
         return -1;

@@ -282,7 +282,7 @@ static void real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts(vo
     assert_string_equal(t->status_string(NVFP4_MLA_ERR_UNSUPPORTED), "NVFP4_MLA_ERR_UNSUPPORTED");
     assert_string_equal(t->record_format, "nvfp4_ds_mla");
     for (int round = 0; round < 50; round++) {
-        nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+        nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
         nvfp4_mla_context_t *a = NULL, *b = NULL;
         assert_int_equal(t->init(&init, &a), NVFP4_MLA_OK);
         assert_int_equal(t->init(&init, &b), NVFP4_MLA_OK);
@@ -295,7 +295,7 @@ static void real_plugin_should_init_and_shutdown_repeatedly_with_two_contexts(vo
         assert_int_equal(t->shutdown(b), NVFP4_MLA_OK);
     }
     /* attend exists on the CPU backend: a zeroed argument struct is refused by name, not run. */
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     nvfp4_mla_context_t *c;
     assert_int_equal(t->init(&init, &c), NVFP4_MLA_OK);
     nvfp4_mla_attend_args_t attend = {.struct_size = sizeof attend};
@@ -316,7 +316,7 @@ static void real_plugin_should_report_cuda_by_what_the_machine_can_run(void **st
     (void)state;
     nvfp4_mla_loader_t l;
     open_real_plugin(&l);
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, NULL};
     nvfp4_mla_context_t *c = (nvfp4_mla_context_t *)1;
     nvfp4_mla_status_t st = l.table->init(&init, &c);
     if (!(l.table->capability_bits & NVFP4_MLA_CAP_BACKEND_CUDA)) {
@@ -350,7 +350,7 @@ static void real_plugin_should_serve_merge(void **state) {
     nvfp4_mla_requirement_t dcp = per_token;
     dcp.extra_caps = NVFP4_MLA_CAP_OP_ATTEND | NVFP4_MLA_CAP_OP_MERGE_PARTIALS;
     assert_int_equal(nvfp4_mla_loader_require(&l, &dcp, nvfp4_mla_loader_table_caps(&l), msg, sizeof msg), 0);
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     nvfp4_mla_context_t *c;
     assert_int_equal(t->init(&init, &c), NVFP4_MLA_OK);
     nvfp4_mla_merge_args_t merge = {.struct_size = sizeof merge};
@@ -383,6 +383,28 @@ static void real_plugin_should_name_its_capabilities_as_the_header_does(void **s
 
 /* The host-side rule of nvfp4_mla_record.h the loader decides with: the writer's and the readers'
  * per-token capabilities, and attend's only when the host calls attend. */
+/* The writer policy a host asks for, read by the plugin's own rule (for plugins too old to say). */
+static void loader_should_read_the_writer_policy_by_the_plugins_rule(void **state) {
+    (void)state;
+    char message[1024];
+    uint32_t policy = 99;
+    const char *unset[] = {NULL};
+    assert_int_equal(nvfp4_mla_loader_writer_policy(unset, &policy, message, sizeof message), 0);
+    assert_int_equal(policy, NVFP4_MLA_WRITER_POLICY_RTN);
+    const char *mse[] = {"NVFP4_MLA_WRITER_POLICY_OTHER=rtn", "NVFP4_MLA_WRITER_POLICY=Mse", NULL};
+    assert_int_equal(nvfp4_mla_loader_writer_policy(mse, &policy, message, sizeof message), 0);
+    assert_int_equal(policy, NVFP4_MLA_WRITER_POLICY_MSE);
+    const char *bad[] = {"NVFP4_MLA_WRITER_POLICY=mse ", NULL};
+    assert_int_equal(nvfp4_mla_loader_writer_policy(bad, &policy, message, sizeof message), -1);
+    assert_int_equal(policy, NVFP4_MLA_WRITER_POLICY_RTN);
+    assert_string_equal(message, "NVFP4_MLA_WRITER_POLICY=\"mse \" is not one of: rtn, mse (any case); unset or empty "
+                                 "is rtn");
+    setenv("NVFP4_MLA_WRITER_POLICY", "mse", 1); /* NULL: the process environment */
+    assert_int_equal(nvfp4_mla_loader_writer_policy(NULL, &policy, message, sizeof message), 0);
+    unsetenv("NVFP4_MLA_WRITER_POLICY");
+    assert_int_equal(policy, NVFP4_MLA_WRITER_POLICY_MSE);
+}
+
 static void requirement_should_follow_the_records_rule(void **state) {
     (void)state;
     nvfp4_mla_requirement_t want = per_token;
@@ -414,6 +436,7 @@ int main(void) {
         cmocka_unit_test(real_plugin_should_report_cuda_by_what_the_machine_can_run),
         cmocka_unit_test(real_plugin_should_serve_merge),
         cmocka_unit_test(real_plugin_should_name_its_capabilities_as_the_header_does),
+        cmocka_unit_test(loader_should_read_the_writer_policy_by_the_plugins_rule),
         cmocka_unit_test(requirement_should_follow_the_records_rule),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

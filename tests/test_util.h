@@ -100,7 +100,7 @@ static nvfp4_mla_context_t *tu_cpu;
 
 __attribute__((unused)) static int tu_setup_cpu(void **state) {
     (void)state;
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     return nvfp4_context_init(&init, &tu_cpu);
 }
 

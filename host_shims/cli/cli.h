@@ -126,7 +126,7 @@ nvfp4_mla_tensor_t cli_tensor_1d(void *data, int32_t dtype, int64_t n);
 nvfp4_mla_tensor_t cli_cache_tensor(uint8_t *data, int64_t tokens, int32_t record_bytes);
 int64_t cli_cache_bytes(int64_t tokens, int32_t record_bytes);
 
-/* Parses --layout 368|432, --mode per-token|static, --scale S (each at most once), and --policy
+/* (flags.c) Parses --layout 368|432, --mode per-token|static, --scale S (each at most once), and --policy
  * rtn|mse where the command writes (`with_policy`). The values go
  * to the plugin as given, which applies the mode rule (nvfp4_mla_record.h) and refuses in its words;
  * a --scale left out becomes the mode's default (nvfp4_mla_default_outer_scale). */

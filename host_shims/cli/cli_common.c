@@ -1,4 +1,5 @@
-/* Loader, files, tensors and codec flags shared by the subcommands (see cli.h). */
+/* Loader, tensors, configurations and the codec calls shared by the subcommands (see cli.h). The
+ * flags are parsed in flags.c, which calls cli_fail here; nothing here calls flags.c. */
 #include <cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,7 +57,7 @@ int cli_host_open_for(cli_host_t *host, const char *plugin, uint64_t need) {
             return 1;
         }
     }
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     if (host->table->init(&init, &host->cpu) != NVFP4_MLA_OK) {
         fprintf(stderr, "nvfp4-mla: init on the CPU failed: %s\n", host->table->last_error());
         nvfp4_mla_loader_close(&host->loader);
@@ -129,76 +130,6 @@ nvfp4_mla_tensor_t cli_cache_tensor(uint8_t *data, int64_t tokens, int32_t recor
     nvfp4_mla_tensor_t t = {data, NVFP4_MLA_DTYPE_U8, 3, {blocks, CLI_BLOCK, record_bytes, 0},
                             {CLI_BLOCK * record_bytes, record_bytes, 1, 0}, NVFP4_MLA_DEVICE_CPU, 0};
     return t;
-}
-
-const char *cli_policy_names(void) {
-    /* Joined from the header's list at compile time: no name is spelled twice. */
-#define CLI_POLICY_NAME(id, name) ", " name
-    static const char list[] = NVFP4_MLA_FOR_EACH_WRITER_POLICY(CLI_POLICY_NAME);
-#undef CLI_POLICY_NAME
-    return list + 2;
-}
-
-int cli_parse_policy(const char *cmd, const char *value, uint32_t *policy) {
-    for (uint32_t p = 0; p < NVFP4_MLA_WRITER_POLICY_COUNT; p++) {
-        if (strcmp(value, nvfp4_mla_writer_policy_name(p)) == 0) {
-            *policy = p;
-            return 0;
-        }
-    }
-    return cli_fail(cmd, "--policy is \"%s\", must be one of: %s", value, cli_policy_names());
-}
-
-int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out,
-                         cli_seen_t *seen, int with_policy) {
-    const int known = strcmp(flag, "--layout") == 0 || strcmp(flag, "--mode") == 0 || strcmp(flag, "--scale") == 0 ||
-                      (with_policy && strcmp(flag, "--policy") == 0);
-    if (!known) { /* before the value: "--bogus needs a value" named the wrong mistake */
-        return cli_fail(cmd, "unknown flag %s (nvfp4-mla %s --help lists the flags)", flag, cmd);
-    }
-    if (!value) {
-        return cli_fail(cmd, "%s needs a value", flag);
-    }
-    if (cli_once(cmd, seen, flag)) {
-        return 1;
-    }
-    if (strcmp(flag, "--layout") == 0) {
-        if (strcmp(value, "368") == 0) {
-            out->layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
-        } else if (strcmp(value, "432") == 0) {
-            out->layout = NVFP4_MLA_LAYOUT_BF16_ROPE_432;
-        } else {
-            return cli_fail(cmd, "--layout is \"%s\", must be 368 or 432", value);
-        }
-    } else if (strcmp(flag, "--mode") == 0) {
-        if (strcmp(value, "per-token") == 0) {
-            out->scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
-        } else if (strcmp(value, "static") == 0) {
-            out->scale_mode = NVFP4_MLA_SCALE_STATIC;
-        } else {
-            return cli_fail(cmd, "--mode is \"%s\", must be per-token or static", value);
-        }
-    } else if (strcmp(flag, "--scale") == 0) {
-        return cli_parse_scale(cmd, flag, value, &out->scale);
-    } else if (with_policy && strcmp(flag, "--policy") == 0) {
-        return cli_parse_policy(cmd, value, &out->writer_policy);
-    } else {
-        return cli_fail(cmd, "unknown flag %s", flag);
-    }
-    return 0;
-}
-
-int cli_check_codec_flags(const char *cmd, cli_codec_flags_t *f, int need_mode) {
-    if (!f->layout) {
-        return cli_fail(cmd, "--layout 368|432 is required");
-    }
-    if (need_mode && !f->scale_mode) {
-        return cli_fail(cmd, "--mode per-token|static is required");
-    }
-    if (f->scale == 0.0f) { /* not given (a given --scale is a positive normal float) */
-        f->scale = nvfp4_mla_default_outer_scale(f->scale_mode);
-    }
-    return 0;
 }
 
 int32_t cli_record_bytes(const cli_codec_flags_t *f) {

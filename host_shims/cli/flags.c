@@ -1,6 +1,7 @@
-/* Strict flag values (see cli.h). strtol and friends take "abc" as 0, "12abc" as 12 and clamp
- * overflow silently; each parser here accepts the whole text or says which of two things is wrong:
- * it is not a number at all, or it is a number outside the flag's range. */
+/* Strict flag values and the codec flags (see cli.h). strtol and friends take "abc" as 0, "12abc" as
+ * 12 and clamp overflow silently; each parser here accepts the whole text or says which of two
+ * things is wrong: it is not a number at all, or it is a number outside the flag's range. Messages
+ * go through cli_fail (cli_common.c), which calls nothing here. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -105,5 +106,77 @@ int cli_parse_scale(const char *cmd, const char *flag, const char *value, float 
                         (double)FLT_MIN, (double)FLT_MAX);
     }
     *out = f;
+    return 0;
+}
+
+/* ---- the codec flags (--layout, --mode, --scale, --policy) ---- */
+
+const char *cli_policy_names(void) {
+    /* Joined from the header's list at compile time: no name is spelled twice. */
+#define CLI_POLICY_NAME(id, name) ", " name
+    static const char list[] = NVFP4_MLA_FOR_EACH_WRITER_POLICY(CLI_POLICY_NAME);
+#undef CLI_POLICY_NAME
+    return list + 2;
+}
+
+int cli_parse_policy(const char *cmd, const char *value, uint32_t *policy) {
+    for (uint32_t p = 0; p < NVFP4_MLA_WRITER_POLICY_COUNT; p++) {
+        if (strcmp(value, nvfp4_mla_writer_policy_name(p)) == 0) {
+            *policy = p;
+            return 0;
+        }
+    }
+    return cli_fail(cmd, "--policy is \"%s\", must be one of: %s", value, cli_policy_names());
+}
+
+int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out,
+                         cli_seen_t *seen, int with_policy) {
+    const int known = strcmp(flag, "--layout") == 0 || strcmp(flag, "--mode") == 0 || strcmp(flag, "--scale") == 0 ||
+                      (with_policy && strcmp(flag, "--policy") == 0);
+    if (!known) { /* before the value: "--bogus needs a value" named the wrong mistake */
+        return cli_fail(cmd, "unknown flag %s (nvfp4-mla %s --help lists the flags)", flag, cmd);
+    }
+    if (!value) {
+        return cli_fail(cmd, "%s needs a value", flag);
+    }
+    if (cli_once(cmd, seen, flag)) {
+        return 1;
+    }
+    if (strcmp(flag, "--layout") == 0) {
+        if (strcmp(value, "368") == 0) {
+            out->layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
+        } else if (strcmp(value, "432") == 0) {
+            out->layout = NVFP4_MLA_LAYOUT_BF16_ROPE_432;
+        } else {
+            return cli_fail(cmd, "--layout is \"%s\", must be 368 or 432", value);
+        }
+    } else if (strcmp(flag, "--mode") == 0) {
+        if (strcmp(value, "per-token") == 0) {
+            out->scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
+        } else if (strcmp(value, "static") == 0) {
+            out->scale_mode = NVFP4_MLA_SCALE_STATIC;
+        } else {
+            return cli_fail(cmd, "--mode is \"%s\", must be per-token or static", value);
+        }
+    } else if (strcmp(flag, "--scale") == 0) {
+        return cli_parse_scale(cmd, flag, value, &out->scale);
+    } else if (with_policy && strcmp(flag, "--policy") == 0) {
+        return cli_parse_policy(cmd, value, &out->writer_policy);
+    } else {
+        return cli_fail(cmd, "unknown flag %s", flag);
+    }
+    return 0;
+}
+
+int cli_check_codec_flags(const char *cmd, cli_codec_flags_t *f, int need_mode) {
+    if (!f->layout) {
+        return cli_fail(cmd, "--layout 368|432 is required");
+    }
+    if (need_mode && !f->scale_mode) {
+        return cli_fail(cmd, "--mode per-token|static is required");
+    }
+    if (f->scale == 0.0f) { /* not given (a given --scale is a positive normal float) */
+        f->scale = nvfp4_mla_default_outer_scale(f->scale_mode);
+    }
     return 0;
 }

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cli.h"
 
@@ -43,7 +42,7 @@ static void print_caps(const char *title, uint64_t bits) {
 
 /* Runtime capabilities of a context on (type, index); 0 bits and a note when init fails. */
 static uint64_t runtime_caps(const nvfp4_mla_plugin_t *t, int32_t type, int32_t index, char *note, size_t size) {
-    nvfp4_mla_init_args_t init = {sizeof init, type, index, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, type, index, 0, NULL, {0}, NULL};
     nvfp4_mla_context_t *ctx = NULL;
     if (t->init(&init, &ctx) != NVFP4_MLA_OK) {
         snprintf(note, size, "%s", t->last_error());
@@ -100,11 +99,9 @@ typedef struct probe {
     char decision[8192];
 } probe_t;
 
-/* NVFP4_MLA_WRITER_POLICY names a policy other than rtn (any spelling but unset, "" and rtn). */
-static int policy_requested(void) {
-    const char *v = getenv("NVFP4_MLA_WRITER_POLICY");
-    return v && v[0] && strcasecmp(v, "rtn") != 0;
-}
+/* The environment this process hands the plugin: the configuration is read from it by the plugin
+ * (config_create's snapshot), not by probe. */
+extern char **environ;
 
 /* The writer policy the configuration takes: rtn from a plugin older than writer policies. */
 static uint32_t writer_policy(const probe_t *p) {
@@ -115,7 +112,9 @@ static uint32_t writer_policy(const probe_t *p) {
 static void decide(probe_t *p, const char *model_dir, int quiet) {
     const nvfp4_mla_plugin_t *t = p->loader.table;
     nvfp4_mla_host_desc_t host = {sizeof host, 0, "nvfp4-mla probe", quiet ? NULL : log_to_stderr, NULL};
-    nvfp4_mla_config_request_t req = {sizeof req, 0, p->dtype, model_dir, NULL, &host, {0}};
+    nvfp4_mla_config_request_t req = {sizeof req, 0, p->dtype, model_dir, (const char *const *)environ, &host, {0}};
+    uint32_t asked = NVFP4_MLA_WRITER_POLICY_RTN;
+    char why[1024];
     p->info = (nvfp4_mla_config_info_t){.struct_size = sizeof p->info};
     if (!NVFP4_MLA_TABLE_HAS(t, config_destroy)) {
         p->reason = "missing_capability";
@@ -128,13 +127,17 @@ static void decide(probe_t *p, const char *model_dir, int quiet) {
             t->config_destroy(p->cfg);
             p->cfg = NULL;
         }
-    } else if (!(p->has_policy = p->info.struct_size >= sizeof p->info) && policy_requested()) {
-        /* A plugin older than writer policies ignores the variable: the user's request must not
-         * vanish silently. */
+    } else if (!(p->has_policy = p->info.struct_size >= sizeof p->info) &&
+               nvfp4_mla_loader_writer_policy((const char *const *)environ, &asked, why, sizeof why)) {
+        /* A plugin older than writer policies ignores the variable and cannot report it: the
+         * loader reads it by the plugin's rule, so that the user's request does not vanish. */
+        p->reason = "config_error";
+        snprintf(p->decision, sizeof p->decision, "configuration refused: %s", why);
+    } else if (!p->has_policy && asked != NVFP4_MLA_WRITER_POLICY_RTN) {
         p->reason = "missing_capability";
         snprintf(p->decision, sizeof p->decision,
                  "plugin %s (ABI %u.%u) has no writer policies, but NVFP4_MLA_WRITER_POLICY=\"%s\" asks for one",
-                 p->loader.path, t->header.abi_major, t->header.abi_minor, getenv("NVFP4_MLA_WRITER_POLICY"));
+                 p->loader.path, t->header.abi_major, t->header.abi_minor, nvfp4_mla_writer_policy_name(asked));
     } else if (!p->info.is_nvfp4) {
         snprintf(p->decision, sizeof p->decision, "cache dtype %s does not use the plugin", p->dtype);
     } else {

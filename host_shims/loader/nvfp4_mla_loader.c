@@ -22,6 +22,19 @@ static int say(char *message, size_t size, int result, const char *fmt, ...) {
     return result;
 }
 
+int nvfp4_mla_loader_writer_policy(const char *const *environ, uint32_t *policy, char *message,
+                                    size_t message_size) {
+    nvfp4_setting_value_t value = {0};
+    char why[NVFP4_SETTING_MESSAGE_MAX];
+    *policy = NVFP4_MLA_WRITER_POLICY_RTN;
+    if (nvfp4_setting_read(NVFP4_SETTING_WRITER_POLICY, environ, &value, why, sizeof why)) {
+        return say(message, message_size, -1, "%s", why);
+    }
+    *policy = (uint32_t)value.index; /* the row's names are the policies in id order */
+    say(message, message_size, 0, "");
+    return 0;
+}
+
 const char *nvfp4_mla_loader_cap_name(uint64_t bit) {
     return nvfp4_mla_capability_name(bit);
 }
@@ -51,7 +64,7 @@ static int refuse(nvfp4_mla_loader_t *loader, const char *reason, int outcome, c
 static int select_plugin(nvfp4_mla_loader_t *loader, const char *selection, char *message, size_t size) {
     const char *name = selection ? "plugin selection" : NVFP4_MLA_PLUGIN_ENV;
     char text[NVFP4_SETTING_MESSAGE_MAX + 64], checked[sizeof loader->path - sizeof NVFP4_MLA_PLUGIN_FILE - 1];
-    selection = selection ? selection : secure_getenv(NVFP4_MLA_PLUGIN_ENV);
+    selection = selection ? selection : nvfp4_setting_lookup(NULL, nvfp4_settings[NVFP4_SETTING_PLUGIN].name);
     if (!selection || !selection[0]) {
         snprintf(text, sizeof text, "no nvfp4-mla plugin selected (set %s to the plugin file or its folder)",
                  NVFP4_MLA_PLUGIN_ENV);

@@ -1,8 +1,9 @@
 /* The C host loader: find the nvfp4-mla plugin, check it, and decide whether it can serve the
  * cache configuration this host wants (docs/architecture.md, "Flow of one request").
  *
- * Selection: NVFP4_MLA_PLUGIN (read with secure_getenv) is a path to the .so, or a folder holding
- * libnvfp4_mla.so; "none" (exactly) disables the plugin. A path is taken as a path, never searched:
+ * Selection: NVFP4_MLA_PLUGIN (read with secure_getenv; a row of the plugin's settings table, which
+ * this library compiles in, plugin/settings.c, because it is read before any plugin exists) is a
+ * path to the .so, or a folder holding libnvfp4_mla.so; "none" (exactly) disables the plugin. A path is taken as a path, never searched:
  * a name without a slash ("libnvfp4_mla.so") is the file of that name in the working folder
  * ("./libnvfp4_mla.so"), not whatever the dynamic loader's search path finds under it. A value with leading or trailing whitespace
  * is refused, as is a keyword-like value ("None", "0", "off", ...) that names no file: the same rule
@@ -93,6 +94,15 @@ int nvfp4_mla_loader_require(const nvfp4_mla_loader_t *loader, const nvfp4_mla_r
  * plugin's reason in `identity`. */
 int nvfp4_mla_loader_cache_identity(const nvfp4_mla_loader_t *loader, const char *cache_dtype, const char *model_dir,
                                     char *identity, size_t identity_size);
+
+/* The writer policy NVFP4_MLA_WRITER_POLICY asks for in `environ` (a NULL-terminated "NAME=VALUE"
+ * snapshot; NULL: the process environment), by the plugin's own settings rule (this library carries
+ * the plugin's settings table, plugin/settings.c). A host asks the plugin instead (config_info's
+ * writer_policy); this is for a plugin too old to answer, an ABI 1.0 one, whose config_info ends
+ * before writer_policy and which ignores the variable: a policy the user asked for must not vanish
+ * silently there. 0 and *policy (NVFP4_MLA_WRITER_POLICY_RTN when unset or empty), or -1 and
+ * `message` in the plugin's words (the variable, its quoted value and the accepted names). */
+int nvfp4_mla_loader_writer_policy(const char *const *environ, uint32_t *policy, char *message, size_t message_size);
 
 /* Name of a capability bit known to this host's header ("unknown" otherwise). */
 const char *nvfp4_mla_loader_cap_name(uint64_t bit);

@@ -3,13 +3,16 @@
  * record sizes and field offsets, scale modes, mode-check results, capability bits and names, the
  * entry's strings); and the results of the record rules of nvfp4_mla_record.h over every layout,
  * scale mode, operation and outer scale of interest, so that the Python copies of those functions
- * are compared result for result. The build runs it; tests/test_layout.py compares the package. */
+ * are compared result for result; and the settings table (plugin/settings.h) with its parse of
+ * sample values, which the Python mirror (settings.py) must match row for row and message for
+ * message. The build runs it; tests/test_layout.py compares the package. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 
 #include "nvfp4_mla.h"
 #include "nvfp4_mla_loader.h"
+#include "settings.h" /* the settings table, which the loader library carries */
 
 static int first_struct, first_field;
 #define STRUCT(name)                                                                                    \
@@ -53,6 +56,7 @@ static void print_table_structs(void) {
     FIELD(nvfp4_mla_host_desc_t, host_name); FIELD(nvfp4_mla_host_desc_t, log); FIELD(nvfp4_mla_host_desc_t, log_user_data);
     STRUCT(nvfp4_mla_init_args_t);
     FIELD(nvfp4_mla_init_args_t, device_type); FIELD(nvfp4_mla_init_args_t, host); FIELD(nvfp4_mla_init_args_t, reserved);
+    FIELD(nvfp4_mla_init_args_t, environ);
     STRUCT(nvfp4_mla_context_info_t);
     FIELD(nvfp4_mla_context_info_t, capability_bits); FIELD(nvfp4_mla_context_info_t, device_name);
     FIELD(nvfp4_mla_context_info_t, backend_note);
@@ -176,6 +180,62 @@ static void print_call_rules(void) {
     printf("]");
 }
 
+/* A C string as a JSON string (the samples and messages below are ASCII: quotes, backslashes and
+ * control bytes are escaped). */
+static void print_json_string(const char *v) {
+    putchar('"');
+    for (; *v; v++) {
+        const unsigned char c = (unsigned char)*v;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20 || c >= 0x7F) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+/* The settings table (plugin/settings.h) row by row, then every row's parse of each sample value:
+ * [row, value or null (unset), 0 and the result, or -1 and the message]. The result: on (bool), the
+ * path, the choice's index, or the count (null when unset left it as primed). */
+static void print_settings(void) {
+    static const char *const kinds[] = {"bool", "path", "path_stripped", "choice", "count"};
+    static const char *const samples[] = {NULL, "", "0", "1", "true", "FALSE", "yes", " 1", "1 ", "rtn", "MSE",
+                                          "4over6", "auto", "Sync", "separate", "IN-LAUNCH", "16383", "16384", "101376",
+                                          "2147483647", "2147483648", "99999999999999999999999", "-1", "1e5", "99KB",
+                                          "/x/s.json", " /x/s.json\n", "\t", "a\"b\\c\x01\x7f", "none"};
+    printf("\"rows\": [");
+    for (int id = 0; id < NVFP4_SETTINGS; id++) {
+        const nvfp4_setting_t *r = &nvfp4_settings[id];
+        printf("%s{\"name\": ", id ? ", " : "");
+        print_json_string(r->name);
+        printf(", \"kind\": \"%s\", \"reader\": \"%s\", \"unset\": ", kinds[r->kind], r->reader);
+        print_json_string(r->unset);
+        printf(", \"choices\": [");
+        for (int c = 0; c < r->choice_count; c++) printf("%s\"%s\"", c ? ", " : "", r->choices[c]);
+        printf("], \"what\": ");
+        print_json_string(r->what ? r->what : "");
+        printf(", \"lo\": %llu, \"hi\": %llu}", r->lo, r->hi);
+    }
+    printf("],\n  \"parses\": [");
+    for (int id = 0, n = 0; id < NVFP4_SETTINGS; id++)
+        for (size_t v = 0; v < COUNT(samples); v++) {
+            char path[64], message[NVFP4_SETTING_MESSAGE_MAX];
+            nvfp4_setting_value_t out = {.on = -1, .index = -1, .count = ~0ull, .path = path, .path_size = sizeof path};
+            const int rc = nvfp4_setting_parse(&nvfp4_settings[id], samples[v], &out, message, sizeof message);
+            printf("%s[%d, ", n++ ? ", " : "", id);
+            if (samples[v]) print_json_string(samples[v]);
+            else printf("null");
+            printf(", %d, ", rc);
+            if (rc) print_json_string(message);
+            else if (nvfp4_settings[id].kind == NVFP4_SETTING_KIND_BOOL) printf("%s", out.on ? "true" : "false");
+            else if (nvfp4_settings[id].kind == NVFP4_SETTING_KIND_CHOICE) printf("%d", out.index);
+            else if (nvfp4_settings[id].kind == NVFP4_SETTING_KIND_COUNT && out.count == ~0ull) printf("null");
+            else if (nvfp4_settings[id].kind == NVFP4_SETTING_KIND_COUNT) printf("%llu", out.count);
+            else print_json_string(path);
+            printf("]");
+        }
+    printf("]");
+}
+
 int main(void) {
     printf("{");
     print_argument_structs();
@@ -185,6 +245,8 @@ int main(void) {
     printf(",\n \"rules\": {");
     print_layout_rules();
     print_call_rules();
+    printf("},\n \"settings\": {");
+    print_settings();
     printf("}}\n");
     return 0;
 }

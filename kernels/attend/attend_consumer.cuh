@@ -17,9 +17,9 @@ static __device__ __forceinline__ uint32_t warp_uniform(uint32_t v) {
     return __shfl_sync(0xFFFFFFFFu, v, 0);
 }
 
-#ifndef ATT_MAX_SLACK
-#define ATT_MAX_SLACK 8.0f /* log2 units: how far a row's scores may pass its running maximum */
-#endif
+/* Log2 units: how far a row's scores may pass its running maximum before it moves (advance_max:
+ * P stays below 2^8, which bf16 and the f32 sums carry). */
+#define ATT_MAX_SLACK 8.0f
 
 /* Moves a row's running maximum m to cover the tile's maximum and returns alpha, the factor for
  * the row's sums and outputs so far. m moves only when the tile passes it by more than
@@ -37,6 +37,8 @@ static __device__ __forceinline__ float advance_max(float &m, float tile_max) {
     return alpha;
 }
 
+#define ATT_Q_CHUNKS (NVFP4_MLA_ROW_DIM / 8) /* 16-byte chunks of a Q row: 8 bf16 each */
+
 /* Loads the item's Q rows [head0, head0 + rows) into `rows_n`-row SW128 blocks (one per 64 dims,
  * `block_bytes` apart), rows past the query's heads as zeros; thread `t` of `nthreads` copies every
  * nthreads-th chunk of rows [row0, row0 + rows_here), then permutes its latent chunks in place to
@@ -44,9 +46,9 @@ static __device__ __forceinline__ float advance_max(float &m, float tile_max) {
 static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel_args_t &a, int64_t qi, int64_t head0,
                                                    int row0, int rows_here, uint8_t *qs, int block_bytes, int t,
                                                    int nthreads) {
-    const int chunks = rows_here * 72;
+    const int chunks = rows_here * ATT_Q_CHUNKS;
     for (int i = t; i < chunks; i += nthreads) {
-        const int r = row0 + i / 72, ch = i % 72;
+        const int r = row0 + i / ATT_Q_CHUNKS, ch = i % ATT_Q_CHUNKS;
         uint8_t *dst = qs + (ch >> 3) * block_bytes + swizzle_off(r, (ch & 7) * 8);
         const int64_t head = head0 + r;
         const bool real = head < a.num_heads;
@@ -55,10 +57,10 @@ static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel
     }
     cp_async_wait_all();
     for (int i = t; i < chunks; i += nthreads) {
-        const int r = row0 + i / 72, ch = i % 72;
+        const int r = row0 + i / ATT_Q_CHUNKS, ch = i % ATT_Q_CHUNKS;
         uint4 *p = reinterpret_cast<uint4 *>(qs + (ch >> 3) * block_bytes + swizzle_off(r, (ch & 7) * 8));
         uint4 v = *p;
-        if (ch < 64)
+        if (ch < NVFP4_MLA_LATENT_DIM / 8) /* a latent chunk */
             v = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
                            __byte_perm(v.y, v.w, 0x7632));
         *p = v;
@@ -94,8 +96,9 @@ static __device__ __forceinline__ item_out item_out_of(const nvfp4_mla_attend_ke
         o.partial_lse = nullptr;
     } else {
         const int64_t prow = ((int64_t)s.split * a.num_queries + s.q) * a.num_heads + head0;
-        o.partial = (float *)a.workspace + prow * 512;
-        o.partial_lse = (float *)a.workspace + (int64_t)pl.splits * a.num_queries * a.num_heads * 512 + prow;
+        o.partial = (float *)a.workspace + prow * NVFP4_MLA_LATENT_DIM;
+        o.partial_lse =
+            (float *)a.workspace + (int64_t)pl.splits * a.num_queries * a.num_heads * NVFP4_MLA_LATENT_DIM + prow;
         o.out = nullptr;
         o.lse = nullptr;
     }
@@ -115,8 +118,9 @@ static __device__ __forceinline__ item_out item_out_of(const nvfp4_mla_attend_ke
  * in two halves kept every accumulator live across the halves and made ptxas spill. */
 #define ATT_STAGE_ROW 1040
 static_assert(ATT_STAGE_ROW % 16 == 0 && ATT_STAGE_ROW >= 1024, "staged rows: 512 bf16, 16-byte aligned");
-static_assert(ATT_STAGE_ROW <= 9 * 128, "narrow: N staged rows fit the N-row Q blocks (9 x N x 128 bytes)");
-static_assert(64 * ATT_STAGE_ROW <= 9 * ATT_BLOCK, "wide: 64 staged rows fit the 9 Q blocks");
+static_assert(ATT_STAGE_ROW <= ATT_TILE_BLOCKS * 128,
+              "narrow: N staged rows fit the N-row Q blocks (9 x N x 128 bytes)");
+static_assert(64 * ATT_STAGE_ROW <= ATT_TILE_BLOCKS * ATT_BLOCK, "wide: 64 staged rows fit the 9 Q blocks");
 
 /* Copies the staged rows [0, rows) to out (rows past o.heads are not stored); thread t of
  * nthreads. out is 16-byte aligned with 8-element strides (the plugin checks it). */

@@ -60,31 +60,18 @@
  * trade them. Wide: warpgroup 0 x 232 (scores, softmax, half of O; at 216 it spilled O) and
  * warpgroup 1 x 168 (half of O) with 2 paired producer warpgroups x 56 (512 threads, all 64K) or,
  * for 656-byte records, 1 producer warpgroup x 104 (384 threads); narrow wgmma: 1 consumer x 232 +
- * 2 producers x 136. */
-#ifndef ATT_SCORE_REGS
-#define ATT_SCORE_REGS 232 /* wide warpgroup 0: scores, softmax, half of O */
-#endif
-#ifndef ATT_VALUE_REGS
-#define ATT_VALUE_REGS 168 /* wide warpgroup 1: half of O (at 152 it spilled 161 words, ptxas) */
-#endif
-#ifndef ATT_PAIRED_PRODUCER_REGS
-#define ATT_PAIRED_PRODUCER_REGS 56
-#endif
-#ifndef ATT_WIDE_PRODUCER_REGS
-#define ATT_WIDE_PRODUCER_REGS 104
-#endif
-#ifndef ATT_NARROW_PRODUCER_REGS
-#define ATT_NARROW_PRODUCER_REGS 136
-#endif
-#ifndef ATT_NARROW_CONSUMER_REGS
-#define ATT_NARROW_CONSUMER_REGS 232
-#endif
-#ifndef ATT_ONE_LAUNCH_MERGE_BYTES
-#define ATT_ONE_LAUNCH_MERGE_BYTES (128 << 10) /* the most partials one CTA's in-launch merge reads */
-#endif
-#ifndef ATT_MERGE_BATCH
-#define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight */
-#endif
+ * 2 producers x 136. Tuning constants, checked against the register file by the asserts below; the
+ * producers' counts are what the consumers leave (setmaxnreg takes multiples of 8). */
+#define ATT_SCORE_REGS 232           /* wide warpgroup 0: scores, softmax, half of O (at 216 it spilled O) */
+#define ATT_VALUE_REGS 168           /* wide warpgroup 1: half of O (at 152 it spilled 161 words, ptxas) */
+#define ATT_PAIRED_PRODUCER_REGS 56  /* (65536 - 128 x (232 + 168)) / 256: the rest of the register file */
+#define ATT_WIDE_PRODUCER_REGS 104   /* (384 x 168 - 128 x (232 + 168)) / 128: the rest of the launch's */
+#define ATT_NARROW_PRODUCER_REGS 136 /* (384 x 168 - 128 x 232) / 256: the rest of the launch's */
+#define ATT_NARROW_CONSUMER_REGS 232 /* the 32-head one spills a little here (kind_threads), used 255 before */
+/* The most partials one CTA's in-launch merge reads (past it the merge kernel, which spreads them
+ * over a CTA a row, takes the call: attend_plan_for). */
+#define ATT_ONE_LAUNCH_MERGE_BYTES (128 << 10)
+#define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight (merge_if_last) */
 #define ATT_LAUNCH_REGS 168 /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
 static_assert(128 * (ATT_SCORE_REGS + ATT_VALUE_REGS) + 256 * ATT_PAIRED_PRODUCER_REGS <= 65536,
               "wide paired: over the register file");
@@ -98,10 +85,12 @@ static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <=
 /* ---- split-K partials and their merge ----
  * Workspace (splits > 1): partial O [splits, n_q, h, 512] f32 (normalised rows), partial log2-sum-exp
  * [splits, n_q, h] f32, then, 8-byte aligned, one arrival counter per (query, head group). */
-static __host__ __device__ __forceinline__ uint64_t partial_floats(const nvfp4_mla_attend_kernel_args_t &a, int splits) {
-    return (uint64_t)splits * a.num_queries * a.num_heads * (512 + 1);
+static __host__ __device__ __forceinline__ uint64_t partial_floats(const nvfp4_mla_attend_kernel_args_t &a,
+                                                                   int splits) {
+    return (uint64_t)splits * a.num_queries * a.num_heads * (NVFP4_MLA_LATENT_DIM + 1);
 }
-static __host__ __device__ __forceinline__ uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t &a, int splits) {
+static __host__ __device__ __forceinline__ uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t &a,
+                                                                    int splits) {
     return (partial_floats(a, splits) * sizeof(float) + 7) / 8 * 8;
 }
 
@@ -143,7 +132,8 @@ static __device__ __forceinline__ float merged_lse(float m, float sum) {
  * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
  * merge_if_last's: the outputs are bit-identical to the in-launch merge's. */
 #define ATT_MERGE_ROW_BATCH 16
-__global__ void __launch_bounds__(128)
+#define ATT_MERGE_THREADS (NVFP4_MLA_LATENT_DIM / 4) /* a CTA a row, 4 columns a thread */
+__global__ void __launch_bounds__(ATT_MERGE_THREADS)
     nvfp4_attend_merge_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a, int splits) {
     __shared__ float weight[64]; /* splits <= 64 (the plan's cap) */
     __shared__ float warp_max[2];
@@ -152,9 +142,9 @@ __global__ void __launch_bounds__(128)
     const int64_t row = blockIdx.x, stride = a.num_queries * a.num_heads;
     const int c = threadIdx.x;
     const float *partial_o = (const float *)a.workspace;
-    const float *partial_lse = partial_o + (int64_t)splits * stride * 512;
-    const float4 *src = reinterpret_cast<const float4 *>(partial_o + row * 512) + c;
-    const int64_t split_step = stride * 128; /* float4s from one split's row to the next's */
+    const float *partial_lse = partial_o + (int64_t)splits * stride * NVFP4_MLA_LATENT_DIM;
+    const float4 *src = reinterpret_cast<const float4 *>(partial_o + row * NVFP4_MLA_LATENT_DIM) + c;
+    const int64_t split_step = stride * (NVFP4_MLA_LATENT_DIM / 4); /* float4s from one split's row to the next's */
     const float l = c < splits ? __ldcg(partial_lse + c * stride + row) : -INFINITY;
     float4 v[ATT_MERGE_ROW_BATCH];
 #pragma unroll
@@ -222,7 +212,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
     const int heads = (int)(a.num_heads - head0 < pl.heads ? a.num_heads - head0 : pl.heads);
     const int64_t stride = a.num_queries * a.num_heads, row0 = s.q * a.num_heads + head0;
     const float *partial_o = (const float *)a.workspace;
-    const float *partial_lse = partial_o + (int64_t)splits * stride * 512;
+    const float *partial_lse = partial_o + (int64_t)splits * stride * NVFP4_MLA_LATENT_DIM;
     float *weight = reinterpret_cast<float *>(smem + pl.off_ring); /* [64 rows][64 splits] */
     float *scale = weight + 64 * 64;                               /* [64 rows]: 1 / sum of weights */
     const int warp = t >> 5, lane = t & 31;
@@ -243,10 +233,10 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
         }
     }
     named_sync(bar, nthreads);
-    const int64_t split_step = stride * 128; /* float4s from one split's row to the next's */
+    const int64_t split_step = stride * (NVFP4_MLA_LATENT_DIM / 4); /* float4s from one split's row to the next's */
     for (int u = t; u < heads * 128; u += nthreads) { /* (row, 4 columns) a thread, ATT_MERGE_BATCH splits in flight */
         const int r = u >> 7, c = u & 127;
-        const float4 *src = reinterpret_cast<const float4 *>(partial_o + (row0 + r) * 512) + c;
+        const float4 *src = reinterpret_cast<const float4 *>(partial_o + (row0 + r) * NVFP4_MLA_LATENT_DIM) + c;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int sp = 0; sp < splits; sp += ATT_MERGE_BATCH) {
             float4 v[ATT_MERGE_BATCH];
@@ -281,8 +271,9 @@ enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, 
 template <int KIND, int RB>
 struct kind_threads {
     static constexpr bool paired = KIND == KIND_WIDE && wide_pairs(RB);
-    static constexpr int consumers = KIND == KIND_WIDE ? 256 : 128;
-    static constexpr int producers = KIND == KIND_N16_WGMMA || KIND == KIND_N32_WGMMA || paired ? 256 : 128;
+    static constexpr int consumers = KIND == KIND_WIDE ? ATT_WIDE_CONSUMERS : ATT_WARPGROUP;
+    static constexpr int producers =
+        KIND == KIND_N16_WGMMA || KIND == KIND_N32_WGMMA || paired ? 2 * ATT_WARPGROUP : ATT_WARPGROUP;
     static constexpr int total = consumers + producers;
     /* The producers' setmaxnreg count; 0: no rebalance (the mma.sync kinds). */
     static constexpr int producer_regs = paired                 ? ATT_PAIRED_PRODUCER_REGS
@@ -295,7 +286,8 @@ struct kind_threads {
  * instantiation, so that the other calls keep the register allocation without the merge tail. */
 template <int KIND, int RB, bool ONE_LAUNCH>
 __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
-    nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a, const __grid_constant__ attend_plan pl) {
+    nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a,
+                        const __grid_constant__ attend_plan pl) {
     constexpr bool WG = KIND >= KIND_N16_WGMMA;
     constexpr int CONSUMERS = kind_threads<KIND, RB>::consumers, PRODUCERS = kind_threads<KIND, RB>::producers;
     constexpr bool PAIRED = kind_threads<KIND, RB>::paired;
@@ -335,11 +327,12 @@ __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
             merge_if_last(a, pl, smem, threadIdx.x - CONSUMERS, PRODUCERS, CONSUMERS, BAR_PRODUCER);
     } else {
 #if NVFP4_HAVE_WGMMA
-        if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 256) setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
+        if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 2 * ATT_WARPGROUP)
+            setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
 #endif
         if constexpr (KIND == KIND_WIDE) {
 #if NVFP4_HAVE_WGMMA
-            if (threadIdx.x < 128) {
+            if (threadIdx.x < ATT_WARPGROUP) {
                 setmaxnreg_inc<ATT_SCORE_REGS>();
                 attend_wide<RB, PAIRED, 0>(a, pl, smem, threadIdx.x);
             } else {
@@ -382,16 +375,16 @@ static int place_tail(attend_plan &p, int record_bytes, int red_bytes) {
  * so prefer them with 2-3 stages, then take what fits down to 9 slots; else (if allowed)
  * streaming (3+ slots, 2 or 1 stages). At most 2 tiles of slots: the metadata ring's bound. */
 static bool fit_ring(attend_plan &p, int record_bytes, int red_bytes, int budget, int max_stages, bool may_stream) {
-    const int want[2] = {17, 9};
+    const int want[2] = {ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS, ATT_TILE_BLOCKS};
     for (int pass = 0; pass < 2; pass++)
         for (int r = pass == 0 ? max_stages : 2; r >= (pass == 0 ? 2 : 1); r--) {
-            p.stages = r, p.slots = 18, p.resident = 1;
+            p.stages = r, p.slots = ATT_RING_SLOTS, p.resident = 1;
             while (p.slots >= want[pass] && place_tail(p, record_bytes, red_bytes) > budget) p.slots--;
             if (p.slots >= want[pass]) return true;
         }
     if (!may_stream) return false;
     for (int r = 2; r >= 1; r--) { /* one stage (656-byte records in 99 KB) serialises copies and work */
-        p.stages = r, p.slots = 34, p.resident = 0;
+        p.stages = r, p.slots = 2 * ATT_STREAM_BLOCKS, p.resident = 0;
         while (p.slots >= 3 && place_tail(p, record_bytes, red_bytes) > budget) p.slots--;
         if (p.slots >= 3) return true;
     }
@@ -420,12 +413,12 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
         p = attend_plan();
         p.wide = 1, p.wgmma = 1, p.heads = 64, p.contiguous = contiguous, p.off_q = 0;
         if (wide_pairs(rb)) { /* two tile buffers of 72 KB, P in each tile's RoPE block (220 KB in all) */
-            p.off_p = -1, p.off_ring = 9 * ATT_BLOCK;
-            p.paired = 1, p.resident = 1, p.stages = 0, p.slots = 9 * ATT_PAIRED_BUFFERS;
+            p.off_p = -1, p.off_ring = ATT_TILE_BLOCKS * ATT_BLOCK; /* after Q's blocks */
+            p.paired = 1, p.resident = 1, p.stages = 0, p.slots = ATT_TILE_BLOCKS * ATT_PAIRED_BUFFERS;
             p.threads = kind_threads<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368>::total;
             ok = place_tail(p, rb, 2 * 64 * 4) <= budget;
         } else { /* the shared P tile 8 KB and a 12-slot ring */
-            p.off_p = 9 * ATT_BLOCK, p.off_ring = p.off_p + ATT_BLOCK;
+            p.off_p = ATT_TILE_BLOCKS * ATT_BLOCK, p.off_ring = p.off_p + ATT_BLOCK;
             p.threads = kind_threads<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_656>::total;
             ok = fit_ring(p, rb, 2 * 64 * 4, budget, 3, false);
         }
@@ -435,7 +428,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
         p = attend_plan();
         p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous;
         p.threads = wgmma ? kind_threads<KIND_N16_WGMMA, 368>::total : kind_threads<KIND_N16_SYNC, 368>::total;
-        p.off_q = 0, p.off_p = 9 * heads * 128, p.off_ring = p.off_p + heads * 128;
+        p.off_q = 0, p.off_p = ATT_TILE_BLOCKS * heads * 128, p.off_ring = p.off_p + heads * 128;
         ok = fit_ring(p, rb, 2 * 4 * 32 * 4, budget, 4, true);
     }
     if (!ok) return attend_plan();
@@ -456,7 +449,8 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
      * 2 KB): one SM reads them all, where the merge kernel spreads them over a CTA a row. The wide
      * kind has no in-launch instantiation: its splits always take the merge kernel. */
     p.one_launch = !p.wide && p.splits > 1 && a->merge_mode != NVFP4_ATTEND_MERGE_SEPARATE &&
-                   (int64_t)p.heads * p.splits * 512 * (int64_t)sizeof(float) <= ATT_ONE_LAUNCH_MERGE_BYTES;
+                   (int64_t)p.heads * p.splits * NVFP4_MLA_LATENT_DIM * (int64_t)sizeof(float) <=
+                       ATT_ONE_LAUNCH_MERGE_BYTES;
     return p;
 }
 
@@ -499,12 +493,15 @@ static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const at
 template <int RB>
 static cudaError_t launch_rb(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
     if (pl.wide) return launch_kind<KIND_WIDE, RB>(a, pl);
-    if (pl.wgmma) return pl.heads == 16 ? launch_kind<KIND_N16_WGMMA, RB>(a, pl) : launch_kind<KIND_N32_WGMMA, RB>(a, pl);
+    if (pl.wgmma)
+        return pl.heads == 16 ? launch_kind<KIND_N16_WGMMA, RB>(a, pl) : launch_kind<KIND_N32_WGMMA, RB>(a, pl);
     return pl.heads == 16 ? launch_kind<KIND_N16_SYNC, RB>(a, pl) : launch_kind<KIND_N32_SYNC, RB>(a, pl);
 }
 
 static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    return a->record_bytes == 656 ? launch_rb<656>(a, pl) : a->record_bytes == 432 ? launch_rb<432>(a, pl) : launch_rb<368>(a, pl);
+    return a->record_bytes == 656   ? launch_rb<656>(a, pl)
+           : a->record_bytes == 432 ? launch_rb<432>(a, pl)
+                                    : launch_rb<368>(a, pl);
 }
 
 /* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the
@@ -561,7 +558,7 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     }
     cudaError_t err = launch_plan(args, pl);
     if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch) {
-        err = nvfp4_launch(nvfp4_attend_merge_kernel, (unsigned)rows, 128, 0, args->stream, true, *args,
+        err = nvfp4_launch(nvfp4_attend_merge_kernel, (unsigned)rows, ATT_MERGE_THREADS, 0, args->stream, true, *args,
                            (int)pl.splits);
     }
     nvfp4_cuda_result(result, err, "attend: kernel launch");

@@ -56,7 +56,7 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
     float(*rope1)[N / 2] = reinterpret_cast<float(*)[N / 2]>(rope);
     /* A resident tile is handed over whole (the producer arrives on its 9 slots after writing all
      * of them, in ring order), so its last slot's barrier covers the 8 before it. */
-    wait_full(bars, pl.resident ? pos0 + 8 : pos0, pl);
+    wait_full(bars, pl.resident ? pos0 + ATT_LATENT_BLOCKS : pos0, pl); /* the tile's last block */
 #if NVFP4_HAVE_WGMMA
     if constexpr (WG) {
         if (pl.resident) {
@@ -79,8 +79,8 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
      * ptxas keeps the descriptors in uniform registers without spills: h = 32, batch 128, 12%
      * faster (docs/performance-notes.md). Unrolled by 2 or 4 it gained less. mma.sync keeps the
      * loop (more spills unrolled). */
-#pragma unroll (WG ? 8 : 1)
-    for (int i = 1; i < 9; i++) {
+#pragma unroll (WG ? ATT_LATENT_BLOCKS : 1)
+    for (int i = 1; i < ATT_TILE_BLOCKS; i++) {
         if (WG || !pl.resident) wait_full(bars, pos0 + i, pl);
 #if NVFP4_HAVE_WGMMA
         if (WG) wgmma_fence();
@@ -100,7 +100,7 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
     if (WG) {
         wgmma_wait<0>();
         qk_pin<N, C>(lat, rope);
-        release_slot(bars, pos0 + 8, pl);
+        release_slot(bars, pos0 + ATT_LATENT_BLOCKS, pl);
     }
 #endif
     qk_sum<N, C>(lat, lat_out);
@@ -139,7 +139,7 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
         mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 16));
         if (g == 0) red_max[32 * warp + frag_col(i, lane)] = mx;
     }
-    named_sync(BAR_CONSUMER, 128);
+    named_sync(BAR_CONSUMER, ATT_WARPGROUP);
     float alpha[N / 4];
 #pragma unroll
     for (int c = 0; c < N / 4; c++) {
@@ -167,13 +167,13 @@ static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_ker
     for (int j = 0; j < N / 8; j++)
         stsm_x2_trans(pt + swizzle_off(8 * j + (ln & 7), 16 * warp + 8 * (ln >> 3)), pk[2 * j], pk[2 * j + 1]);
     fence_proxy_async();
-    named_sync(BAR_CONSUMER, 128); /* P^T complete; red_max free */
+    named_sync(BAR_CONSUMER, ATT_WARPGROUP); /* P^T complete; red_max free */
     bool moved = false; /* most tiles leave every running maximum where it was */
 #pragma unroll
     for (int c = 0; c < N / 4; c++) moved |= alpha[c] != 1.0f;
     if (__any_sync(0xFFFFFFFFu, moved)) {
 #pragma unroll
-        for (int b = 0; b < 8; b++)
+        for (int b = 0; b < ATT_LATENT_BLOCKS; b++)
 #pragma unroll
             for (int i = 0; i < N / 2; i++) st.o[b][i] *= alpha[2 * (i >> 2) + (i & 1)];
     }
@@ -189,7 +189,7 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
 #if NVFP4_HAVE_WGMMA
         if (pl.resident) {
 #pragma unroll
-            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+            for (int b = 0; b < ATT_LATENT_BLOCKS; b++) fence_regs<N / 2>(st.o[b]);
             wgmma_fence();
             const resident_descs<false> tile(smem, pl, pos - 1);
             pv_resident_wgmma<N, false>(st, pl, tile, pt);
@@ -198,9 +198,9 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
             pv_resident_done<N, false>(st, bars, tile, pl);
         } else { /* a streaming ring may be smaller than 8 blocks: free as we go */
 #pragma unroll
-            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+            for (int b = 0; b < ATT_LATENT_BLOCKS; b++) fence_regs<N / 2>(st.o[b]);
 #pragma unroll
-            for (int b = 0; b < 8; b++) {
+            for (int b = 0; b < ATT_LATENT_BLOCKS; b++) {
                 wait_full(bars, pos + b, pl);
                 wgmma_fence();
                 pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
@@ -210,13 +210,13 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
             }
             wgmma_wait<0>();
 #pragma unroll
-            for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
-            release_slot(bars, pos + 7, pl);
+            for (int b = 0; b < ATT_LATENT_BLOCKS; b++) fence_regs<N / 2>(st.o[b]);
+            release_slot(bars, pos + (ATT_LATENT_BLOCKS - 1), pl);
         }
 #endif
     } else {
 #pragma unroll
-        for (int b = 0; b < 8; b++) {
+        for (int b = 0; b < ATT_LATENT_BLOCKS; b++) {
             if (!pl.resident) wait_full(bars, pos + b, pl);
             pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
             release_slot(bars, pos + b, pl);
@@ -230,7 +230,7 @@ static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_ke
                                                        uint8_t *smem, narrow_state<N, WG> &st, const item_span &span,
                                                        int warp, int lane) {
     float *red_sum = reinterpret_cast<float *>(smem + pl.off_red) + 128; /* [4 warps][32 columns] */
-    named_sync(BAR_CONSUMER, 128);
+    named_sync(BAR_CONSUMER, ATT_WARPGROUP);
 #pragma unroll
     for (int c = 0; c < N / 4; c++) {
         float l = st.l[c];
@@ -239,7 +239,7 @@ static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_ke
         l += __shfl_xor_sync(0xFFFFFFFFu, l, 16);
         if ((lane >> 2) == 0) red_sum[32 * warp + frag_col(4 * (c >> 1) + (c & 1), lane)] = l;
     }
-    named_sync(BAR_CONSUMER, 128);
+    named_sync(BAR_CONSUMER, ATT_WARPGROUP);
     const item_out out = item_out_of(a, pl, span);
     float inv[N / 4];
 #pragma unroll
@@ -254,22 +254,23 @@ static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_ke
         uint8_t *stage = smem + pl.off_q;
         __nv_bfloat16 *base = reinterpret_cast<__nv_bfloat16 *>(stage + head0 * ATT_STAGE_ROW) + dim0;
 #pragma unroll
-        for (int b = 0; b < 8; b++)
+        for (int b = 0; b < ATT_LATENT_BLOCKS; b++)
 #pragma unroll
             for (int i = 0; i < N / 2; i++)
                 base[narrow_col(i) * (ATT_STAGE_ROW / 2) + narrow_row<WG>(b, i)] =
                     __float2bfloat16_rn(st.o[b][i] * inv[2 * (i >> 2) + (i & 1)]);
-        named_sync(BAR_CONSUMER, 128);
-        stage_flush(out, stage, N, 32 * warp + lane, 128);
-        named_sync(BAR_CONSUMER, 128); /* the stage (Q's region) free for the next item's Q */
+        named_sync(BAR_CONSUMER, ATT_WARPGROUP);
+        stage_flush(out, stage, N, 32 * warp + lane, ATT_WARPGROUP);
+        named_sync(BAR_CONSUMER, ATT_WARPGROUP); /* the stage (Q's region) free for the next item's Q */
     } else {
-        float *base = out.partial + head0 * 512 + dim0;
+        float *base = out.partial + head0 * NVFP4_MLA_LATENT_DIM + dim0;
 #pragma unroll
-        for (int b = 0; b < 8; b++)
+        for (int b = 0; b < ATT_LATENT_BLOCKS; b++)
 #pragma unroll
             for (int i = 0; i < N / 2; i++)
                 if (head0 + narrow_col(i) < out.heads)
-                    base[narrow_col(i) * 512 + narrow_row<WG>(b, i)] = st.o[b][i] * inv[2 * (i >> 2) + (i & 1)];
+                    base[narrow_col(i) * NVFP4_MLA_LATENT_DIM + narrow_row<WG>(b, i)] =
+                        st.o[b][i] * inv[2 * (i >> 2) + (i & 1)];
     }
 }
 
@@ -285,39 +286,40 @@ static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_a
                                                                const attend_bars &bars, const tile_meta *meta,
                                                                narrow_state<N, true> &st, int64_t tiles, uint32_t &pos,
                                                                uint32_t &tile, int warp, int lane) {
-    static_assert(N == 16, "at 32 heads a second set of score accumulators spilled, and 32 heads have at most 17 slots");
+    static_assert(N == 16,
+                  "at 32 heads a second set of score accumulators spilled, and 32 heads have at most 17 slots");
     constexpr int C = qk_chains<N, true>::value;
-    constexpr bool CONTIG = true; /* 18 slots: attend_narrow's condition, fit_ring's largest ring */
+    constexpr bool CONTIG = true; /* ATT_RING_SLOTS: attend_narrow's condition, fit_ring's largest ring */
     const uint8_t *pt = smem + pl.off_p;
     float acc[C][N / 2], rope[N / 2], lat[N / 2];
-    wait_full(bars, pos + 8, pl);
+    wait_full(bars, pos + ATT_LATENT_BLOCKS, pl);
     wgmma_fence();
     qk_issue_resident<N, C>(acc, rope, smem, pl, resident_descs<CONTIG>(smem, pl, pos));
     wgmma_commit();
     wgmma_wait<0>();
     qk_collect<N, C>(acc, rope, lat);
     release_slot(bars, pos, pl);
-    for (int64_t k = 0; k < tiles; k++, tile++, pos += 9) {
+    for (int64_t k = 0; k < tiles; k++, tile++, pos += ATT_TILE_BLOCKS) {
         narrow_softmax<N, true>(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], warp, lane);
         const bool next = k + 1 < tiles;
         /* The next tile's wait comes first: a wait loop with P.V's accumulators in flight would be
          * a loop edge (C7519). The producer wrote that tile into slots freed before this one. */
-        if (next) wait_full(bars, pos + 9 + 8, pl);
+        if (next) wait_full(bars, pos + ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS, pl);
 #pragma unroll
-        for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+        for (int b = 0; b < ATT_LATENT_BLOCKS; b++) fence_regs<N / 2>(st.o[b]);
         wgmma_fence();
         const resident_descs<CONTIG> cur(smem, pl, pos);
         pv_resident_wgmma<N, CONTIG>(st, pl, cur, pt);
         wgmma_commit();
         if (next) {
             wgmma_fence(); /* the score registers were read by this tile's softmax */
-            qk_issue_resident<N, C>(acc, rope, smem, pl, resident_descs<CONTIG>(smem, pl, pos + 9));
+            qk_issue_resident<N, C>(acc, rope, smem, pl, resident_descs<CONTIG>(smem, pl, pos + ATT_TILE_BLOCKS));
             wgmma_commit();
             wgmma_wait<1>(); /* P.V's group: wgmma groups complete in order */
             pv_resident_done<N, CONTIG>(st, bars, cur, pl);
             wgmma_wait<0>();
             qk_collect<N, C>(acc, rope, lat);
-            release_slot(bars, pos + 9, pl);
+            release_slot(bars, pos + ATT_TILE_BLOCKS, pl);
         } else {
             wgmma_wait<0>();
             pv_resident_done<N, CONTIG>(st, bars, cur, pl);
@@ -333,16 +335,16 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
     const int warp = t >> 5, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
     const tile_meta *meta = reinterpret_cast<const tile_meta *>(smem + pl.off_meta);
-    const int per_tile = pl.resident ? 9 : 17;
+    const int per_tile = pl.resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS;
     uint32_t pos = 0, tile = 0;
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
         const int64_t tiles = item_tiles(span);
-        load_q_rows(a, span.q, (int64_t)span.group * N, 0, N, smem + pl.off_q, N * 128, t, 128);
-        named_sync(BAR_CONSUMER, 128);
+        load_q_rows(a, span.q, (int64_t)span.group * N, 0, N, smem + pl.off_q, N * 128, t, ATT_WARPGROUP);
+        named_sync(BAR_CONSUMER, ATT_WARPGROUP);
         narrow_state<N, WG> st;
 #pragma unroll
-        for (int b = 0; b < 8; b++)
+        for (int b = 0; b < ATT_LATENT_BLOCKS; b++)
 #pragma unroll
             for (int i = 0; i < N / 2; i++) st.o[b][i] = 0.0f;
 #pragma unroll
@@ -352,8 +354,10 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
          * must not need T's slots. (Overlapped at 17 slots, 32 heads measured 13-19% slower:
          * tile T+1 then takes T's RoPE slot, so it is written only once T's
          * scores are done, and P.V of T waits for all of it.) */
-        if (WG && N == 16 && pl.resident && pl.slots >= 18 && tiles > 0) { /* (an empty item has no tile to wait for) */
-            if constexpr (WG && N == 16) narrow_tiles_overlapped<N>(a, pl, smem, bars, meta, st, tiles, pos, tile, warp, lane);
+        /* (an empty item has no tile to wait for) */
+        if (WG && N == 16 && pl.resident && pl.slots >= ATT_RING_SLOTS && tiles > 0) {
+            if constexpr (WG && N == 16)
+                narrow_tiles_overlapped<N>(a, pl, smem, bars, meta, st, tiles, pos, tile, warp, lane);
             narrow_epilogue<N, WG>(a, pl, smem, st, span, warp, lane);
             continue;
         }
@@ -362,7 +366,7 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
             float lat[N / 2], rope[N / 2];
             narrow_qk<N, WG>(pl, smem, bars, pos, lat, rope, warp, lane);
             narrow_softmax<N, WG>(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], warp, lane);
-            narrow_pv<N, WG>(pl, smem, bars, st, pl.resident ? pos + 1 : pos + 9, warp, lane);
+            narrow_pv<N, WG>(pl, smem, bars, st, pl.resident ? pos + 1 : pos + ATT_TILE_BLOCKS, warp, lane);
         }
         narrow_epilogue<N, WG>(a, pl, smem, st, span, warp, lane);
     }

@@ -10,7 +10,7 @@
 
 template <int N, bool WG>
 struct narrow_state {
-    float o[8][N / 2];  /* O^T accumulators, 8 row blocks of 64 (wgmma) or 16x4 (mma.sync) dims */
+    float o[ATT_LATENT_BLOCKS][N / 2]; /* O^T accumulators, 8 row blocks of 64 (wgmma) or 16x4 (mma.sync) dims */
     float m[N / 4];     /* running column maximum (log2 domain) of this thread's columns */
     float l[N / 4];     /* this thread's part of the running column sum */
 };
@@ -56,8 +56,8 @@ template <int N, int C>
 static __device__ __forceinline__ void qk_block_desc(float (*acc)[N / 2], uint64_t da, uint64_t db, bool first) {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) { /* +32 bytes = +2 in the descriptors' address field */
-        if (N == 16) wgmma_ss_n16<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
-        else wgmma_ss_n32<0, 0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
+        if (N == 16) wgmma_ss_n16<0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
+        else wgmma_ss_n32<0>(acc[kk % C], da + 2 * kk, db + 2 * kk, !(first && kk < C));
     }
 }
 
@@ -84,8 +84,8 @@ struct resident_descs {
 /* S^T over one operand block: 4 k-steps of 16 dims against Q block `qblk` (N rows); k-step kk
  * accumulates into chain kk % C (the first block of a product starts each chain). */
 template <int N, bool WG, int C>
-static __device__ __forceinline__ void qk_block(float (*acc)[N / 2], const uint8_t *blk, const uint8_t *qblk, bool first,
-                                                int warp, int lane) {
+static __device__ __forceinline__ void qk_block(float (*acc)[N / 2], const uint8_t *blk, const uint8_t *qblk,
+                                                bool first, int warp, int lane) {
     if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
         qk_block_desc<N, C>(acc, sw128_desc(smem_addr(blk), 1024, 16), sw128_desc(smem_addr(qblk), 1024, 16), first);
@@ -102,7 +102,8 @@ static __device__ __forceinline__ void qk_block(float (*acc)[N / 2], const uint8
 #pragma unroll
             for (int jp = 0; jp < N / 16; jp++) {
                 uint32_t bf[4];
-                ldsm_x4(bf, qblk + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
+                ldsm_x4(bf,
+                        qblk + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
                 mma_bf16(acc[0] + 4 * (2 * jp), af, bf[0], bf[1]);
                 mma_bf16(acc[0] + 4 * (2 * jp + 1), af, bf[2], bf[3]);
             }
@@ -120,8 +121,8 @@ static __device__ __forceinline__ void pv_block(narrow_state<N, WG> &st, const u
         const uint64_t da = sw128_desc(smem_addr(blk), 1024, ATT_BLOCK), db = sw128_desc(smem_addr(pt), 1024, 16);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) { /* +2048 bytes (A, 16 rows) and +32 (B) a k-step */
-            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
-            else wgmma_ss_n32<1, 0>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
+            if (N == 16) wgmma_ss_n16<1>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
+            else wgmma_ss_n32<1>(st.o[b], da + 128 * kk, db + 2 * kk, 1);
         }
 #endif
     } else {
@@ -132,11 +133,13 @@ static __device__ __forceinline__ void pv_block(narrow_state<N, WG> &st, const u
             uint32_t bf[N / 16][4];
 #pragma unroll
             for (int jp = 0; jp < N / 16; jp++)
-                ldsm_x4(bf[jp], pt + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
+                ldsm_x4(bf[jp],
+                        pt + swizzle_off(16 * jp + 8 * (lane >> 4) + (lane & 7), 16 * kk + 8 * ((lane >> 3) & 1)));
 #pragma unroll
             for (int m = 0; m < 4; m++) {
                 uint32_t af[4];
-                ldsm_x4_trans(af, blk + swizzle_off(16 * kk + 8 * ((lane >> 4) & 1) + (lane & 7), 16 * m + 8 * ((lane >> 3) & 1)));
+                ldsm_x4_trans(af, blk + swizzle_off(16 * kk + 8 * ((lane >> 4) & 1) + (lane & 7),
+                                                    16 * m + 8 * ((lane >> 3) & 1)));
 #pragma unroll
                 for (int jp = 0; jp < N / 16; jp++) {
                     mma_bf16(st.o[4 * half + m] + 4 * (2 * jp), af, bf[jp][0], bf[jp][1]);
@@ -154,15 +157,15 @@ template <int N, bool CONTIG>
 static __device__ __forceinline__ void pv_resident_wgmma(narrow_state<N, true> &st, const attend_plan &pl,
                                                          const resident_descs<CONTIG> &tile, const uint8_t *pt) {
     const uint64_t db = sw128_desc(warp_uniform(smem_addr(pt)), 1024, 16);
-    uint64_t da[8];
+    uint64_t da[ATT_LATENT_BLOCKS];
 #pragma unroll
-    for (int b = 0; b < 8; b++) da[b] = tile.of(pl, 1 + b, 1024, ATT_BLOCK);
+    for (int b = 0; b < ATT_LATENT_BLOCKS; b++) da[b] = tile.of(pl, 1 + b, 1024, ATT_BLOCK);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
 #pragma unroll
-        for (int b = 0; b < 8; b++) {
-            if (N == 16) wgmma_ss_n16<1, 0>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
-            else wgmma_ss_n32<1, 0>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
+        for (int b = 0; b < ATT_LATENT_BLOCKS; b++) {
+            if (N == 16) wgmma_ss_n16<1>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
+            else wgmma_ss_n32<1>(st.o[b], da[b] + 128 * kk, db + 2 * kk, 1);
         }
     }
 }
@@ -173,9 +176,9 @@ template <int N, bool CONTIG>
 static __device__ __forceinline__ void pv_resident_done(narrow_state<N, true> &st, const attend_bars &bars,
                                                         const resident_descs<CONTIG> &tile, const attend_plan &pl) {
 #pragma unroll
-    for (int b = 0; b < 8; b++) fence_regs<N / 2>(st.o[b]);
+    for (int b = 0; b < ATT_LATENT_BLOCKS; b++) fence_regs<N / 2>(st.o[b]);
 #pragma unroll 1
-    for (int b = 1; b < 9; b++) release_slot_at(bars, slot_after(tile.s0, b, pl));
+    for (int b = 1; b < ATT_TILE_BLOCKS; b++) release_slot_at(bars, slot_after(tile.s0, b, pl));
 }
 
 /* Issues S^T of a resident tile (RoPE block into `rope`, latent blocks into the chains `lat`)
@@ -186,9 +189,11 @@ template <int N, int C, bool CONTIG>
 static __device__ __forceinline__ void qk_issue_resident(float (*lat)[N / 2], float *rope, uint8_t *smem,
                                                          const attend_plan &pl, const resident_descs<CONTIG> &tile) {
     const uint64_t dq = sw128_desc(warp_uniform(smem_addr(smem + pl.off_q)), 1024, 16); /* Q block j: + 8 N j */
-    qk_block_desc<N, 1>(reinterpret_cast<float(*)[N / 2]>(rope), tile.of(pl, 0, 1024, 16), dq + 64 * N, true);
+    float(*rope1)[N / 2] = reinterpret_cast<float(*)[N / 2]>(rope);
+    qk_block_desc<N, 1>(rope1, tile.of(pl, 0, 1024, 16), dq + 8 * N * ATT_LATENT_BLOCKS, true);
 #pragma unroll
-    for (int i = 1; i < 9; i++) qk_block_desc<N, C>(lat, tile.of(pl, i, 1024, 16), dq + 8 * N * (i - 1), i == 1);
+    for (int i = 1; i < ATT_TILE_BLOCKS; i++)
+        qk_block_desc<N, C>(lat, tile.of(pl, i, 1024, 16), dq + 8 * N * (i - 1), i == 1);
 }
 
 /* Pins the score accumulators after a wait and sums the chains into lat_out. */

@@ -49,6 +49,23 @@
 #define ATT_BLOCK 8192       /* bytes of one operand block: 64 rows x 128 bytes */
 #define ATT_META_RING 4      /* tiles of key metadata in flight */
 
+/* The geometry of a tile's operand blocks: 64 dims each, so a 576-dim record row is the RoPE block
+ * and 8 latent blocks. A resident tile is those 9 blocks; a streamed tile 17, its latent blocks
+ * produced again for P.V; the largest ring holds two resident tiles. (constexpr, not macros:
+ * #pragma unroll takes them.) */
+constexpr int ATT_BLOCK_DIMS = 64;                                        /* dims (bf16 columns) of a block */
+constexpr int ATT_LATENT_BLOCKS = NVFP4_MLA_LATENT_DIM / ATT_BLOCK_DIMS;  /* 8 */
+constexpr int ATT_TILE_BLOCKS = NVFP4_MLA_ROW_DIM / ATT_BLOCK_DIMS;       /* 9: RoPE, then latent 0..7 */
+constexpr int ATT_STREAM_BLOCKS = ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS;    /* 17: RoPE, latent 0..7, 0..7 */
+constexpr int ATT_RING_SLOTS = 2 * ATT_TILE_BLOCKS;                       /* 18: two whole tiles */
+static_assert(ATT_TILE_BLOCKS == 1 + ATT_LATENT_BLOCKS && NVFP4_MLA_ROPE_DIM == ATT_BLOCK_DIMS,
+              "one RoPE block beside the latent blocks");
+
+/* Threads of the roles: a warpgroup (the narrow consumer; a producer warpgroup) and the wide
+ * consumer's two (kind_threads in attend_cuda.cu gives each kind's counts). */
+constexpr int ATT_WARPGROUP = 128;
+constexpr int ATT_WIDE_CONSUMERS = 2 * ATT_WARPGROUP;
+
 /* Named barriers (0 is __syncthreads). */
 /* BAR_WIDE_P: warpgroup 0 has written a tile's P and alpha (attend_wide); BAR_WIDE_P_FREE:
  * warpgroup 1 is done with them. Both warpgroups bar.sync on each (attend_wide says why). */
@@ -225,7 +242,7 @@ static __device__ __forceinline__ void wait_full(const attend_bars &bars, uint32
  * X is buffer X & 1, slots 9 (X & 1) .. +8, in phase (X >> 1) & 1 of their barriers. */
 #define ATT_PAIRED_BUFFERS 2
 static __device__ __forceinline__ uint8_t *paired_buffer(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
-    return smem + pl.off_ring + (tile & 1u) * 9u * ATT_BLOCK;
+    return smem + pl.off_ring + (tile & 1u) * ATT_TILE_BLOCKS * ATT_BLOCK;
 }
 static __device__ __forceinline__ uint32_t paired_phase(uint32_t tile) {
     return (tile >> 1) & 1u;

@@ -156,7 +156,8 @@ static __device__ __forceinline__ void store_e2m1_group(uint8_t *row, uint32_t o
  * here; dequant_latent (the streaming rings, one group a thread) keeps its own loop. */
 template <typename BlockOff>
 static __device__ __forceinline__ void store_latent_groups8(uint8_t *row, BlockOff blk_off, uint32_t r16, uint32_t g0,
-                                                            const uint4 *codes, uint32_t scales_lo, uint32_t scales_hi) {
+                                                            const uint4 *codes, uint32_t scales_lo,
+                                                            uint32_t scales_hi) {
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const uint32_t g = g0 + (uint32_t)j;
@@ -181,7 +182,8 @@ static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, cons
         uint4 lo, hi;
         if (RB == 656) {
             const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + 64 * b + 16 * gq) : make_uint4(0, 0, 0, 0);
-            const float scale = v ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * (b >> 1)) : 0.0f;
+            const float scale =
+                v ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * (b >> 1)) : 0.0f;
             lo = e4m3x8_scaled(c.x, c.y, scale, true);
             hi = e4m3x8_scaled(c.z, c.w, scale, true);
         } else {
@@ -210,10 +212,13 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
     const bool v = valid[k] != 0;
     const uint4 z = make_uint4(0, 0, 0, 0);
     if (RB == 656) {
-        const float4 tiles = v ? *reinterpret_cast<const float4 *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET) : make_float4(0, 0, 0, 0);
+        const float4 tiles =
+            v ? *reinterpret_cast<const float4 *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET) : make_float4(0, 0, 0, 0);
 #pragma unroll
         for (int i = 0; i < G; i++) { /* 16 bytes = chunks 2i, 2i+1 of this part = group i */
-            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 16 * G * half + 16 * i) : z;
+            const uint4 c =
+                v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 16 * G * half + 16 * i)
+                  : z;
             const int gl = G * half + i, b = gl >> 2, gq = gl & 3;
             const float scale = (b >> 1) == 0 ? tiles.x : (b >> 1) == 1 ? tiles.y : (b >> 1) == 2 ? tiles.z : tiles.w;
             uint8_t *blk = base + blk_off((uint32_t)b);
@@ -223,10 +228,12 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
     } else {
         uint32_t scw[4];
         if (G == 16) {
-            const uint4 sc = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 16 * half) : z;
+            const uint4 sc =
+                v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 16 * half) : z;
             scw[0] = sc.x, scw[1] = sc.y, scw[2] = sc.z, scw[3] = sc.w;
         } else {
-            const uint2 sc = v ? *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * half) : make_uint2(0, 0);
+            const uint2 sc = v ? *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * half)
+                               : make_uint2(0, 0);
             scw[0] = sc.x, scw[1] = sc.y, scw[2] = scw[3] = 0;
         }
         /* Passes of 8 groups (store_latent_groups8's shape; 16 a pass measured no faster). The codes
@@ -280,13 +287,15 @@ static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const 
     if (RB == NVFP4_MLA_RECORD_BYTES_368) {
 #pragma unroll
         for (int i = 0; i < C / 2; i++) { /* 16 E4M3 codes = two chunks */
-            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 8 * C * part + 16 * i) : z;
+            const uint4 c =
+                v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 8 * C * part + 16 * i) : z;
             e4m3x16_bf16(c, out[2 * i], out[2 * i + 1]);
         }
     } else {
         const int off = RB == 656 ? NVFP4_MLA_FP8_656_ROPE_OFFSET : NVFP4_MLA_RECORD_ROPE_OFFSET;
 #pragma unroll
-        for (int i = 0; i < C; i++) out[i] = v ? *reinterpret_cast<const uint4 *>(rec + off + 16 * C * part + 16 * i) : z;
+        for (int i = 0; i < C; i++)
+            out[i] = v ? *reinterpret_cast<const uint4 *>(rec + off + 16 * C * part + 16 * i) : z;
     }
 #pragma unroll
     for (int i = 0; i < C; i++) *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 8 * C * part + 8 * i)) = out[i];
@@ -335,7 +344,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     const int warp = t >> 5, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
     Meta *meta = reinterpret_cast<Meta *>(smem + pl.off_meta);
-    const int per_tile = pl.resident ? 9 : 17;
+    const int per_tile = pl.resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS;
     tile_cursor cur;
     cur.item = blockIdx.x;
     cursor_seek(a, pl, cur);
@@ -354,14 +363,15 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
         if (pl.resident) { /* the tile's 9 blocks in one batch */
             const uint32_t s0 = pos_slot(pos, pl);
-            for (int i = IN_ORDER ? 8 : 0; i < 9; i++)
+            for (int i = IN_ORDER ? ATT_LATENT_BLOCKS : 0; i < ATT_TILE_BLOCKS; i++)
                 mbar_wait(&bars.slot_empty[slot_after(s0, i, pl)], pos_parity(pos + i, pl) ^ 1u);
             write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
             dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + s0 * ATT_BLOCK, t);
-            dequant_latent_tile<RB, PT>(raw, valid, smem + pl.off_ring, [&](uint32_t b) { return slot_after(s0, 1 + b, pl) * ATT_BLOCK; }, t);
+            dequant_latent_tile<RB, PT>(
+                raw, valid, smem + pl.off_ring, [&](uint32_t b) { return slot_after(s0, 1 + b, pl) * ATT_BLOCK; }, t);
             fence_proxy_async();
-            for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[slot_after(s0, i, pl)]);
-            pos += 9;
+            for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.slot_full[slot_after(s0, i, pl)]);
+            pos += ATT_TILE_BLOCKS;
         }
         for (int i = 0; i < per_tile && !pl.resident; i++, pos++) {
             const uint32_t slot = pos_slot(pos, pl);
@@ -371,7 +381,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
                 write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
                 dequant_rope<RB, PT>(raw, valid, blk, t);
             } else {
-                dequant_latent<RB, PT>(raw, valid, blk, (i - 1) & 7, t);
+                dequant_latent<RB, PT>(raw, valid, blk, (i - 1) & (ATT_LATENT_BLOCKS - 1), t);
             }
             fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
             mbar_arrive(&bars.slot_full[slot]);

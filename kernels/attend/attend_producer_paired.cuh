@@ -77,8 +77,8 @@ static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kern
                                                      int part) {
     if (part == 0)
         write_key_meta<RB>(
-            a, q.valid, [&] { return __uint_as_float(q.scales_rs.y); }, [&] { return __uint_as_float(q.scales_rs.x); }, m,
-            k);
+            a, q.valid, [&] { return __uint_as_float(q.scales_rs.y); }, [&] { return __uint_as_float(q.scales_rs.x); },
+            m, k);
     uint4 lo = q.rope[0], hi = q.rope[q.rope_chunks - 1];
     if (RB == NVFP4_MLA_RECORD_BYTES_368) e4m3x16_bf16(q.rope[0], lo, hi);
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part)) = lo;
@@ -110,10 +110,11 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
     for (uint32_t tile = 0; cur.valid; tile++) {
         const uint32_t b = tile & 1u;
         uint8_t *buf = paired_buffer(smem, pl, tile);
-        for (int i = 0; i < 9; i++) mbar_wait(&bars.slot_empty[9 * b + i], paired_phase(tile) ^ 1u);
+        for (int i = 0; i < ATT_TILE_BLOCKS; i++)
+            mbar_wait(&bars.slot_empty[ATT_TILE_BLOCKS * b + i], paired_phase(tile) ^ 1u);
         write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
         fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
-        for (int i = 0; i < 9; i++) mbar_arrive(&bars.slot_full[9 * b + i]);
+        for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.slot_full[ATT_TILE_BLOCKS * b + i]);
         cursor_next(a, pl, cur);
         load_quarter<RB>(a, pl, cur, k, part, q); /* the next tile's, in flight through the next wait */
     }

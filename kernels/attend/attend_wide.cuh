@@ -37,10 +37,10 @@ template <bool PAIRED>
 struct wide_tile {
     uint32_t pos0;   /* ring position of block 0 */
     uint32_t base;   /* PAIRED: shared address of block 0 */
-    uint32_t slot0;  /* PAIRED: 9 * (tile & 1) */
+    uint32_t slot0;  /* PAIRED: ATT_TILE_BLOCKS * (tile & 1) */
     uint32_t parity; /* PAIRED: the buffer's phase, (tile >> 1) & 1 */
     __device__ __forceinline__ wide_tile(uint8_t *smem, const attend_plan &pl, uint32_t pos, uint32_t tile)
-        : pos0(pos), base(smem_addr(paired_buffer(smem, pl, tile))), slot0(9u * (tile & 1u)),
+        : pos0(pos), base(smem_addr(paired_buffer(smem, pl, tile))), slot0(ATT_TILE_BLOCKS * (tile & 1u)),
           parity(paired_phase(tile)) {}
     __device__ __forceinline__ uint32_t block(uint8_t *smem, const attend_plan &pl, int i) const {
         return PAIRED ? base + (uint32_t)i * ATT_BLOCK : smem_addr(slot_ptr(smem, pl, pos0 + i));
@@ -64,20 +64,20 @@ static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_
                                                    const wide_tile<PAIRED> &tl, float *lat, float *rope) {
     const uint64_t dq = sw128_desc(warp_uniform(smem_addr(smem + pl.off_q)), 1024, 16); /* Q block j: + 512 j */
     const uint64_t d0 = sw128_desc(warp_uniform(tl.block(smem, pl, 0)), 1024, 16);
-    tl.wait(bars, pl, 8);
+    tl.wait(bars, pl, ATT_LATENT_BLOCKS); /* the tile's last block */
     /* RoPE block, then the latent blocks: separate loops, each opening with a wgmma fence (see
      * narrow_qk on C7519). */
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0, 0>(rope, dq + 512 * 8 + 2 * kk, d0 + 2 * kk, kk > 0);
+    for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0>(rope, dq + 512 * ATT_LATENT_BLOCKS + 2 * kk, d0 + 2 * kk, kk > 0);
     wgmma_commit();
 #pragma unroll 1
-    for (int i = 1; i < 9; i++) {
+    for (int i = 1; i < ATT_TILE_BLOCKS; i++) {
         wgmma_fence();
         const uint64_t db = PAIRED ? d0 + 512 * i : sw128_desc(warp_uniform(tl.block(smem, pl, i)), 1024, 16);
         const uint64_t da = dq + 512 * (i - 1);
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0, 0>(lat, da + 2 * kk, db + 2 * kk, i > 1 || kk > 0);
+        for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0>(lat, da + 2 * kk, db + 2 * kk, i > 1 || kk > 0);
         wgmma_commit();
     }
     wgmma_wait<0>();
@@ -161,7 +161,7 @@ static __device__ __forceinline__ void wide_softmax(wide_state &st, const float 
     for (int h = 0; h < 2; h++)
         if (c == 0) xalpha[16 * warp + g + 8 * h] = alpha[h];
     fence_proxy_async();
-    named_sync(BAR_WIDE_P, 256); /* P' and alpha of the tile ready for warpgroup 1 */
+    named_sync(BAR_WIDE_P, ATT_WIDE_CONSUMERS); /* P' and alpha of the tile ready for warpgroup 1 */
     wide_rescale(st, alpha);
 }
 
@@ -195,13 +195,13 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-            for (int b = 0; b < 4; b++) wgmma_rs_n64<1>(st.o[b], pf[kk], vd[b] + 128 * kk, 1);
+            for (int b = 0; b < 4; b++) wgmma_rs_n64(st.o[b], pf[kk], vd[b] + 128 * kk, 1);
     } else {
         const uint64_t pd = sw128_desc(warp_uniform(smem_addr(pbuf)), 1024, 16);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-            for (int b = 0; b < 4; b++) wgmma_ss_n64<0, 1>(st.o[b], pd + 2 * kk, vd[b] + 128 * kk, 1);
+            for (int b = 0; b < 4; b++) wgmma_ss_n64<1>(st.o[b], pd + 2 * kk, vd[b] + 128 * kk, 1);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -232,7 +232,7 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
             }
         }
     }
-    named_sync(BAR_WIDE_ITEM, 256);
+    named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
     float inv[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) inv[h] = xl[16 * warp + g + 8 * h];
@@ -240,7 +240,8 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
         uint8_t *stage = smem + pl.off_q; /* 64 rows of ATT_STAGE_ROW <= the 9 Q blocks */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(stage + (16 * warp + g + 8 * h) * ATT_STAGE_ROW) + 256 * cw + c;
+            __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(stage + (16 * warp + g + 8 * h) * ATT_STAGE_ROW) +
+                                 NVFP4_MLA_LATENT_DIM / 2 * cw + c;
 #pragma unroll
             for (int b = 0; b < 4; b++)
 #pragma unroll
@@ -250,14 +251,14 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
                     row[64 * b + 8 * j + 4] = __float2bfloat16_rn(st.o[b][i + 1] * inv[h]);
                 }
         }
-        named_sync(BAR_WIDE_ITEM, 256);
-        stage_flush(out, stage, 64, 128 * cw + 32 * warp + lane, 256);
+        named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
+        stage_flush(out, stage, 64, ATT_WARPGROUP * cw + 32 * warp + lane, ATT_WIDE_CONSUMERS);
     } else {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = 16 * warp + g + 8 * h;
             if (row < out.heads) {
-                float *dst = out.partial + row * 512 + 256 * cw + c;
+                float *dst = out.partial + row * NVFP4_MLA_LATENT_DIM + NVFP4_MLA_LATENT_DIM / 2 * cw + c;
 #pragma unroll
                 for (int b = 0; b < 4; b++)
 #pragma unroll
@@ -269,7 +270,7 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
             }
         }
     }
-    named_sync(BAR_WIDE_ITEM, 256); /* xl, the stage and Q's region free for the next item */
+    named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS); /* xl, the stage and Q's region free for the next item */
 }
 
 /* The two wide consumer warpgroups (thread t = 0..255; cw = t / 128). Warpgroup 0 computes each
@@ -297,8 +298,9 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
         const int64_t tiles = item_tiles(span);
-        load_q_rows(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127, 128);
-        named_sync(BAR_WIDE_ITEM, 256);
+        load_q_rows(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127,
+                    ATT_WARPGROUP);
+        named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
         wide_state st;
 #pragma unroll
         for (int b = 0; b < 4; b++)
@@ -306,26 +308,27 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
             for (int i = 0; i < 32; i++) st.o[b][i] = 0.0f;
         st.m[0] = st.m[1] = -INFINITY;
         st.l[0] = st.l[1] = 0.0f;
-        for (int64_t k = 0; k < tiles; k++, tile++, pos += 9) {
+        for (int64_t k = 0; k < tiles; k++, tile++, pos += ATT_TILE_BLOCKS) {
             const wide_tile<PAIRED> tl(smem, pl, pos, tile);
             uint8_t *pbuf = PAIRED ? paired_buffer(smem, pl, tile) : smem + pl.off_p;
             if constexpr (CW == 0) {
                 float lat[32], rope[32];
                 uint32_t pf[4][4]; /* P' as A fragments */
                 wide_scores<PAIRED>(pl, smem, bars, tl, lat, rope);
-                if (k > 0) named_sync(BAR_WIDE_P_FREE, 256); /* warpgroup 1 is done with the last P and alpha */
+                /* warpgroup 1 is done with the last P and alpha */
+                if (k > 0) named_sync(BAR_WIDE_P_FREE, ATT_WIDE_CONSUMERS);
                 wide_softmax(st, lat, rope, meta[tile % ATT_META_RING], warp, lane, pf, pbuf, xalpha);
                 wide_pv<PAIRED, true>(pl, smem, bars, st, tl, 1, pf, pbuf);
             } else {
-                named_sync(BAR_WIDE_P, 256);
-                tl.wait(bars, pl, 8); /* complete already (warpgroup 0 waited); this thread's acquire */
+                named_sync(BAR_WIDE_P, ATT_WIDE_CONSUMERS);
+                tl.wait(bars, pl, ATT_LATENT_BLOCKS); /* complete already (warpgroup 0 waited); this thread's acquire */
                 float alpha[2];
 #pragma unroll
                 for (int h = 0; h < 2; h++) alpha[h] = xalpha[16 * warp + (lane >> 2) + 8 * h];
                 wide_rescale(st, alpha);
                 wide_pv<PAIRED, false>(pl, smem, bars, st, tl, 5, nullptr, pbuf);
                 if (PAIRED) tl.release(bars, pl, 0); /* P, in the RoPE block, is read */
-                if (k + 1 < tiles) named_sync(BAR_WIDE_P_FREE, 256);
+                if (k + 1 < tiles) named_sync(BAR_WIDE_P_FREE, ATT_WIDE_CONSUMERS);
             }
         }
         wide_epilogue(a, pl, smem, st, span, cw, warp, lane);

@@ -6,8 +6,8 @@
  * contracted into an FMA (-fmad=false as well). Hopper has no E2M1 conversion instruction: the
  * threshold encoder (three comparisons) is used everywhere; E4M3 codes use the hardware
  * round-to-nearest-even saturating conversion, which equals the spec's E4M3_RN_SATFINITE on finite
- * input. A token with any NaN/Inf input (rare) takes the general path, which filters non-finite
- * values out of every maximum and counts them; the warp decides together, so the branch is uniform.
+ * input. A token with any NaN/Inf input (rare) takes the general path (encode_group<POLICY, false>),
+ * which filters non-finite values out of every maximum and counts them; the warp decides together, so the branch is uniform.
  * The record is assembled in shared memory and stored as 16-byte words (368 = 23 x 16,
  * 432 = 27 x 16). The writer policy is a template parameter of the kernel: `mse` picks each group's
  * scale code with write_policy.h's functions, which the CPU writer compiles too (bit-identical by
@@ -65,59 +65,56 @@ static __device__ __forceinline__ uint32_t e2m1_finite(float y, const float *t) 
     return index | ((__float_as_uint(y) >> 28) & 8u);
 }
 
-/* Steps 2-4 for this lane's group, general case: every maximum leaves NaN/Inf out (spec step 3).
- * POLICY: NVFP4_MLA_WRITER_POLICY_* (write_policy.h picks the mse code, as the CPU writer does). */
-template <int POLICY>
-static __device__ __forceinline__ uint8_t encode_group_general(const float *x, float inv, uint32_t *payload) {
-    float y[NVFP4_MLA_GROUP_SIZE];
-    float group_amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
-        y[i] = nvfp4_mul_rn(x[i], inv);
-        group_amax = fmaxf(group_amax, finite_abs(y[i]));
+/* The E4M3 magnitude code of a non-negative value: the hardware conversion when the value is known
+ * finite, else the spec's encoder (which equals it on finite input). */
+template <bool FINITE>
+static __device__ __forceinline__ uint32_t e4m3_magnitude(float v) {
+    if constexpr (FINITE) {
+        return e4m3_finite(v);
+    } else {
+        return nvfp4_e4m3_magnitude_code(v);
     }
-    uint8_t code = (uint8_t)nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(group_amax, NVFP4_K6));
-    if (POLICY == NVFP4_MLA_WRITER_POLICY_MSE) {
-        code = (uint8_t)nvfp4_mse_group_code(y, code, nvfp4_e4m3_magnitude_code(nvfp4_mul_rn(group_amax, NVFP4_K4)), 0);
-    }
-    const float d = nvfp4_e4m3_decode(code);
-    payload[0] = payload[1] = 0;
-    if (d != 0.0f) {
-#pragma unroll
-        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
-            payload[i >> 3] |= (uint32_t)nvfp4_e2m1_encode(y[i], d) << (4 * (i & 7));
-        }
-    }
-    return code;
 }
 
-/* Steps 2-4 for a group whose inputs are all finite (the common case): plain |y| maxima (a free
- * operand modifier), hardware E4M3, thresholds made once. Falls back when x * inv overflows. The mse
- * candidates' squared errors need no finiteness test here (all_finite = 1). */
-template <int POLICY>
-static __device__ __forceinline__ uint8_t encode_group_finite(const float *x, float inv, uint32_t *payload) {
+/* Steps 2-4 for this lane's group. FINITE (the common case, the token's inputs all finite): plain
+ * |y| maxima (a free operand modifier), hardware E4M3, thresholds made once, and the general case
+ * when x * inv overflows; the mse candidates' squared errors then need no finiteness test
+ * (all_finite = 1). Otherwise (general) every maximum leaves NaN/Inf out (spec step 3).
+ * POLICY: NVFP4_MLA_WRITER_POLICY_* (write_policy.h picks the mse code, as the CPU writer does). */
+template <int POLICY, bool FINITE>
+static __device__ __forceinline__ uint8_t encode_group(const float *x, float inv, uint32_t *payload) {
     float y[NVFP4_MLA_GROUP_SIZE];
     float group_amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
         y[i] = nvfp4_mul_rn(x[i], inv);
-        group_amax = fmaxf(group_amax, fabsf(y[i]));
+        group_amax = fmaxf(group_amax, FINITE ? fabsf(y[i]) : finite_abs(y[i]));
     }
-    if (!nvfp4_is_finite(group_amax)) {
-        return encode_group_general<POLICY>(x, inv, payload);
+    if constexpr (FINITE) {
+        if (!nvfp4_is_finite(group_amax)) {
+            return encode_group<POLICY, false>(x, inv, payload);
+        }
     }
-    uint8_t code = e4m3_finite(nvfp4_mul_rn(group_amax, NVFP4_K6));
+    uint8_t code = (uint8_t)e4m3_magnitude<FINITE>(nvfp4_mul_rn(group_amax, NVFP4_K6));
     if (POLICY == NVFP4_MLA_WRITER_POLICY_MSE) {
-        code = (uint8_t)nvfp4_mse_group_code(y, code, e4m3_finite(nvfp4_mul_rn(group_amax, NVFP4_K4)), 1);
+        code = (uint8_t)nvfp4_mse_group_code(y, code, e4m3_magnitude<FINITE>(nvfp4_mul_rn(group_amax, NVFP4_K4)),
+                                             FINITE ? 1 : 0);
     }
     const float d = nvfp4_e4m3_decode(code);
     payload[0] = payload[1] = 0;
     if (d != 0.0f) {
-        const float t[7] = {nvfp4_mul_rn(0.25f, d), nvfp4_mul_rn(0.75f, d), nvfp4_mul_rn(1.25f, d),
-                            nvfp4_mul_rn(1.75f, d), nvfp4_mul_rn(2.5f, d),  nvfp4_mul_rn(3.5f, d),
-                            nvfp4_mul_rn(5.0f, d)};
+        if constexpr (FINITE) {
+            const float t[7] = {nvfp4_mul_rn(0.25f, d), nvfp4_mul_rn(0.75f, d), nvfp4_mul_rn(1.25f, d),
+                                nvfp4_mul_rn(1.75f, d), nvfp4_mul_rn(2.5f, d),  nvfp4_mul_rn(3.5f, d),
+                                nvfp4_mul_rn(5.0f, d)};
 #pragma unroll
-        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) payload[i >> 3] |= e2m1_finite(y[i], t) << (4 * (i & 7));
+            for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) payload[i >> 3] |= e2m1_finite(y[i], t) << (4 * (i & 7));
+        } else {
+#pragma unroll
+            for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) {
+                payload[i >> 3] |= (uint32_t)nvfp4_e2m1_encode(y[i], d) << (4 * (i & 7));
+            }
+        }
     }
     return code;
 }
@@ -272,7 +269,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, MIN_BLOCKS(POLICY)) nvfp
     uint32_t payload[2] = {0, 0};
     uint8_t code = 0;
     if (!zero_token) {
-        code = all_finite ? encode_group_finite<POLICY>(x, inv, payload) : encode_group_general<POLICY>(x, inv, payload);
+        code = all_finite ? encode_group<POLICY, true>(x, inv, payload) : encode_group<POLICY, false>(x, inv, payload);
     }
     ((uint2 *)rec)[lane] = make_uint2(payload[0], payload[1]);
     rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + lane] = code;

@@ -88,7 +88,7 @@ static void fuzz_merge(reader_t *r, int64_t rows, void **bufs) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!cpu) {
-        nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+        nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
         if (nvfp4_context_init(&init, &cpu)) return 0;
     }
     reader_t r = {data, size};

@@ -244,7 +244,8 @@ class HostDesc(C.Structure):
 
 class InitArgs(C.Structure):
     _fields_ = [("struct_size", C.c_uint32), ("device_type", C.c_int32), ("device_index", C.c_int32),
-                ("flags", C.c_uint32), ("host", C.POINTER(HostDesc)), ("reserved", C.c_uint64 * 4)]
+                ("flags", C.c_uint32), ("host", C.POINTER(HostDesc)), ("reserved", C.c_uint64 * 4),
+                ("environ", C.POINTER(C.c_char_p))]  # ABI 1.1
 
 
 class ContextInfo(C.Structure):

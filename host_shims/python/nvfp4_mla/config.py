@@ -13,12 +13,14 @@ from dataclasses import dataclass
 
 from . import _abi
 from .errors import ConfigError, check, member
-from .settings import SettingError, parse_bool, parse_choice, parse_path_stripped
+from . import settings
+from .settings import SettingError
 
-DYNAMIC_SCALE_ENV = "VLLM_NVFP4_MLA_DYNAMIC_SCALE"
-SCALES_FILE_ENV = "VLLM_NVFP4_MLA_SCALES_FILE"
-FP8_ROPE_ENV = "KV_FP8_ROPE"
-WRITER_POLICY_ENV = "NVFP4_MLA_WRITER_POLICY"
+# The variables' names, from the settings table's mirror (settings.py).
+DYNAMIC_SCALE_ENV = settings.DYNAMIC_SCALE.name
+SCALES_FILE_ENV = settings.SCALES_FILE.name
+FP8_ROPE_ENV = settings.FP8_ROPE.name
+WRITER_POLICY_ENV = settings.WRITER_POLICY.name
 DEFAULT_IDENTITY = "vllm-default-v1"
 
 
@@ -67,12 +69,11 @@ class CacheFormat:
         """Raises ConfigError (status ERR_CONFIG) with the plugin's words for a value the rule
         does not understand; never reads it as off."""
         env = os.environ if environ is None else environ
+        def read(row):
+            return settings.parse(row, env.get(row.name))
         try:
-            return cls(dynamic_scale=parse_bool(DYNAMIC_SCALE_ENV, env.get(DYNAMIC_SCALE_ENV)),
-                       fp8_rope=parse_bool(FP8_ROPE_ENV, env.get(FP8_ROPE_ENV)),
-                       scales_file=parse_path_stripped(SCALES_FILE_ENV, env.get(SCALES_FILE_ENV)),
-                       writer_policy=parse_choice(WRITER_POLICY_ENV, env.get(WRITER_POLICY_ENV),
-                                                  list(_abi.WRITER_POLICIES)))
+            return cls(dynamic_scale=read(settings.DYNAMIC_SCALE), fp8_rope=read(settings.FP8_ROPE),
+                       scales_file=read(settings.SCALES_FILE), writer_policy=read(settings.WRITER_POLICY))
         except SettingError as exc:
             raise ConfigError(_abi.ERR_CONFIG, "CacheFormat.from_env", str(exc)) from None
 

@@ -11,6 +11,7 @@ per step updates only pointers, row counts and the stream (prepared.py says what
 """
 
 import ctypes as C
+import os
 
 from . import _abi
 from .arrays import empty_bytes_like, stream_handle, tensor
@@ -67,16 +68,29 @@ def _device(device):
     raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N' with N a device index (0, 1, ...)")
 
 
+def snapshot(environ):
+    """A mapping (name -> value) as the NULL-terminated "NAME=VALUE" array the ABI's snapshots are
+    (init's environ, config_create's); None for None (the process environment)."""
+    if environ is None:
+        return None
+    pairs = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in environ.items()]
+    return (C.c_char_p * (len(pairs) + 1))(*pairs, None)
+
+
 class Context:
-    def __init__(self, plugin, device="cpu", log=None):
-        """device: "cpu", "cuda" or "cuda:N". log: optional callable(level, message)."""
+    def __init__(self, plugin, device="cpu", log=None, environ=None):
+        """device: "cpu", "cuda" or "cuda:N". log: optional callable(level, message). environ: optional
+        mapping (name -> value), the snapshot a CUDA context reads its attention settings from
+        (NVFP4_MLA_ATTEND_*, settings.py) instead of the process environment."""
         self.plugin = plugin
         self.device = _device(device)
         self._log_fn = _abi.LOG_FN(lambda _u, level, msg: log(level, msg.decode())) if log else None
         self._host = _abi.HostDesc(struct_size=C.sizeof(_abi.HostDesc), host_name=b"nvfp4_mla.py",
                                    log=self._log_fn) if log else None
+        env = snapshot(environ)  # borrowed by init for the call only
         init = _abi.InitArgs(struct_size=C.sizeof(_abi.InitArgs), device_type=self.device[0],
-                             device_index=self.device[1], host=C.pointer(self._host) if self._host else None)
+                             device_index=self.device[1], host=C.pointer(self._host) if self._host else None,
+                             environ=C.cast(env, C.POINTER(C.c_char_p)) if env is not None else None)
         self._handle = C.c_void_p()
         check(plugin, plugin.table.init(C.byref(init), C.byref(self._handle)), "init")
         info = _abi.ContextInfo(struct_size=C.sizeof(_abi.ContextInfo))

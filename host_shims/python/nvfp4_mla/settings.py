@@ -1,16 +1,24 @@
-"""The settings rule of plugin/settings.h, rule for rule and word for word, for the Python host.
+"""The settings of plugin/settings.h, table row for row and rule for rule, for the Python host.
+
+SETTINGS mirrors the C table: every environment variable nvfp4-mla reads, its kind, the call that
+reads it and what unset means. tests/test_layout.py compares it with the C table, and parse()
+with the C parser over sample values (message for message), through the build's layout manifest.
 
 boolean: unset or "" is off; "0"/"false" off and "1"/"true" on, in any case; anything else fails.
 path:    unset or "" is none; leading or trailing whitespace fails. VLLM_NVFP4_MLA_SCALES_FILE, which the
          runtime it comes from reads as os.getenv(name, "").strip(), is taken stripped instead
          (parse_path_stripped; ASCII whitespace, as C's isspace), and empty after stripping is none.
 choice:  unset or "" is the first name; one of the names in any case; anything else fails.
+count:   unset or "" is the caller's default (None here); decimal digits within the row's bounds.
 A failure names the variable and shows the value quoted byte by byte as the C code does (control,
 quote, backslash and non-ASCII bytes escaped, cut after QUOTE_MAX bytes), so that a host in either
 language prints the same line for the same mistake.
 """
 
 import os
+from dataclasses import dataclass
+
+from . import _abi
 
 QUOTE_MAX = 100  # NVFP4_SETTING_QUOTE_MAX
 _SPACE = " \t\n\v\f\r"  # C's isspace() in the "C" locale, not str.isspace()
@@ -74,3 +82,55 @@ def parse_choice(name, value, names):
             return candidate
     raise SettingError(f"{name}={quote(value)} is not one of: {', '.join(names)} (any case); "
                        f"unset or empty is {names[0]}")
+
+
+def parse_count(name, value, what, lo, hi, none):
+    """The decimal count `value` in [lo, hi] (None for unset or ""), as nvfp4_setting_count()."""
+    if not value:
+        return None
+    if value.isascii() and value.isdigit() and lo <= int(value) <= hi:
+        return int(value)
+    raise SettingError(f"{name}={quote(value)} is not {what} in [{lo}, {hi}]; unset or empty is {none}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table (nvfp4_setting_t)."""
+    name: str
+    kind: str  # "bool", "path", "path_stripped", "choice", "count"
+    reader: str  # the call that reads it: "config_create", "init" (CUDA contexts) or "loader" (hosts)
+    unset: str  # what unset or "" means, in the messages' words
+    choices: tuple = ()  # choice: the names, the first the default
+    what: str = ""  # count: what the number is
+    lo: int = 0  # count: the accepted range
+    hi: int = 0
+
+
+DYNAMIC_SCALE = Setting("VLLM_NVFP4_MLA_DYNAMIC_SCALE", "bool", "config_create", "off")
+FP8_ROPE = Setting("KV_FP8_ROPE", "bool", "config_create", "off")
+SCALES_FILE = Setting("VLLM_NVFP4_MLA_SCALES_FILE", "path_stripped", "config_create", "none")
+WRITER_POLICY = Setting("NVFP4_MLA_WRITER_POLICY", "choice", "config_create", "rtn", tuple(_abi.WRITER_POLICIES))
+ATTEND_SMEM_CAP = Setting("NVFP4_MLA_ATTEND_SMEM_CAP", "count", "init", "no cap", what="a decimal byte count",
+                          lo=16384, hi=2**31 - 1)
+ATTEND_MMA = Setting("NVFP4_MLA_ATTEND_MMA", "choice", "init", "auto", ("auto", "sync"))
+ATTEND_MERGE = Setting("NVFP4_MLA_ATTEND_MERGE", "choice", "init", "auto", ("auto", "separate", "in-launch"))
+PLUGIN = Setting(_abi.PLUGIN_ENV, "path", "loader", "no plugin selected")
+
+# In the C table's order (nvfp4_setting_id_t).
+SETTINGS = (DYNAMIC_SCALE, FP8_ROPE, SCALES_FILE, WRITER_POLICY, ATTEND_SMEM_CAP, ATTEND_MMA, ATTEND_MERGE, PLUGIN)
+
+
+def parse(setting, value):
+    """`value` (None: unset) by the row's rule, as nvfp4_setting_parse(): a bool, a path ("" for
+    none), a choice's name, or a count (None for unset); raises SettingError with the C message."""
+    if setting.kind == "bool":
+        return parse_bool(setting.name, value)
+    if setting.kind == "path":
+        return parse_path(setting.name, value)
+    if setting.kind == "path_stripped":
+        return parse_path_stripped(setting.name, value)
+    if setting.kind == "choice":
+        return parse_choice(setting.name, value, setting.choices)
+    if setting.kind == "count":
+        return parse_count(setting.name, value, setting.what, setting.lo, setting.hi, setting.unset)
+    raise ValueError(f"{setting.name}: unknown setting kind {setting.kind!r}")

@@ -1,5 +1,6 @@
 """write / gather / attend through the shim on the CPU backend: round trips, a golden record,
 and the checks the shim makes before calling (dtype, shape, strides, device)."""
+import ctypes
 import re
 
 import numpy as np
@@ -170,3 +171,23 @@ def test_cpu_arrays_should_be_refused_by_a_cuda_device_check(plugin):
     with pytest.raises(nvfp4_mla.ArrayError, match="kv_c: lives on cpu, the context is on cuda:0"):
         ctx.write(x[:, :512], x[:, 512:], np.arange(2, dtype=np.int64), np.zeros((1, 2, 368), np.uint8),
                   layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC)
+
+
+def test_context_should_hand_init_a_snapshot():
+    """init's snapshot (ABI 1.1: InitArgs.environ): NAME=VALUE bytes, NULL-terminated; None keeps the
+    process environment (a NULL pointer)."""
+    from nvfp4_mla import _abi
+    from nvfp4_mla.context import snapshot
+    env = snapshot({"NVFP4_MLA_ATTEND_MMA": "sync", "NVFP4_MLA_ATTEND_MERGE": "separate"})
+    assert list(env) == [b"NVFP4_MLA_ATTEND_MMA=sync", b"NVFP4_MLA_ATTEND_MERGE=separate", None]
+    assert snapshot(None) is None and list(snapshot({})) == [None]
+    args = _abi.InitArgs(environ=ctypes.cast(env, ctypes.POINTER(ctypes.c_char_p)))
+    assert args.environ[1] == b"NVFP4_MLA_ATTEND_MERGE=separate"
+
+
+def test_cpu_context_should_take_a_snapshot_it_does_not_read(plugin):
+    """A CPU context reads no setting: a value a CUDA context would refuse (NVFP4_MLA_ATTEND_MMA=bogus)
+    passes through init unread."""
+    ctx = nvfp4_mla.Context(plugin, "cpu", environ={"NVFP4_MLA_ATTEND_MMA": "bogus"})
+    assert ctx.device_name == "cpu"
+    ctx.close()

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from nvfp4_mla import _abi
+from nvfp4_mla import _abi, settings
 
 MIRRORS = {
     "nvfp4_mla_header_t": _abi.Header, "nvfp4_mla_capability_t": _abi.Capability, "nvfp4_mla_tensor_t": _abi.Tensor,
@@ -33,7 +33,7 @@ def number(value):
 
 
 def test_manifest_should_cover_every_mirrored_struct(manifest):
-    assert set(manifest) - {"constants", "rules"} == set(MIRRORS)
+    assert set(manifest) - {"constants", "rules", "settings"} == set(MIRRORS)
 
 
 def test_every_constant_should_equal_the_c_header(manifest):
@@ -85,3 +85,29 @@ def test_ctypes_layout_should_equal_the_c_layout(manifest, c_name):
     assert ctypes.sizeof(mirror) == manifest[c_name]["size"], c_name
     for member, offset in manifest[c_name]["fields"].items():
         assert getattr(mirror, member).offset == offset, f"{c_name}.{member}"
+
+
+def test_settings_table_should_equal_the_c_table(manifest):
+    rows = manifest["settings"]["rows"]
+    assert [r["name"] for r in rows] == [s.name for s in settings.SETTINGS]
+    assert len(rows) >= 8  # the configuration's four, init's three, the loader's NVFP4_MLA_PLUGIN
+    for row, mirror in zip(rows, settings.SETTINGS):
+        assert (row["kind"], row["reader"], row["unset"], tuple(row["choices"]), row["what"], row["lo"], row["hi"]) == \
+            (mirror.kind, mirror.reader, mirror.unset, mirror.choices, mirror.what, mirror.lo, mirror.hi), row["name"]
+    assert settings.WRITER_POLICY.choices == tuple(_abi.WRITER_POLICIES)
+
+
+def test_settings_rule_should_equal_the_c_rule(manifest):
+    parses = manifest["settings"]["parses"]
+    assert len(parses) >= 8 * 25 and any(rc for _, _, rc, _ in parses) and any(not rc for _, _, rc, _ in parses)
+    for row, value, rc, result in parses:
+        mirror = settings.SETTINGS[row]
+        try:
+            got = settings.parse(mirror, value)
+        except settings.SettingError as exc:
+            assert (rc, str(exc)) == (-1, result), (mirror.name, value)
+            continue
+        assert rc == 0, (mirror.name, value, result)
+        if mirror.kind == "choice":
+            got = mirror.choices.index(got)
+        assert got == result, (mirror.name, value)
