@@ -41,7 +41,7 @@ nvfp4_mla_context_t *attend_gpu_open(const char *mma, const char *smem_cap, cons
     set_or_unset("NVFP4_MLA_ATTEND_MMA", mma);
     set_or_unset("NVFP4_MLA_ATTEND_SMEM_CAP", smem_cap);
     set_or_unset("NVFP4_MLA_ATTEND_MERGE", merge);
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, NULL};
     nvfp4_mla_context_t *gpu = NULL;
     const nvfp4_mla_status_t st = nvfp4_context_init(&init, &gpu);
     unsetenv("NVFP4_MLA_ATTEND_MMA");

@@ -47,7 +47,7 @@ static double uniform(void) {
 static int setup(void **state) {
     (void)state;
     attend_gpu_require_device();
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     return nvfp4_context_init(&init, &cpu);
 }
 

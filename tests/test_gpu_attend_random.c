@@ -300,7 +300,7 @@ static int setup(void **state) {
     run.small = getenv("NVFP4_MLA_GPU_TEST_MAX_T") != NULL;
     fprintf(stderr, "test_gpu_attend_random: seed %llu (NVFP4_MLA_RANDOM_SEED), budget %.0f s%s%s\n",
             (unsigned long long)run.seed, run.seconds, run.soak ? ", soak" : "", run.small ? ", small shapes" : "");
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
     return nvfp4_context_init(&init, &cpu);
 }
 
