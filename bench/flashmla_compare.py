@@ -34,7 +34,6 @@ Usage (GPU machine; FlashMLA from tools/flashmla-fetch (into .anchor/) or an ins
       python3 bench/flashmla_compare.py [--flashmla .anchor/_flashmla_C.abi3.so] [--json out.json]
 """
 import argparse
-import ctypes as C
 import json
 import math
 import statistics
@@ -44,7 +43,6 @@ import torch
 
 import nvfp4_mla
 from nvfp4_mla import _abi
-from nvfp4_mla.arrays import tensor
 
 D, DV, TOPK = 576, 512, 2048
 SAME_BYTES = (1e-2, 1e-2)    # (relative RMS, max over the row's max): both sides read the same records
@@ -122,29 +120,16 @@ def make_tokens(n, gen, fn, chunk=1 << 20):
         fn(first, x.to(torch.bfloat16))
 
 
-class PreparedAttend:
-    """attend through the plugin's table with the argument struct built once (kernel time only)."""
+def prepared_attend(ctx, q, slots, cache, out, layout, scale_mode, sm_scale, stream):
+    """attend as the shim's prepared call (the argument struct built and checked once, its workspace
+    held by the call): what the timings and graphs call, so host work stays out of kernel time."""
+    return ctx.prepare_attend(q, slots, cache, out, layout=layout, scale_mode=scale_mode, sm_scale=sm_scale,
+                              stream=stream).run
 
-    def __init__(self, ctx, q, slots, cache, out, layout, scale_mode, sm_scale, stream):
-        self.ctx, self.keep = ctx, (q, slots, cache, out)
-        dev = ctx.device
-        self.args = _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
-                                    outer_scale=_abi.default_outer_scale(scale_mode), sm_scale=sm_scale)
-        self.args.q, _ = tensor(q, "q", (_abi.DTYPE_BF16,), 3, dev)
-        self.args.slots, _ = tensor(slots, "slots", (_abi.DTYPE_I32,), 2, dev)
-        self.args.cache, _ = tensor(cache, "cache", (_abi.DTYPE_U8,), 3, dev)
-        self.args.out, _ = tensor(out, "out", (_abi.DTYPE_BF16,), 3, dev)
-        self.args.stream = stream.cuda_stream
-        need = ctx.attend_workspace_bytes(self.args)
-        self.ws = torch.empty(max(need, 1), dtype=torch.uint8, device="cuda")
-        if need:
-            self.args.workspace, _ = tensor(self.ws[:need], "workspace", (_abi.DTYPE_U8,), 1, dev)
-        self.fn, self.handle, self.ref = ctx.plugin.table.attend, ctx._handle, C.byref(self.args)
 
-    def __call__(self):
-        st = self.fn(self.handle, self.ref)
-        if st:
-            raise RuntimeError(f"attend: {self.ctx.plugin.table.last_error().decode()}")
+def launches_us(fn, launches):
+    """A timer for `interleaved`: us per call of `launches` back-to-back calls of fn between events."""
+    return lambda: event_us(lambda: [fn() for _ in range(launches)], launches)
 
 
 def row_check(got, ref, bounds=BF16_GATHERED):
@@ -219,7 +204,7 @@ class Bench:
         out = torch.full((nq, h, DV), float("nan"), dtype=torch.bfloat16, device="cuda")
         meta = {}
         self.flash_decode(q, idx, meta)  # metadata before capture, as vLLM computes it
-        attend = PreparedAttend(self.ctx, qh, ix, self.c368, out, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN,
+        attend = prepared_attend(self.ctx, qh, ix, self.c368, out, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN,
                                 self.sm, self.side)
         flush = (lambda: self.flush_buf.fill_(1)) if self.flush_buf is not None else None
         calls = self.args.calls
@@ -268,17 +253,12 @@ class Bench:
             ref656 = self.flash_decode(q, idx, meta)[:, 0, :h].clone()
             out656 = torch.full((b, h, DV), float("nan"), dtype=torch.bfloat16, device="cuda")
             out368 = torch.full_like(out656, float("nan"))
-            a656 = PreparedAttend(self.ctx, qh, ix, self.c656, out656, _abi.LAYOUT_FP8_DS_MLA_656, _abi.SCALE_STATIC,
+            a656 = prepared_attend(self.ctx, qh, ix, self.c656, out656, _abi.LAYOUT_FP8_DS_MLA_656, _abi.SCALE_STATIC,
                                   self.sm, stream)
-            a368 = PreparedAttend(self.ctx, qh, ix, self.c368, out368, _abi.LAYOUT_FP8_ROPE_368,
+            a368 = prepared_attend(self.ctx, qh, ix, self.c368, out368, _abi.LAYOUT_FP8_ROPE_368,
                                   _abi.SCALE_PER_TOKEN, self.sm, stream)
-            launches = 20
-
-            def timed(fn):
-                return lambda: event_us(lambda: [fn() for _ in range(launches)], launches)
-
-            times = interleaved([timed(lambda: self.flash_decode(q, idx, meta)), timed(a656), timed(a368)],
-                                self.args.reps)
+            times = interleaved([launches_us(lambda: self.flash_decode(q, idx, meta), 20), launches_us(a656, 20),
+                                 launches_us(a368, 20)], self.args.reps)
             torch.cuda.synchronize()
             c656 = row_check(out656, ref656, SAME_BYTES)
             c368 = row_check(out368, self.reference(qh, ix))
@@ -304,7 +284,7 @@ class Bench:
         for h in self.args.prefill_heads:
             q = torch.randn(s_q, h, D, device="cuda", generator=self.gen).to(torch.bfloat16)
             out = torch.full((s_q, h, DV), float("nan"), dtype=torch.bfloat16, device="cuda")
-            a368 = PreparedAttend(self.ctx, q, idx, self.c368, out, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN,
+            a368 = prepared_attend(self.ctx, q, idx, self.c368, out, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN,
                                   self.sm, stream)
             ind = idx.view(s_q, 1, TOPK)
 
@@ -317,13 +297,8 @@ class Bench:
                                 scale_mode=_abi.SCALE_PER_TOKEN)
                 return self.fm.sparse_prefill_fwd(q, scratch, ind, self.sm, DV, None, None, None)
 
-            launches = 3
-
-            def timed(fn):
-                return lambda: event_us(lambda: [fn() for _ in range(launches)], launches)
-
-            times = interleaved([timed(flash_bf16), timed(a368), timed(gather_then_flash)], max(3, self.args.reps // 3),
-                                warmup=1)
+            times = interleaved([launches_us(flash_bf16, 3), launches_us(a368, 3), launches_us(gather_then_flash, 3)],
+                                max(3, self.args.reps // 3), warmup=1)
             torch.cuda.synchronize()
             check = row_check(out, flash_bf16()[0])
             flops = 2.0 * s_q * h * TOPK * (D + DV)

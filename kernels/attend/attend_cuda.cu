@@ -506,9 +506,9 @@ static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const at
 
 /* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the
  * host's launch time) unless the stream is capturing: a graph replay costs GPU time alone, and the
- * separate merge takes less of it. A stream
- * whose state cannot be read (the legacy stream while a blocking stream of the device captures, or
- * an earlier asynchronous error) counts as capturing; the launch then reports the error itself.
+ * separate merge takes less of it. A stream whose state cannot be read (the legacy stream while a
+ * blocking stream of the device captures, or an earlier asynchronous error) counts as capturing;
+ * the launch then reports the error itself.
  * The query reads the stream's capture state on the host (a fraction of a microsecond): no device
  * query, safe while capturing, and made only for calls the plan would merge in the launch. */
 static bool stream_capturing(void *stream) {
@@ -552,12 +552,13 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     if (pl.one_launch && args->merge_mode == NVFP4_ATTEND_MERGE_AUTO && stream_capturing(args->stream)) {
         pl.one_launch = 0;
     }
-    const int64_t rows = args->num_queries * args->num_heads; /* the separate merge's CTAs */
-    if (pl.splits > 1 && !pl.one_launch && !nvfp4_cuda_grid_fits(rows, result, "attend", rows, "merged rows")) {
+    const bool merge_kernel = pl.splits > 1 && !pl.one_launch;
+    const int64_t rows = args->num_queries * args->num_heads; /* the merge kernel's CTAs */
+    if (merge_kernel && !nvfp4_cuda_grid_fits(rows, result, "attend", rows, "merged rows")) {
         return;
     }
     cudaError_t err = launch_plan(args, pl);
-    if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch) {
+    if (err == cudaSuccess && merge_kernel) {
         err = nvfp4_launch(nvfp4_attend_merge_kernel, (unsigned)rows, ATT_MERGE_THREADS, 0, args->stream, true, *args,
                            (int)pl.splits);
     }
@@ -593,8 +594,9 @@ extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block) {
     if (e == cudaSuccess) e = allow_smem_rb<432>(smem_per_block);
     if (e == cudaSuccess) e = allow_smem_rb<656>(smem_per_block);
     /* Loads the merge kernel now as the attribute calls load the others (lazy module loading):
-     * under NVFP4_MLA_ATTEND_MERGE=auto eager calls never launch it, so its first launch could
-     * otherwise fall inside a graph capture, which drivers before CUDA 12.3 refuse. */
+     * under NVFP4_MLA_ATTEND_MERGE=auto eager calls with small merges do not launch it, so its
+     * first launch could otherwise fall inside a graph capture, which drivers before CUDA 12.3
+     * refuse. */
     cudaFuncAttributes merge_attributes;
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, nvfp4_attend_merge_kernel);
     if (e != cudaSuccess) (void)cudaGetLastError();

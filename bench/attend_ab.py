@@ -1,0 +1,57 @@
+"""Same-process A/B of two plugin builds on identical data (BENCHMARKS.md: "no slower" checks of a
+kernel change): prefill 4096 queries x h = 128 / 16 and decode batch 128 x h = 128 / 64, eager
+back-to-back launches of each build's prepared attend, the builds alternated (ABAB, then BABA),
+and whether their outputs are bit-identical.
+
+Usage (GPU machine): PYTHONPATH=host_shims/python python3 bench/attend_ab.py OLD_PLUGIN.so NEW_PLUGIN.so
+"""
+import math
+import statistics
+import sys
+
+import torch
+
+import nvfp4_mla
+from nvfp4_mla import _abi
+
+D, DV, TOPK = 576, 512, 2048
+KW = dict(layout=_abi.LAYOUT_FP8_ROPE_368, scale_mode=_abi.SCALE_PER_TOKEN)
+SHAPES = (("prefill 4096 x h 128", 4096, 128, 3), ("prefill 4096 x h 16", 4096, 16, 3),
+          ("decode 128 x h 128", 128, 128, 20), ("decode 128 x h 64", 128, 64, 20))
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    ctxs = {name: nvfp4_mla.Context(nvfp4_mla.load(path), "cuda:0") for name, path in zip(("old", "new"), sys.argv[1:])}
+    n = 2 << 20  # tokens: random latents with log-normal token magnitudes, every record written
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    cache = torch.empty(n // 64, 64, 368, dtype=torch.uint8, device="cuda")
+    for first in range(0, n, 1 << 20):
+        x = torch.randn(1 << 20, D, device="cuda", generator=gen)
+        x = (x * torch.exp(0.5 * torch.randn(1 << 20, 1, device="cuda", generator=gen))).to(torch.bfloat16)
+        ctxs["new"].write(x[:, :DV], x[:, DV:], torch.arange(first, first + (1 << 20), device="cuda"), cache, **KW)
+    stream = torch.cuda.current_stream()
+    for label, nq, h, launches in SHAPES:
+        q = torch.randn(nq, h, D, device="cuda", generator=gen).to(torch.bfloat16)
+        idx = torch.randint(0, n, (nq, TOPK), device="cuda", generator=gen, dtype=torch.int32)
+        outs = {k: torch.empty(nq, h, DV, dtype=torch.bfloat16, device="cuda") for k in ctxs}
+        calls = {k: ctx.prepare_attend(q, idx, cache, outs[k], sm_scale=1 / math.sqrt(D), stream=stream, **KW)
+                 for k, ctx in ctxs.items()}
+        times = {k: [] for k in ctxs}
+        for rep in range(7):
+            for k in ("old", "new") if rep % 2 == 0 else ("new", "old"):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(launches):
+                    calls[k].run()
+                end.record()
+                end.synchronize()
+                times[k].append(start.elapsed_time(end) * 1000 / launches)
+        same = torch.equal(outs["old"].view(torch.int16), outs["new"].view(torch.int16))
+        line = " | ".join(f"{k} {statistics.median(t):9.1f} us [{min(t):.1f}-{max(t):.1f}]" for k, t in times.items())
+        print(f"{label}: {line} | outputs bit-identical: {same}")
+
+
+if __name__ == "__main__":
+    main()
