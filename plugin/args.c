@@ -1,7 +1,6 @@
 /* Versioned structs and tensor descriptor checks (see args.h). */
 #include "args.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "errors.h"
@@ -33,16 +32,13 @@ nvfp4_mla_status_t nvfp4_copy_versioned(void *dst, size_t known_size, size_t min
 }
 
 nvfp4_mla_status_t nvfp4_take_args(void *dst, size_t size, size_t min_size, const void *src, const char *op,
-                                   const char *type, size_t flags_offset, size_t flags_size, size_t reserved_offset,
+                                   const char *what, size_t flags_offset, size_t flags_size, size_t reserved_offset,
                                    size_t reserved_size) {
-    char what[128];
-    snprintf(what, sizeof what, "%s: %s", op, type);
     nvfp4_mla_status_t st = nvfp4_copy_versioned(dst, size, min_size, src, what);
-    if (st || (st = nvfp4_check_zero(op, "flags", (const unsigned char *)dst + flags_offset, flags_size)) ||
-        (st = nvfp4_check_zero(op, "reserved", (const unsigned char *)dst + reserved_offset, reserved_size))) {
-        return st;
+    if (!st && !(st = nvfp4_check_zero(op, "flags", (const unsigned char *)dst + flags_offset, flags_size))) {
+        st = nvfp4_check_zero(op, "reserved", (const unsigned char *)dst + reserved_offset, reserved_size);
     }
-    return NVFP4_MLA_OK;
+    return st;
 }
 
 size_t nvfp4_dtype_size(int32_t dtype) {

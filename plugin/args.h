@@ -20,12 +20,14 @@ nvfp4_mla_status_t nvfp4_copy_versioned(void *dst, size_t known_size, size_t min
  * struct copied by nvfp4_copy_versioned (`min_size`: the 1.0 size, or the size before the newest
  * appended member), then its `flags` and `reserved` words checked zero (nvfp4_check_zero). The
  * messages name the operation and the struct ("write: nvfp4_mla_write_args_t: struct_size ...",
- * "write: flags must be zero ..."). Called through NVFP4_TAKE_ARGS, which fills in the layout. */
+ * "write: flags must be zero ..."). Called through NVFP4_TAKE_ARGS, which fills in the layout and
+ * joins `what` ("op: type") at compile time: write, gather, attend and merge take their arguments
+ * here on every call, and a successful call formats nothing. `op` must be a string literal. */
 nvfp4_mla_status_t nvfp4_take_args(void *dst, size_t size, size_t min_size, const void *src, const char *op,
-                                   const char *type, size_t flags_offset, size_t flags_size, size_t reserved_offset,
+                                   const char *what, size_t flags_offset, size_t flags_size, size_t reserved_offset,
                                    size_t reserved_size);
 #define NVFP4_TAKE_ARGS(op, type, dst, src, min_size)                                                            \
-    nvfp4_take_args((dst), sizeof(type), (min_size), (src), (op), #type, offsetof(type, flags),                  \
+    nvfp4_take_args((dst), sizeof(type), (min_size), (src), op, op ": " #type, offsetof(type, flags),            \
                     sizeof(((type *)0)->flags), offsetof(type, reserved), sizeof(((type *)0)->reserved))
 
 /* Expected element type(s) and rank of a tensor argument. */

@@ -67,21 +67,9 @@ nvfp4_mla_status_t nvfp4_read_file(const char *path, size_t max_bytes, char **da
 }
 
 nvfp4_mla_status_t nvfp4_json_parse(const char *text, size_t len, const char *origin, cJSON **root) {
-    const char *end = NULL;
-    *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!*root) {
-        char why[NVFP4_JSON_REFUSAL_MAX];
-        nvfp4_json_refusal(text, len, end, why, sizeof why);
+    char why[NVFP4_JSON_REFUSAL_MAX];
+    if (!(*root = nvfp4_json_read(text, len, why, sizeof why))) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: %s", origin, why);
-    }
-    /* Anything but whitespace after the value is an error too (cJSON stops at the value's end). */
-    for (const char *p = end; p && p < text + len; p++) {
-        if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t') {
-            cJSON_Delete(*root);
-            *root = NULL;
-            return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: trailing data after the JSON value at byte offset %zu",
-                              origin, (size_t)(p - text));
-        }
     }
     return NVFP4_MLA_OK;
 }

@@ -28,9 +28,10 @@ typedef struct nvfp4_calibration {
  * open or read) or ERR_CONFIG (not a regular file, too large) names the file. */
 nvfp4_mla_status_t nvfp4_read_file(const char *path, size_t max_bytes, char **data, size_t *len);
 
-/* Parses JSON text (length-bounded, no NUL needed); `origin` names it in messages. A refusal names
- * its cause (empty, cut short, NaN/Infinity, nested past the reader's limit, or malformed; json_text.h)
- * and the byte offset. The caller cJSON_Delete()s *root. */
+/* Parses JSON text (length-bounded, no NUL needed) by nvfp4_json_read; `origin` names it in
+ * messages. A refusal (ERR_CONFIG) names its cause (empty, cut short, NaN/Infinity, nested past the
+ * reader's limit, malformed, trailing data; json_text.h) and the byte offset. The caller
+ * cJSON_Delete()s *root. */
 nvfp4_mla_status_t nvfp4_json_parse(const char *text, size_t len, const char *origin, cJSON **root);
 
 /* Refuses an object, at any depth, that holds a key twice (cJSON keeps both and a lookup finds the

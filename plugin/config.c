@@ -176,9 +176,7 @@ nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *cfg, const cha
         }
     }
     if (st && field) { /* only a field that is there can be "present but unusable" */
-        char why[1024];
-        snprintf(why, sizeof why, "%s", nvfp4_last_error());
-        nvfp4_fail(st, "checkpoint calibration is present but unusable (no silent fallback to 1.0): %s", why);
+        nvfp4_fail_because(st, "checkpoint calibration is present but unusable (no silent fallback to 1.0)");
     }
     cJSON_Delete(root);
     return st;
@@ -204,9 +202,7 @@ static nvfp4_mla_status_t load_checkpoint(nvfp4_mla_config_t *cfg, const char *m
     size_t len;
     nvfp4_mla_status_t st = nvfp4_read_file(config_path, NVFP4_CONFIG_JSON_MAX_BYTES, &text, &len);
     if (st) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", nvfp4_last_error());
-        return nvfp4_fail(st, "model_dir %s holds no readable checkpoint config.json: %s", model_dir, why);
+        return nvfp4_fail_because(st, "model_dir %s holds no readable checkpoint config.json", model_dir);
     }
     st = nvfp4_checkpoint_from_text(cfg, text, len, model_dir, config_path, layout_name);
     free(text);
@@ -245,10 +241,8 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_PER_TOKEN;
     } else if (s->scales_file[0]) {
         if ((st = load_static_file(cfg, s->scales_file, layout_name))) {
-            char why[1024];
-            snprintf(why, sizeof why, "%s", nvfp4_last_error());
-            return nvfp4_fail(st, "%s=%s cannot form a cache identity: %s", NVFP4_ENV_SCALES_FILE, s->scales_file,
-                              why);
+            return nvfp4_fail_because(st, "%s=%s cannot form a cache identity", NVFP4_ENV_SCALES_FILE,
+                                      s->scales_file);
         }
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_ENV_FILE;
     } else if (model_dir && (st = load_checkpoint(cfg, model_dir, layout_name))) {

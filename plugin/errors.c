@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_error_text[1024];
 
@@ -11,6 +12,19 @@ nvfp4_mla_status_t nvfp4_fail(nvfp4_mla_status_t status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_error_text, sizeof last_error_text, fmt, ap);
     va_end(ap);
+    return status;
+}
+
+nvfp4_mla_status_t nvfp4_fail_because(nvfp4_mla_status_t status, const char *fmt, ...) {
+    char cause[sizeof last_error_text];
+    memcpy(cause, last_error_text, sizeof cause);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(last_error_text, sizeof last_error_text, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof last_error_text) {
+        snprintf(last_error_text + n, sizeof last_error_text - (size_t)n, ": %s", cause);
+    }
     return status;
 }
 

@@ -19,6 +19,11 @@
  * `return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "write: kv_c: ...")`. */
 nvfp4_mla_status_t nvfp4_fail(nvfp4_mla_status_t status, const char *fmt, ...) NVFP4_PRINTF(2, 3);
 
+/* Puts a formatted prefix before this thread's last error, the cause a callee already set:
+ * "<fmt ...>: <cause>". For a caller that names the context a callee's refusal happened in
+ * (`return nvfp4_fail_because(st, "model_dir %s holds no readable config.json", dir)`). */
+nvfp4_mla_status_t nvfp4_fail_because(nvfp4_mla_status_t status, const char *fmt, ...) NVFP4_PRINTF(2, 3);
+
 /* Clears this thread's last error at the start of every entry. */
 void nvfp4_clear_error(void);
 

@@ -1,4 +1,4 @@
-/* Why the JSON reader refused a text (see json_text.h). */
+/* Reading one JSON text, and why the JSON reader refused it (see json_text.h). */
 #include "json_text.h"
 
 #include <cJSON.h>
@@ -34,7 +34,8 @@ static int starts_with(const char *p, size_t left, const char *word) {
     return left >= n && strncmp(p, word, n) == 0;
 }
 
-void nvfp4_json_refusal(const char *text, size_t len, const char *end, char *out, size_t out_size) {
+/* Why cJSON refused `text` [len bytes], given the position `end` it returned (may be NULL). */
+static void refusal(const char *text, size_t len, const char *end, char *out, size_t out_size) {
     size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
     size_t last = len; /* one past the last byte that is not whitespace */
     while (last > 0 && strchr(" \t\r\n", text[last - 1])) {
@@ -62,6 +63,24 @@ void nvfp4_json_refusal(const char *text, size_t len, const char *end, char *out
         }
         snprintf(out, out_size, "is malformed JSON near byte offset %zu", at);
     }
+}
+
+cJSON *nvfp4_json_read(const char *text, size_t len, char *why, size_t why_size) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        refusal(text, len, end, why, why_size);
+        return NULL;
+    }
+    for (const char *p = end; p && p < text + len; p++) { /* cJSON stops at the value's end */
+        if (!strchr(" \t\r\n", *p)) {
+            cJSON_Delete(root);
+            snprintf(why, why_size, "has trailing data after its JSON value at byte offset %zu", (size_t)(p - text));
+            return NULL;
+        }
+    }
+    why[0] = '\0';
+    return root;
 }
 
 const char *nvfp4_json_type_name(int type) {

@@ -1,11 +1,12 @@
-/* Why the JSON reader refused a text, in words that name the real cause.
+/* Reading one JSON text, and why the JSON reader refused it, in words that name the real cause.
  *
  * cJSON_ParseWithLengthOpts returns NULL and a position for five different mistakes: an empty file,
  * a file cut short, NaN or Infinity (Python's json.dump writes them), nesting past cJSON's depth
- * limit, and a syntax error. "malformed JSON near byte offset 4559" for a file nested 10,000 deep
- * sent users looking for a typo. Plain C with no plugin dependency: the nvfp4-mla tool compiles this
- * file too (as the loader compiles settings.c), so that its messages and the plugin's agree. No I/O,
- * no state: safe from any thread.
+ * limit, and a syntax error; and it stops at the end of the first value, saying nothing of what
+ * follows. "malformed JSON near byte offset 4559" for a file nested 10,000 deep sent users looking
+ * for a typo. Plain C with no plugin dependency: the nvfp4-mla tool compiles this file too (as the
+ * loader compiles settings.c), so that it reads JSON as the plugin does and in the same words. No
+ * I/O, no state: safe from any thread.
  */
 #ifndef NVFP4_MLA_PLUGIN_JSON_TEXT_H
 #define NVFP4_MLA_PLUGIN_JSON_TEXT_H
@@ -15,15 +16,18 @@
 /* Enough for any refusal below. */
 #define NVFP4_JSON_REFUSAL_MAX 160
 
-/* `text` [len bytes] is what cJSON refused and `end` the position it returned (may be NULL). Writes
- * one of, with the byte offset where it applies:
+/* `text` [len bytes, no NUL needed] as one JSON value followed by nothing but whitespace: the root
+ * (the caller cJSON_Delete()s it), or NULL and `why` (always NUL-terminated) one of, with the byte
+ * offset where it applies:
  *   "is empty (no JSON value)"
  *   "ends at byte offset N before its JSON value is complete (cut short?)"
  *   "nests arrays and objects more than 1000 deep at byte offset N (the JSON reader's limit)"
  *   "holds NaN at byte offset N: NaN and Infinity are not JSON numbers"
  *   "is malformed JSON near byte offset N"
- * Always NUL-terminated. */
-void nvfp4_json_refusal(const char *text, size_t len, const char *end, char *out, size_t out_size);
+ *   "has trailing data after its JSON value at byte offset N"
+ * Callers put the text's name before it ("x.json: is empty ...", or "x.json is empty ..."). */
+struct cJSON;
+struct cJSON *nvfp4_json_read(const char *text, size_t len, char *why, size_t why_size);
 
 /* The JSON type of a parsed value, for "... is a string, not an object": "null", "a boolean",
  * "a number", "a string", "an array", "an object" (cJSON's type bits, as int). */

@@ -91,6 +91,19 @@ static int is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
+/* `len` bytes of `value` into `out` as a path, or -1 and `message` when they do not fit. */
+static int copy_path(const char *name, const char *value, size_t len, char *out, size_t out_size, char *message,
+                     size_t message_size) {
+    if (len >= out_size) {
+        snprintf(message, message_size, "%s is %zu bytes long, longer than the %zu-byte limit of a path", name, len,
+                 out_size - 1);
+        return -1;
+    }
+    memcpy(out, value, len);
+    out[len] = '\0';
+    return 0;
+}
+
 int nvfp4_setting_path(const char *name, const char *value, char *out, size_t out_size, char *message,
                        size_t message_size) {
     out[0] = '\0';
@@ -106,13 +119,7 @@ int nvfp4_setting_path(const char *name, const char *value, char *out, size_t ou
                  name, quoted);
         return -1;
     }
-    if (len >= out_size) {
-        snprintf(message, message_size, "%s is %zu bytes long, longer than the %zu-byte limit of a path", name, len,
-                 out_size - 1);
-        return -1;
-    }
-    memcpy(out, value, len + 1);
-    return 0;
+    return copy_path(name, value, len, out, out_size, message, message_size);
 }
 
 int nvfp4_setting_path_stripped(const char *name, const char *value, char *out, size_t out_size, char *message,
@@ -128,14 +135,7 @@ int nvfp4_setting_path_stripped(const char *name, const char *value, char *out, 
     while (len && is_space(value[0])) {
         value++, len--;
     }
-    if (len >= out_size) {
-        snprintf(message, message_size, "%s is %zu bytes long, longer than the %zu-byte limit of a path", name, len,
-                 out_size - 1);
-        return -1;
-    }
-    memcpy(out, value, len);
-    out[len] = '\0';
-    return 0;
+    return copy_path(name, value, len, out, out_size, message, message_size);
 }
 
 int nvfp4_setting_choice(const char *name, const char *value, const char *const *names, int count, int *index,

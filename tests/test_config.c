@@ -294,6 +294,7 @@ static void json_refusals_should_name_their_cause(void **state) {
         {"{\"max_abs\": [1, -Infinity]}", "holds -Infinity at byte offset 16"},
         {deep, "nests arrays and objects more than 1000 deep at byte offset 1000 (the JSON reader's limit)"},
         {"{\"a\": 1,}", "is malformed JSON near byte offset 8"},
+        {"{\"a\": 1} \n{}", "json.json: has trailing data after its JSON value at byte offset 10"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         nvfp4_calibration_t cal;

@@ -381,8 +381,6 @@ static void real_plugin_should_name_its_capabilities_as_the_header_does(void **s
     nvfp4_mla_loader_close(&l);
 }
 
-/* The host-side rule of nvfp4_mla_record.h the loader decides with: the writer's and the readers'
- * per-token capabilities, and attend's only when the host calls attend. */
 /* The writer policy a host asks for, read by the plugin's own rule (for plugins too old to say). */
 static void loader_should_read_the_writer_policy_by_the_plugins_rule(void **state) {
     (void)state;
@@ -405,6 +403,8 @@ static void loader_should_read_the_writer_policy_by_the_plugins_rule(void **stat
     assert_int_equal(policy, NVFP4_MLA_WRITER_POLICY_MSE);
 }
 
+/* The host-side rule of nvfp4_mla_record.h the loader decides with: the writer's and the readers'
+ * per-token capabilities, and attend's only when the host calls attend. */
 static void requirement_should_follow_the_records_rule(void **state) {
     (void)state;
     nvfp4_mla_requirement_t want = per_token;

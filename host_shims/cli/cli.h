@@ -41,9 +41,9 @@ int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf
 #define CLI_MAX_CAPTURE_BYTES ((size_t)16 << 20)    /* calibrate's per-rank captures */
 #define CLI_MAX_CALIBRATION_BYTES ((size_t)4 << 20) /* v1 files (the plugin's own limit) */
 
-/* Parses JSON text (length-bounded) as the plugin does: a refusal names its cause (empty, cut short,
- * NaN/Infinity, nested too deep, malformed, trailing data: plugin/json_text.h) and the byte offset,
- * after `origin` ("x.json is empty (no JSON value)"). NULL after printing one line. */
+/* Parses JSON text (length-bounded) as the plugin does (nvfp4_json_read, plugin/json_text.h): a
+ * refusal names its cause (empty, cut short, NaN/Infinity, nested too deep, malformed, trailing data)
+ * and the byte offset, after `origin` ("x.json is empty (no JSON value)"). NULL after printing one line. */
 struct cJSON;
 struct cJSON *cli_json_parse(const char *cmd, const char *origin, const char *text, size_t len);
 

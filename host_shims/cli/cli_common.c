@@ -20,18 +20,9 @@ int cli_fail(const char *cmd, const char *fmt, ...) {
 }
 
 cJSON *cli_json_parse(const char *cmd, const char *origin, const char *text, size_t len) {
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    for (const char *p = end; root && p < text + len; p++) { /* whitespace only after the value */
-        if (!strchr(" \t\r\n", *p)) {
-            cJSON_Delete(root);
-            cli_fail(cmd, "%s has trailing data after its JSON value at byte offset %zu", origin, (size_t)(p - text));
-            return NULL;
-        }
-    }
+    char why[NVFP4_JSON_REFUSAL_MAX];
+    cJSON *root = nvfp4_json_read(text, len, why, sizeof why);
     if (!root) {
-        char why[NVFP4_JSON_REFUSAL_MAX];
-        nvfp4_json_refusal(text, len, end, why, sizeof why);
         cli_fail(cmd, "%s %s", origin, why);
     }
     return root;

@@ -131,9 +131,9 @@ int cli_parse_policy(const char *cmd, const char *value, uint32_t *policy) {
 
 int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, cli_codec_flags_t *out,
                          cli_seen_t *seen, int with_policy) {
-    const int known = strcmp(flag, "--layout") == 0 || strcmp(flag, "--mode") == 0 || strcmp(flag, "--scale") == 0 ||
-                      (with_policy && strcmp(flag, "--policy") == 0);
-    if (!known) { /* before the value: "--bogus needs a value" named the wrong mistake */
+    const int layout = strcmp(flag, "--layout") == 0, mode = strcmp(flag, "--mode") == 0;
+    const int scale = strcmp(flag, "--scale") == 0, policy = with_policy && strcmp(flag, "--policy") == 0;
+    if (!(layout || mode || scale || policy)) { /* before the value: "--bogus needs a value" named the wrong mistake */
         return cli_fail(cmd, "unknown flag %s (nvfp4-mla %s --help lists the flags)", flag, cmd);
     }
     if (!value) {
@@ -142,7 +142,13 @@ int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, c
     if (cli_once(cmd, seen, flag)) {
         return 1;
     }
-    if (strcmp(flag, "--layout") == 0) {
+    if (scale) {
+        return cli_parse_scale(cmd, flag, value, &out->scale);
+    }
+    if (policy) {
+        return cli_parse_policy(cmd, value, &out->writer_policy);
+    }
+    if (layout) {
         if (strcmp(value, "368") == 0) {
             out->layout = NVFP4_MLA_LAYOUT_FP8_ROPE_368;
         } else if (strcmp(value, "432") == 0) {
@@ -150,20 +156,12 @@ int cli_parse_codec_flag(const char *cmd, const char *flag, const char *value, c
         } else {
             return cli_fail(cmd, "--layout is \"%s\", must be 368 or 432", value);
         }
-    } else if (strcmp(flag, "--mode") == 0) {
-        if (strcmp(value, "per-token") == 0) {
-            out->scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
-        } else if (strcmp(value, "static") == 0) {
-            out->scale_mode = NVFP4_MLA_SCALE_STATIC;
-        } else {
-            return cli_fail(cmd, "--mode is \"%s\", must be per-token or static", value);
-        }
-    } else if (strcmp(flag, "--scale") == 0) {
-        return cli_parse_scale(cmd, flag, value, &out->scale);
-    } else if (with_policy && strcmp(flag, "--policy") == 0) {
-        return cli_parse_policy(cmd, value, &out->writer_policy);
+    } else if (strcmp(value, "per-token") == 0) { /* --mode */
+        out->scale_mode = NVFP4_MLA_SCALE_PER_TOKEN;
+    } else if (strcmp(value, "static") == 0) {
+        out->scale_mode = NVFP4_MLA_SCALE_STATIC;
     } else {
-        return cli_fail(cmd, "unknown flag %s", flag);
+        return cli_fail(cmd, "--mode is \"%s\", must be per-token or static", value);
     }
     return 0;
 }

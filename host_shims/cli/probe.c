@@ -99,10 +99,6 @@ typedef struct probe {
     char decision[8192];
 } probe_t;
 
-/* The environment this process hands the plugin: the configuration is read from it by the plugin
- * (config_create's snapshot), not by probe. */
-extern char **environ;
-
 /* The writer policy the configuration takes: rtn from a plugin older than writer policies. */
 static uint32_t writer_policy(const probe_t *p) {
     return p->has_policy ? p->info.writer_policy : NVFP4_MLA_WRITER_POLICY_RTN;
@@ -112,7 +108,8 @@ static uint32_t writer_policy(const probe_t *p) {
 static void decide(probe_t *p, const char *model_dir, int quiet) {
     const nvfp4_mla_plugin_t *t = p->loader.table;
     nvfp4_mla_host_desc_t host = {sizeof host, 0, "nvfp4-mla probe", quiet ? NULL : log_to_stderr, NULL};
-    nvfp4_mla_config_request_t req = {sizeof req, 0, p->dtype, model_dir, (const char *const *)environ, &host, {0}};
+    /* environ NULL: the plugin reads the process environment itself (config_create), by its own rule. */
+    nvfp4_mla_config_request_t req = {sizeof req, 0, p->dtype, model_dir, NULL, &host, {0}};
     uint32_t asked = NVFP4_MLA_WRITER_POLICY_RTN;
     char why[1024];
     p->info = (nvfp4_mla_config_info_t){.struct_size = sizeof p->info};
@@ -128,7 +125,7 @@ static void decide(probe_t *p, const char *model_dir, int quiet) {
             p->cfg = NULL;
         }
     } else if (!(p->has_policy = p->info.struct_size >= sizeof p->info) &&
-               nvfp4_mla_loader_writer_policy((const char *const *)environ, &asked, why, sizeof why)) {
+               nvfp4_mla_loader_writer_policy(NULL, &asked, why, sizeof why)) {
         /* A plugin older than writer policies ignores the variable and cannot report it: the
          * loader reads it by the plugin's rule, so that the user's request does not vanish. */
         p->reason = "config_error";

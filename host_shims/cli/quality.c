@@ -113,15 +113,16 @@ static char *json_string(const char *text) {
 }
 
 /* A run: the profile, its static scales from the plugin, the open plugin, the token buffer and the
- * optional JSON output (rows go to `json` as they are measured, comma-separated after the first). */
+ * optional JSON output (with --json, rows go to `out` as they are measured, comma-separated after
+ * the first). */
 typedef struct quality_run {
     quality_opts_t o;
     cli_profile_t profile;
     cli_host_t host;
     float *scales;    /* [profile.layers] */
     uint16_t *tokens; /* [o.count, 576] bf16 */
-    cli_out_t out;    /* written through cli_out_printf, which keeps a failed write's errno */
-    FILE *json;       /* out.f, or NULL without --json */
+    cli_out_t out;    /* open while o.json_path is set; written through cli_out_printf, which keeps a
+                         failed write's errno */
     int rows;         /* JSON rows written */
 } quality_run_t;
 
@@ -149,11 +150,12 @@ static int reconstruction_row(quality_run_t *r, synth_rng_t *rng, int heavy, int
     for (int m = 0; m < MODES; m++) {
         rms[m] = err[m].layer_rel_rms, median[m] = err[m].median_token_rel;
         sums[0][m] += rms[m], sums[1][m] += median[m], sums[2][m] = fmax(sums[2][m], rms[m]);
-        if (r->json && active(m)) {
-            cli_out_printf(&r->out, "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
-                             "\"median_token_rel\": %.6f, \"zero_tokens\": %.6f, \"subnormal_groups\": %.6f}",
-                    r->rows++ ? ",\n" : "", heavy ? "student-t3" : "gaussian", l, max_abs, mode_names[m], rms[m],
-                    median[m], err[m].zero_tokens, err[m].subnormal_groups);
+        if (r->o.json_path && active(m)) {
+            cli_out_printf(&r->out,
+                           "%s{\"dist\": \"%s\", \"layer\": %d, \"max_abs\": %g, \"mode\": \"%s\", \"rel_rms\": %.6f, "
+                           "\"median_token_rel\": %.6f, \"zero_tokens\": %.6f, \"subnormal_groups\": %.6f}",
+                           r->rows++ ? ",\n" : "", heavy ? "student-t3" : "gaussian", l, max_abs, mode_names[m],
+                           rms[m], median[m], err[m].zero_tokens, err[m].subnormal_groups);
         }
     }
     printf("%5d %9.4g |", l, max_abs);
@@ -222,10 +224,10 @@ static int attention_table(quality_run_t *r) {
         printf("%5d %9.4g |", picks[p], max_abs[picks[p]]);
         print_percent_row(e);
         printf("\n");
-        for (int m = 0; r->json && m < MODES; m++) {
+        for (int m = 0; r->o.json_path && m < MODES; m++) {
             if (active(m)) {
                 cli_out_printf(&r->out, ",\n{\"attend\": true, \"layer\": %d, \"mode\": \"%s\", \"rel_rms\": %.6f}",
-                        picks[p], mode_names[m], e[m]);
+                               picks[p], mode_names[m], e[m]);
             }
         }
     }
@@ -252,11 +254,11 @@ static int quality_open(quality_run_t *r) {
         cli_host_close(&r->host);
         return 1;
     }
-    if ((r->json = r->o.json_path ? r->out.f : NULL)) {
+    if (r->o.json_path) {
         char *label = json_string(r->profile.label);
         cli_out_printf(&r->out,
-                "{\"scales_file\": %s, \"tokens_per_layer\": %lld, \"seed\": %llu, \"writer_policy\": \"%s\", "
-                "\"layers\": [\n", label ? label : "null", r->o.count, r->o.seed, policy);
+                       "{\"scales_file\": %s, \"tokens_per_layer\": %lld, \"seed\": %llu, \"writer_policy\": \"%s\", "
+                       "\"layers\": [\n", label ? label : "null", r->o.count, r->o.seed, policy);
         free(label);
     }
     return 0;
@@ -271,7 +273,7 @@ int cli_quality_cmd(int argc, char **argv) {
     int rc = quality_open(&r);
     if (!rc) {
         rc = reconstruction_table(&r, 0) || reconstruction_table(&r, 1) || attention_table(&r);
-        if (r.json) {
+        if (r.o.json_path) {
             cli_out_printf(&r.out, "\n]}\n");
             rc = rc ? (cli_out_abort(&r.out), rc) : cli_out_commit(&r.out);
         }

@@ -3,10 +3,11 @@
  *
  * Selection: NVFP4_MLA_PLUGIN (read with secure_getenv; a row of the plugin's settings table, which
  * this library compiles in, plugin/settings.c, because it is read before any plugin exists) is a
- * path to the .so, or a folder holding libnvfp4_mla.so; "none" (exactly) disables the plugin. A path is taken as a path, never searched:
- * a name without a slash ("libnvfp4_mla.so") is the file of that name in the working folder
- * ("./libnvfp4_mla.so"), not whatever the dynamic loader's search path finds under it. A value with leading or trailing whitespace
- * is refused, as is a keyword-like value ("None", "0", "off", ...) that names no file: the same rule
+ * path to the .so, or a folder holding libnvfp4_mla.so; "none" (exactly) disables the plugin. A
+ * path is taken as a path, never searched: a name without a slash ("libnvfp4_mla.so") is the file
+ * of that name in the working folder ("./libnvfp4_mla.so"), not whatever the dynamic loader's search
+ * path finds under it. A value with leading or trailing whitespace is refused, as is a
+ * keyword-like value ("None", "0", "off", ...) that names no file: the same rule
  * as the plugin's own path settings (plugin/settings.h). The loader dlopen()s with
  * RTLD_NOW|RTLD_LOCAL, looks up the one entry symbol, and checks magic, ABI major, the minimum
  * table size and that every member the table's struct_size covers is filled (a NULL entry point

@@ -4,11 +4,11 @@
  * property: a boolean is accepted exactly when it is "", 0, 1, false or true (any case) and then has
  * the right value; a path is accepted exactly when it has no surrounding whitespace and then comes
  * back unchanged; a stripped path (VLLM_NVFP4_MLA_SCALES_FILE) is accepted whenever it fits once
- * stripped, and comes back as the value without its surrounding whitespace; a choice (the writer policies) exactly when it is "" or a name in any case, and
- * then picks that name; a refusal names the variable and quotes the value in printable ASCII. All
- * four then go through nvfp4_config_create as the DYNAMIC_SCALE, KV_FP8_ROPE, SCALES_FILE and
- * WRITER_POLICY of an environment snapshot (sanitizers watch the rest). A broken property is
- * __builtin_trap. */
+ * stripped, and comes back as the value without its surrounding whitespace; a choice (the writer
+ * policies) exactly when it is "" or a name in any case, and then picks that name; a refusal names
+ * the variable and quotes the value in printable ASCII. All four then go through
+ * nvfp4_config_create as the DYNAMIC_SCALE, KV_FP8_ROPE, SCALES_FILE and WRITER_POLICY of an
+ * environment snapshot (sanitizers watch the rest). A broken property is __builtin_trap. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
