@@ -151,12 +151,8 @@ static bench_check check_timed_call(bench &b, const attend_side &a, const attend
     *ok = cpu_reference(b, at, aq, picks, rec, want, want_lse);
     attend_check_stats_t s = {};
     for (int64_t i = 0; i < n && *ok; i++)
-        for (int64_t h = 0; h < H; h++) {
-            char where[48];
-            snprintf(where, sizeof where, "q %lld head %lld", (long long)picks[i], (long long)h);
-            attend_check_row(&got[(picks[i] * H + h) * 512], got_lse[picks[i] * H + h], &want[(i * H + h) * 512],
-                             want_lse[i * H + h], NULL, &s, where);
-        }
+        attend_check_query(&got[picks[i] * H * 512], &got_lse[picks[i] * H], &want[i * H * 512], &want_lse[i * H], H,
+                           picks[i], NULL, &s);
     char line[512];
     printf("  check of attend %s h=%lld, the timed call: %lld queries (%lld .. %lld), %s\n",
            a.is656 ? "fp8-656" : "nvfp4-368", (long long)H, (long long)n, (long long)picks[0], (long long)picks[n - 1],

@@ -220,12 +220,7 @@ static void *check_worker(void *arg) {
             snprintf(j->cpu_error, sizeof j->cpu_error, "%s", nvfp4_last_error());
             break;
         }
-        for (int64_t head = 0; head < h; head++) {
-            char where[64];
-            snprintf(where, sizeof where, "q %lld head %lld", (long long)qi, (long long)head);
-            attend_check_row(c->out + (qi * h + head) * 512, c->lse[qi * h + head], want + head * 512, want_lse[head],
-                             NULL, &j->stats, where);
-        }
+        attend_check_query(c->out + qi * h * 512, c->lse + qi * h, want, want_lse, h, qi, NULL, &j->stats);
     }
     free(want), free(want_lse);
     return NULL;
