@@ -29,7 +29,7 @@ the ops refuse it). An engine holds one Context per device and the cache format 
     out, lse = ops.attend(q, topk, cache, sm_scale=...)
 
 Per call: the shim's checks run once per signature of a call (its scalars and each tensor's dtype, shape,
-strides and device) and the struct they built is kept on the context; later calls of that signature
+strides, device and writability) and the struct they built is kept on the context; later calls of that signature
 write only data pointers, the stream and the workspace into it (as a prepared call does, prepared.py).
 Like its context, a context's ops are called by one thread at a time. The ops are registered with
 torch.library.define + impl (Python kernels on the CPU and CUDA keys) rather than custom_op, whose
@@ -184,12 +184,12 @@ def _register(name, real, fake):
 # ---- The real implementations: the shim's checks once per signature, then pointers only. ----
 #
 # A one-shot Context call describes and checks every array (tens of microseconds of Python). The ops
-# keep, per context, the argument struct the one-shot checks built for each signature of the call (the
-# scalars, and each tensor's dtype, shape, strides and device: everything the checks read but the data
-# pointer), and per call write only the data pointers, the stream and attend's workspace into it, as a
-# prepared call does (prepared.py, whose launch they share). A new signature is checked in full, so
-# every refusal is the shim's, in its words; the plugin still checks what it always checks (alignment
-# of the pointers included) on every call.
+# keep, per context, the argument struct the one-shot checks built for each signature of the call
+# (the scalars, and each tensor's dtype, shape, strides, device and writability: everything the
+# checks read but the data pointer, _meta), and per call write only the data pointers, the stream
+# and attend's workspace into it, as a prepared call does (prepared.py, whose launch they share). A
+# new signature is checked in full, so every refusal is the shim's, in its words; the plugin still
+# checks what it always checks (alignment of the pointers included) on every call.
 
 _MAX_SIGNATURES = 256  # per context; past it the kept structs are dropped and rebuilt as calls come
 
@@ -215,7 +215,13 @@ _DATA = _abi.Tensor.data.offset
 
 
 def _meta(t):
-    return None if t is None else (t.dtype, t.shape, t.stride(), t.device)
+    """What the shim's checks read of a tensor but its data pointer: dtype, shape, strides, device, and
+    what arrays.read_only reads (an output that requires grad, or an inference tensor outside
+    torch.inference_mode(), is refused), so that a call of a kept signature is one the checks passed."""
+    if t is None:
+        return None
+    return (t.dtype, t.shape, t.stride(), t.device, t.requires_grad,
+            t.is_inference() and not torch.is_inference_mode_enabled())
 
 
 def _call(ctx, key, bind):

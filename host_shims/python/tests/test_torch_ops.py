@@ -227,6 +227,37 @@ def test_ops_should_refuse_what_the_shim_refuses_in_its_words(plugin, torch_ops)
 
 
 @needs_torch
+def test_ops_should_refuse_an_output_pytorch_would_not_write_after_its_signature_is_kept(plugin, torch_ops):
+    """The kept struct of a signature skips the shim's checks: an output of that dtype, shape and
+    strides that requires grad, or an inference tensor outside torch.inference_mode(), is still refused
+    (issue 37's rule, arrays.read_only), by each op that writes it."""
+    with nvfp4_mla.Context(plugin) as ctx:
+        ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+        cache, x = sample_cache(ops, "cpu")
+        q, topk = torch.zeros(2, 16, 576, dtype=torch.bfloat16), torch.zeros(2, 8, dtype=torch.int32)
+        out, rows = torch.empty(2, 16, 512, dtype=torch.bfloat16), torch.empty(8, 576, dtype=torch.bfloat16)
+        with torch.inference_mode():
+            inference_out = torch.empty(2, 16, 512, dtype=torch.bfloat16)
+        ops.attend(q, topk, cache, sm_scale=SM, out=out)  # good calls first: their signatures are kept
+        ops.gather(cache, topk[0], out=rows)
+        ops.write(x[:2, :512], x[:2, 512:], torch.arange(2), cache, capture_max_abs=torch.zeros(1))
+        grad = "it requires grad, and PyTorch lets no such tensor be written in place"
+        cases = [
+            (lambda: ops.attend(q, topk, cache, sm_scale=SM, out=out.clone().requires_grad_()), "out: " + grad),
+            (lambda: ops.gather(cache, topk[0], out=rows.clone().requires_grad_()), "out: " + grad),
+            (lambda: ops.write(x[:2, :512], x[:2, 512:], torch.arange(2), cache,
+                               capture_max_abs=torch.zeros(1, requires_grad=True)), "capture_max_abs: " + grad),
+            (lambda: ops.attend(q, topk, cache, sm_scale=SM, out=inference_out),
+             "out: it is an inference tensor, which PyTorch lets be written only inside torch.inference_mode()"),
+        ]
+        for call, words in cases:
+            assert shim_refusal(call).startswith(words)
+        with torch.inference_mode():  # where PyTorch lets it be written, so do the ops
+            ops.attend(q, topk, cache, sm_scale=SM, out=inference_out)
+        assert torch.equal(inference_out, out)
+
+
+@needs_torch
 def test_ops_should_refuse_a_closed_or_unknown_context(plugin, torch_ops):
     ctx = nvfp4_mla.Context(plugin)
     ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
