@@ -195,19 +195,22 @@ _MAX_SIGNATURES = 256  # per context; past it the kept structs are dropped and r
 
 
 class _Signature(_Prepared):
-    """One checked argument struct; per call, the tensors' data pointers (the fields named at bind)."""
+    """One checked argument struct; per call, the data pointers of the tensors present at bind (tensors[i]
+    goes to the struct's field names[i]; an absent optional tensor, None, is part of the signature)."""
 
-    def __init__(self, ctx, op, args, names):
+    def __init__(self, ctx, op, args, tensors, names):
         super().__init__(ctx, op, args, None)
         base, kinds = type(args), dict(type(args)._fields_)
+        self._present = tuple(i for i, t in enumerate(tensors) if t is not None)
         # A Tensor field's data pointer, or a plain pointer field (write's capture_max_abs, nonfinite_count).
-        self._ptrs = tuple(C.c_void_p.from_buffer(args, getattr(base, n).offset + (_DATA if kinds[n] is _abi.Tensor
-                                                                                   else 0)) for n in names)
+        self._ptrs = tuple(C.c_void_p.from_buffer(args, getattr(base, names[i]).offset +
+                                                  (_DATA if kinds[names[i]] is _abi.Tensor else 0))
+                           for i in self._present)
         self.workspace_need = 0
 
     def run(self, tensors, stream):
-        for ptr, t in zip(self._ptrs, tensors):
-            ptr.value = t.data_ptr()
+        for ptr, i in zip(self._ptrs, self._present):
+            ptr.value = tensors[i].data_ptr()
         self._launch(stream)
 
 
@@ -237,8 +240,11 @@ def _call(ctx, key, bind):
     return call
 
 
-def _present(tensors, names):
-    return [t for t in tensors if t is not None], [n for t, n in zip(tensors, names) if t is not None]
+# The struct fields the ops' tensors go to, in the order each op passes them.
+_WRITE_FIELDS = ("kv_c", "k_pe", "slot_mapping", "cache", "capture_max_abs", "nonfinite_count")
+_GATHER_FIELDS = ("cache", "slots", "out")
+_ATTEND_FIELDS = ("q", "slots", "cache", "out", "lse", "valid_len", "workspace")
+_MERGE_FIELDS = ("partial_out", "partial_lse", "out", "lse")
 
 
 def _write(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_scale, writer_policy=0,
@@ -246,12 +252,10 @@ def _write(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_s
     ctx = _context(context, "write")
     tensors = (kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count)
     key = ("write", layout, scale_mode, outer_scale, writer_policy, *map(_meta, tensors))
-    present, names = _present(tensors, ("kv_c", "k_pe", "slot_mapping", "cache", "capture_max_abs",
-                                        "nonfinite_count"))
     stream = _stream(ctx)
     call = _call(ctx, key, lambda: _Signature(ctx, "write", ctx._write_args(
-        *tensors[:4], layout, scale_mode, outer_scale, *tensors[4:], stream, writer_policy), names))
-    call.run(present, stream)
+        *tensors[:4], layout, scale_mode, outer_scale, *tensors[4:], stream, writer_policy), tensors, _WRITE_FIELDS))
+    call.run(tensors, stream)
 
 
 def _write_fake(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_scale, writer_policy=0,
@@ -268,7 +272,7 @@ def _gather_out(cache, slots, out, context, layout, scale_mode, outer_scale):
     key = ("gather", layout, scale_mode, outer_scale, *map(_meta, tensors))
     stream = _stream(ctx)
     call = _call(ctx, key, lambda: _Signature(ctx, "gather", ctx._gather_args(
-        *tensors, layout, scale_mode, outer_scale, stream), ("cache", "slots", "out")))
+        *tensors, layout, scale_mode, outer_scale, stream), tensors, _GATHER_FIELDS))
     call.run(tensors, stream)
 
 
@@ -290,16 +294,17 @@ def _gather_fake(cache, slots, context, layout, scale_mode, outer_scale):
     return out
 
 
-def _bind_attend(ctx, tensors, names, layout, scale_mode, outer_scale, sm_scale, stream):
+def _bind_attend(ctx, tensors, layout, scale_mode, outer_scale, sm_scale, stream):
     q, slots, cache, out, lse, valid_len = tensors
     args = ctx._attend_args(q, slots, cache, out, layout, scale_mode, sm_scale, outer_scale, valid_len, lse, stream)
     need = ctx.attend_workspace_bytes(args)  # shapes only: the same for every call of the signature
+    workspace = None
     if need:
         # Described from an empty stand-in (no memory): each call points it at a workspace of >= need bytes.
-        args.workspace, _ = tensor(q.new_empty(0, dtype=torch.uint8), "workspace", (_abi.DTYPE_U8,), 1, ctx.device)
+        workspace = q.new_empty(0, dtype=torch.uint8)
+        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, ctx.device)
         args.workspace.shape[0] = need
-        names = names + ["workspace"]
-    call = _Signature(ctx, "attend", args, names)
+    call = _Signature(ctx, "attend", args, (*tensors, workspace), _ATTEND_FIELDS)
     call.workspace_need = need
     return call
 
@@ -308,13 +313,11 @@ def _attend_out(q, slots, cache, out, lse, context, layout, scale_mode, outer_sc
     ctx = _context(context, "attend")
     tensors = (q, slots, cache, out, lse, valid_len)
     key = ("attend", layout, scale_mode, outer_scale, sm_scale, *map(_meta, tensors))
-    present, names = _present(tensors, ("q", "slots", "cache", "out", "lse", "valid_len"))
     stream = _stream(ctx)
-    call = _call(ctx, key, lambda: _bind_attend(ctx, tensors, names, layout, scale_mode, outer_scale, sm_scale,
-                                                stream))
+    call = _call(ctx, key, lambda: _bind_attend(ctx, tensors, layout, scale_mode, outer_scale, sm_scale, stream))
     if call.workspace_need:
-        present.append(_workspace(ctx, stream, call.workspace_need, q))
-    call.run(present, stream)
+        tensors += (_workspace(ctx, stream, call.workspace_need, q),)
+    call.run(tensors, stream)
 
 
 def _attend_out_fake(q, slots, cache, out, lse, context, layout, scale_mode, outer_scale, sm_scale, valid_len=None):
@@ -345,10 +348,10 @@ def _merge_out(partial_out, partial_lse, out, lse, context):
     ctx = _context(context, "merge")
     tensors = (partial_out, partial_lse, out, lse)
     key = ("merge", *map(_meta, tensors))
-    present, names = _present(tensors, ("partial_out", "partial_lse", "out", "lse"))
     stream = _stream(ctx)
-    call = _call(ctx, key, lambda: _Signature(ctx, "merge", ctx._merge_args(*tensors, stream), names))
-    call.run(present, stream)
+    call = _call(ctx, key, lambda: _Signature(ctx, "merge", ctx._merge_args(*tensors, stream), tensors,
+                                              _MERGE_FIELDS))
+    call.run(tensors, stream)
 
 
 def _merge_out_fake(partial_out, partial_lse, out, lse, context):
