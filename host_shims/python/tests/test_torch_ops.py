@@ -120,12 +120,10 @@ def test_opcheck_should_pass_for_every_op(plugin, torch_ops, device):
         print(f"\nopcheck on {device} ({ctx.device_name}): {', '.join(checked)}: {', '.join(results)}")
 
 
-def test_opcheck_should_catch_a_mutation_the_schema_does_not_declare(plugin):
+@needs_torch
+def test_opcheck_should_catch_a_mutation_the_schema_does_not_declare(plugin, torch_ops):
     """The check opcheck makes of the mutation annotations can fail: a write declared as not mutating
     its cache is refused (so the `!` the ops declare is what passes)."""
-    if torch is None:
-        pytest.skip("PyTorch is not installed here (CI has none)")
-    from nvfp4_mla import torch_ops
     lib = torch.library.Library("nvfp4_mla_test_undeclared", "FRAGMENT")
     torch.library.define("nvfp4_mla_test_undeclared::write", torch_ops._SCHEMAS["write"].replace("(a!)", ""), lib=lib)
     torch.library.impl("nvfp4_mla_test_undeclared::write", "CPU", torch_ops._write, lib=lib)
@@ -279,10 +277,8 @@ def test_ops_should_refuse_a_closed_or_unknown_context(plugin, torch_ops):
                                    SCALE_PER_TOKEN, 0.0)
 
 
-def test_bind_should_take_the_start_up_configuration(plugin):
-    if torch is None:
-        pytest.skip("PyTorch is not installed here (CI has none)")
-    from nvfp4_mla import torch_ops
+@needs_torch
+def test_bind_should_take_the_start_up_configuration(plugin, torch_ops):
     cfg = nvfp4_mla.CacheFormat(fp8_rope=True).open(plugin)
     with nvfp4_mla.Context(plugin) as ctx:
         ops = torch_ops.bind(ctx, cfg)
