@@ -65,7 +65,6 @@ bench_row &bench_add_row(bench &b, const char *op, int64_t size, const bench_tim
     snprintf(r.op, sizeof r.op, "%s", op);
     r.size = size;
     r.t = t;
-    r.median_us = t.median_us;
     r.tbps = bytes / (t.median_us * 1e-6) / 1e12;
     r.ratio = ceiling_tbps > 0 ? r.tbps / ceiling_tbps : 0;
     r.ceiling = ceiling;
@@ -233,14 +232,14 @@ static void bench_gather(bench &b) {
 static void json_row(FILE *f, const bench_row &r, const char *sep) {
     fprintf(f, "  {\"op\": \"%s\", \"size\": %lld, \"median_us\": %.3f, \"tbps\": %.4f, \"ratio\": %.4f, "
                "\"ceiling\": \"%s\", \"check\": \"%s\", \"min_us\": %.3f, \"max_us\": %.3f, \"p25_us\": %.3f, "
-               "\"p75_us\": %.3f, \"samples\": %d", r.op, (long long)r.size, r.median_us, r.tbps, r.ratio, r.ceiling,
+               "\"p75_us\": %.3f, \"samples\": %d", r.op, (long long)r.size, r.t.median_us, r.tbps, r.ratio, r.ceiling,
             r.correct < 0 ? "-" : r.correct ? "pass" : "fail", r.t.min_us, r.t.max_us, r.t.p25_us, r.t.p75_us,
             r.t.samples);
     if (r.tflops > 0) fprintf(f, ", \"tflops\": %.2f", r.tflops);
-    if (r.check.queries > 0)
+    if (r.check_queries > 0)
         fprintf(f, ", \"check_queries\": %lld, \"check_rows\": %lld, \"check_failed_rows\": %lld, "
                    "\"worst_rel_rms\": %.3e, \"worst_excess\": %.3e, \"worst_lse\": %.3e",
-                (long long)r.check.queries, (long long)r.check.rows, (long long)r.check.failed, r.check.worst_rel_rms,
+                (long long)r.check_queries, (long long)r.check.rows, (long long)r.check.failed, r.check.worst_rel_rms,
                 r.check.worst_excess, r.check.worst_lse);
     fprintf(f, "}%s\n", sep);
 }

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "attend_check.h"
 #include "cli.h"
 
 #define CK(call)                                                                                   \
@@ -34,22 +35,17 @@ struct bench_timing {
     int samples;
 };
 
-/* What an attend row's check found (bench_attend.cu): the timed call's own output, CPU reference. */
-struct bench_check {
-    int64_t queries;                                 /* queries checked (0: no check) */
-    int64_t rows, failed;                            /* (query, head) rows checked, outside the bounds */
-    double worst_rel_rms, worst_excess, worst_lse;   /* attend_check_stats_t's */
-};
-
 struct bench_row {
     char op[64];
     int64_t size;
     bench_timing t;
-    double median_us, tbps, ratio; /* median_us: t.median_us; tbps and ratio from it */
+    double tbps, ratio; /* from t.median_us */
     const char *ceiling;
     int correct; /* 1 PASS, 0 FAIL, -1 no check */
     double tflops; /* attend rows: over the real heads (0: none) */
-    bench_check check;
+    /* attend rows: what the check of the timed call's own output against the CPU found (bench_attend.cu) */
+    int64_t check_queries;     /* queries checked (0: no check) */
+    attend_check_stats_t check;
 };
 
 struct bench {

@@ -123,10 +123,10 @@ static int cpu_reference(bench &b, const nvfp4_mla_attend_args_t &at, const atte
     return all;
 }
 
-/* The output the timed call `at` left in a.d_out / a.d_lse, at the checked queries, against the CPU
- * backend over the same records (copied from the device). */
-static bench_check check_timed_call(bench &b, const attend_side &a, const attend_queries &aq,
-                                    const nvfp4_mla_attend_args_t &at, int *ok) {
+/* The output the timed call `at` left in a.d_out / a.d_lse, at the checked queries (their count in
+ * *queries), against the CPU backend over the same records (copied from the device). */
+static attend_check_stats_t check_timed_call(bench &b, const attend_side &a, const attend_queries &aq,
+                                             const nvfp4_mla_attend_args_t &at, int64_t *queries, int *ok) {
     const int64_t H = at.q.shape[1];
     const int32_t rb = (int32_t)at.cache.shape[2];
     std::vector<int64_t> picks(2 * b.check_queries + 8);
@@ -151,18 +151,15 @@ static bench_check check_timed_call(bench &b, const attend_side &a, const attend
     *ok = cpu_reference(b, at, aq, picks, rec, want, want_lse);
     attend_check_stats_t s = {};
     for (int64_t i = 0; i < n && *ok; i++)
-        for (int64_t h = 0; h < H; h++) {
-            char where[48];
-            snprintf(where, sizeof where, "q %lld head %lld", (long long)picks[i], (long long)h);
-            attend_check_row(&got[(picks[i] * H + h) * 512], got_lse[picks[i] * H + h], &want[(i * H + h) * 512],
-                             want_lse[i * H + h], NULL, &s, where);
-        }
+        attend_check_query(&got[picks[i] * H * 512], &got_lse[picks[i] * H], &want[i * H * 512], &want_lse[i * H], H,
+                           picks[i], NULL, &s);
     char line[512];
     printf("  check of attend %s h=%lld, the timed call: %lld queries (%lld .. %lld), %s\n",
            a.is656 ? "fp8-656" : "nvfp4-368", (long long)H, (long long)n, (long long)picks[0], (long long)picks[n - 1],
            attend_check_summary(&s, line, sizeof line));
     *ok = *ok && s.failed == 0;
-    return bench_check{n, s.rows, s.failed, s.worst_rel_rms, s.worst_excess, s.worst_lse};
+    *queries = n;
+    return s;
 }
 
 /* The rows of one h: each side's timed call made once and checked, then both timed interleaved;
@@ -170,13 +167,14 @@ static bench_check check_timed_call(bench &b, const attend_side &a, const attend
 static void attend_rows(bench &b, attend_side *sides, const attend_queries &aq, int64_t H) {
     nvfp4_mla_attend_args_t at[2];
     int ok[2], launched[2] = {1, 1};
-    bench_check check[2];
+    attend_check_stats_t check[2] = {};
+    int64_t queries[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
         ok[k] = timed_args(b, sides[k], aq, H, at[k]);
         ok[k] = ok[k] && b.t->attend(b.gpu, &at[k]) == NVFP4_MLA_OK;
         CK(cudaStreamSynchronize(b.s));
         int checked = 0;
-        check[k] = ok[k] ? check_timed_call(b, sides[k], aq, at[k], &checked) : bench_check{};
+        if (ok[k]) check[k] = check_timed_call(b, sides[k], aq, at[k], &queries[k], &checked);
         ok[k] = ok[k] && checked;
     }
     const std::vector<bench_timing> t = bench_time_sides(
@@ -191,6 +189,7 @@ static void attend_rows(bench &b, attend_side *sides, const attend_queries &aq, 
         snprintf(name, sizeof name, "attend %s h=%lld", k ? "fp8-656" : "nvfp4-368", (long long)H);
         bench_row &r = bench_add_row(b, name, NQ * TOPK, t[k], bytes, b.copy_tbps, "copy", ok[k] && launched[k]);
         r.tflops = flops / (t[k].median_us * 1e-6) / 1e12;
+        r.check_queries = queries[k];
         r.check = check[k];
         printf("%-28s %9s %11s %9.1f %8.3f  %-10s (TFLOP/s over %lld heads; time ratio gather368/attend; %.2f of "
                "mma.sync; IQR %.2f .. %.2f us)\n", "", "", "", r.tflops,

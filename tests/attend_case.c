@@ -220,12 +220,7 @@ static void *check_worker(void *arg) {
             snprintf(j->cpu_error, sizeof j->cpu_error, "%s", nvfp4_last_error());
             break;
         }
-        for (int64_t head = 0; head < h; head++) {
-            char where[64];
-            snprintf(where, sizeof where, "q %lld head %lld", (long long)qi, (long long)head);
-            attend_check_row(c->out + (qi * h + head) * 512, c->lse[qi * h + head], want + head * 512, want_lse[head],
-                             NULL, &j->stats, where);
-        }
+        attend_check_query(c->out + qi * h * 512, c->lse + qi * h, want, want_lse, h, qi, NULL, &j->stats);
     }
     free(want), free(want_lse);
     return NULL;
@@ -304,6 +299,33 @@ int64_t attend_case_heaviest_entry(const attend_case_t *c, int64_t qi, int64_t h
     return best;
 }
 
+int attend_case_make_fault_target(attend_case_t *c, uint32_t layout, uint32_t mode, uint64_t seed,
+                                  nvfp4_mla_context_t *cpu, int64_t *query, int64_t *slot, double *weight) {
+    int used = 0;
+    *weight = 0;
+    for (; used < 8 && *weight < 0.25; used++) { /* data where one entry matters */
+        if (used)
+            attend_case_free(c);
+        attend_case_opts_t o = attend_case_opts(4, 16, 128, layout, mode);
+        o.lengths = 0, o.empty_first = 0, o.unused = 0, o.seed = seed + (uint64_t)used;
+        attend_case_make(c, &o, cpu);
+        for (int64_t q = 0; q < o.nq; q++)
+            for (int64_t head = 0; head < o.h; head++) {
+                double w;
+                const int64_t s = attend_case_heaviest_entry(c, q, head, &w);
+                if (w > *weight) {
+                    *weight = w, *slot = s;
+                    if (query)
+                        *query = q;
+                }
+            }
+    }
+    if (*weight < 0.25)
+        fail_msg("%d-byte records, %s: no entry carries a quarter of a row (%.3f): the fault would be invisible", c->rb,
+                 mode == NVFP4_MLA_SCALE_PER_TOKEN ? "per-token" : "static", *weight);
+    return used;
+}
+
 void attend_fault_scale_latent(const attend_case_t *c, nvfp4_mla_context_t *cpu, uint8_t *cache, int64_t slot,
                                float factor) {
     uint8_t *rec = attend_case_record(c, cache, slot);
@@ -325,17 +347,26 @@ void attend_fault_scale_latent(const attend_case_t *c, nvfp4_mla_context_t *cpu,
     write_records(c, cpu, cache, row, &id, 1);
 }
 
-void attend_fault_bump_scale(const attend_case_t *c, uint8_t *cache, int64_t slot, int group) {
+int attend_fault_bump_scale(const attend_case_t *c, uint8_t *cache, int64_t slot) {
+    const int is656 = c->rb == NVFP4_MLA_RECORD_BYTES_656;
+    int group = 0;
+    float vmax = 0;
+    for (int i = 0; i < 512; i++) {
+        const float v = fabsf(nvfp4_bf16_to_f32(c->tok[slot * 576 + i]));
+        if (v > vmax)
+            vmax = v, group = is656 ? i / 128 : i / 16;
+    }
     uint8_t *rec = attend_case_record(c, cache, slot);
-    if (c->rb == NVFP4_MLA_RECORD_BYTES_656) {
+    if (is656) {
         float s;
         memcpy(&s, rec + 512 + 4 * group, 4);
         s *= 2.0f;
         memcpy(rec + 512 + 4 * group, &s, 4);
-        return;
+        return group;
     }
     uint8_t *code = rec + 256 + group;
     *code = (uint8_t)((*code & 0x7F) < 0x7E ? *code + 1 : *code - 1); /* never a NaN code */
+    return group;
 }
 
 void attend_merge_partials(int n, const float *const *o, const double *lse, uint16_t *out, float *lse_out) {

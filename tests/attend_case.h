@@ -73,16 +73,25 @@ int64_t attend_case_heaviest_entry(const attend_case_t *c, int64_t qi, int64_t h
 
 /* ---- faults the check must catch (each changes `cache`: the case's or a copy) ---- */
 
+/* A small case for the faults below: 4 queries of 16 heads over top-k 128, every entry valid and every
+ * query at full length, made from seeds seed, seed + 1, ... (8 at most) until one entry carries at
+ * least a quarter of its (query, head) row's softmax weight: a fault moves a row by its weight times
+ * its size, so a fault on that entry is one a check can be asked to see. That entry: *query (NULL:
+ * not wanted), *slot, *weight. Returns the seeds used; fails the test when none gave such an entry. */
+int attend_case_make_fault_target(attend_case_t *c, uint32_t layout, uint32_t mode, uint64_t seed,
+                                  nvfp4_mla_context_t *cpu, int64_t *query, int64_t *slot, double *weight);
+
 /* (a) slot's latent (K's first 512 values and V: MLA keeps one latent) times `factor`: NVFP4
  * records re-written by the CPU writer from the token's latent times factor, 656-byte records with
  * their four tile scales times factor. */
 void attend_fault_scale_latent(const attend_case_t *c, nvfp4_mla_context_t *cpu, uint8_t *cache, int64_t slot,
                                float factor);
 
-/* (b) one group's scale one code up: NVFP4 the E4M3 group-scale code of group `group` (0..31) plus
- * one (its value up by 1/16 to 1/8); 656 the tile (group 0..3) scale times 2, the next power of
- * two, one code of FlashMLA's power-of-two scales. */
-void attend_fault_bump_scale(const attend_case_t *c, uint8_t *cache, int64_t slot, int group);
+/* (b) one group's scale one code up, in the group holding slot's largest |latent| value (which it
+ * returns): NVFP4 the E4M3 group-scale code of that group (0..31) plus one (its value up by 1/16 to
+ * 1/8); 656 the tile (group 0..3) scale times 2, the next power of two, one code of FlashMLA's
+ * power-of-two scales. */
+int attend_fault_bump_scale(const attend_case_t *c, uint8_t *cache, int64_t slot);
 
 /* (c) The merge of n partial attentions of one row (o[s]: 512 f32 values, lse[s] natural log,
  * -inf for a part with no entry) into out (bf16) and its lse, in double: how split-K partials are

@@ -30,24 +30,20 @@ void attend_gpu_require_device(void) {
     }
 }
 
-static void set_or_unset(const char *name, const char *value) {
-    if (value)
-        setenv(name, value, 1);
-    else
-        unsetenv(name);
-}
-
 nvfp4_mla_context_t *attend_gpu_open(const char *mma, const char *smem_cap, const char *merge) {
-    set_or_unset("NVFP4_MLA_ATTEND_MMA", mma);
-    set_or_unset("NVFP4_MLA_ATTEND_SMEM_CAP", smem_cap);
-    set_or_unset("NVFP4_MLA_ATTEND_MERGE", merge);
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, NULL};
+    /* init's snapshot (ABI 1.1): the context reads these and nothing of the process environment */
+    const char *names[] = {"NVFP4_MLA_ATTEND_MMA", "NVFP4_MLA_ATTEND_SMEM_CAP", "NVFP4_MLA_ATTEND_MERGE"};
+    const char *values[] = {mma, smem_cap, merge};
+    char entries[3][96];
+    const char *snapshot[4] = {NULL};
+    for (int i = 0, n = 0; i < 3; i++)
+        if (values[i]) {
+            snprintf(entries[i], sizeof entries[i], "%s=%s", names[i], values[i]);
+            snapshot[n++] = entries[i];
+        }
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, NULL, {0}, snapshot};
     nvfp4_mla_context_t *gpu = NULL;
-    const nvfp4_mla_status_t st = nvfp4_context_init(&init, &gpu);
-    unsetenv("NVFP4_MLA_ATTEND_MMA");
-    unsetenv("NVFP4_MLA_ATTEND_SMEM_CAP");
-    unsetenv("NVFP4_MLA_ATTEND_MERGE");
-    if (st != NVFP4_MLA_OK)
+    if (nvfp4_context_init(&init, &gpu) != NVFP4_MLA_OK)
         fail_msg("CUDA init (mma %s, smem cap %s, merge %s): %s", mma ? mma : "-", smem_cap ? smem_cap : "-",
                  merge ? merge : "-", nvfp4_last_error());
     return gpu;

@@ -13,7 +13,8 @@
 void attend_gpu_require_device(void);
 
 /* A CUDA context on device 0 whose attend settings (read once at init) are NVFP4_MLA_ATTEND_MMA =
- * mma, _SMEM_CAP = smem_cap and _MERGE = merge (NULL: unset); the variables are unset again after. */
+ * mma, _SMEM_CAP = smem_cap and _MERGE = merge (NULL: unset), handed to init as its snapshot
+ * (init_args.environ): the process environment is neither read nor changed. */
 nvfp4_mla_context_t *attend_gpu_open(const char *mma, const char *smem_cap, const char *merge);
 
 /* How attend_case_run_gpu makes the call, and what it reports back. */

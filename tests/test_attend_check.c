@@ -197,26 +197,17 @@ static const struct {
     {NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, "656 FlashMLA rule"},
 };
 
-/* A small case whose (query, head) with the heaviest single entry is the fault's target. */
-static void fault_case(attend_case_t *c, int l, int64_t *qi, int64_t *head, int64_t *slot, double *weight) {
-    *weight = 0;
-    for (int attempt = 0; attempt < 8 && *weight < 0.25; attempt++) { /* data where one entry matters */
-        if (attempt)
-            attend_case_free(c);
-        attend_case_opts_t o = attend_case_opts(4, 16, 128, layouts[l].layout, layouts[l].mode);
-        o.lengths = 0, o.empty_first = 0, o.unused = 0, o.seed = 40 + 8 * (uint64_t)l + attempt;
-        attend_case_make(c, &o, tu_cpu);
-        for (int64_t q = 0; q < o.nq; q++)
-            for (int64_t hd = 0; hd < o.h; hd++) {
-                double w;
-                const int64_t s = attend_case_heaviest_entry(c, q, hd, &w);
-                if (w > *weight)
-                    *weight = w, *qi = q, *head = hd, *slot = s;
-            }
-    }
-    if (*weight < 0.25)
-        fail_msg("%s: no entry carries a quarter of a row (%.3f): the fault would be invisible", layouts[l].name,
-                 *weight);
+/* Layout l's fault case (attend_case_make_fault_target) and its target entry: query, slot, weight. */
+typedef struct fault_target {
+    int64_t query, slot;
+    double weight;
+} fault_target_t;
+
+static fault_target_t fault_case(attend_case_t *c, int l) {
+    fault_target_t t;
+    attend_case_make_fault_target(c, layouts[l].layout, layouts[l].mode, 40 + 8 * (uint64_t)l, tu_cpu, &t.query,
+                                  &t.slot, &t.weight);
+    return t;
 }
 
 /* The CPU attend over `cache` into the case's output; then the check of query qi must fail. */
@@ -236,29 +227,19 @@ static void attend_check_should_catch_a_v_row_and_a_group_scale_fault(void **sta
     (void)state;
     for (int l = 0; l < 4; l++) {
         attend_case_t c;
-        int64_t qi, head, slot;
-        double w;
-        fault_case(&c, l, &qi, &head, &slot, &w);
+        const fault_target_t t = fault_case(&c, l);
         const size_t bytes = (size_t)(c.o.slots_n / c.o.block) * (size_t)c.stride;
         uint8_t *bad = malloc(bytes);
         char what[160];
         memcpy(bad, c.cache, bytes);
-        attend_fault_scale_latent(&c, tu_cpu, bad, slot, 1.1f);
-        snprintf(what, sizeof what, "%s, fault (a) V row x 1.1 (weight %.2f)", layouts[l].name, w);
-        expect_caught(&c, bad, qi, what);
-        /* (b): the group holding the slot's largest latent value */
+        attend_fault_scale_latent(&c, tu_cpu, bad, t.slot, 1.1f);
+        snprintf(what, sizeof what, "%s, fault (a) V row x 1.1 (weight %.2f)", layouts[l].name, t.weight);
+        expect_caught(&c, bad, t.query, what);
         memcpy(bad, c.cache, bytes);
-        int group = 0;
-        float vmax = 0;
-        for (int i = 0; i < 512; i++) {
-            const float v = fabsf(nvfp4_bf16_to_f32(c.tok[slot * 576 + i]));
-            if (v > vmax)
-                vmax = v, group = c.rb == NVFP4_MLA_RECORD_BYTES_656 ? i / 128 : i / 16;
-        }
-        attend_fault_bump_scale(&c, bad, slot, group);
+        const int group = attend_fault_bump_scale(&c, bad, t.slot);
         snprintf(what, sizeof what, "%s, fault (b) group %d scale one code up (weight %.2f)", layouts[l].name, group,
-                 w);
-        expect_caught(&c, bad, qi, what);
+                 t.weight);
+        expect_caught(&c, bad, t.query, what);
         free(bad);
         attend_case_free(&c);
     }
@@ -290,17 +271,15 @@ static void attend_check_should_catch_a_split_lse_fault(void **state) {
     (void)state;
     for (int l = 0; l < 4; l++) {
         attend_case_t c;
-        int64_t qi, head, slot;
-        double w;
-        fault_case(&c, l, &qi, &head, &slot, &w);
-        const int64_t h = c.o.h, half = c.o.topk / 2;
+        const fault_target_t t = fault_case(&c, l);
+        const int64_t qi = t.query, h = c.o.h, half = c.o.topk / 2;
         float *o = malloc((size_t)(2 * h * 512) * sizeof *o);
         double lse[2][128];
         partial(&c, qi, 0, half, o, lse[0]);
         partial(&c, qi, half, c.o.topk - half, o + h * 512, lse[1]);
         int heavy_half = 1;
         for (int64_t e = 0; e < half; e++)
-            heavy_half &= c.slots[qi * c.o.topk + e] != slot;
+            heavy_half &= c.slots[qi * c.o.topk + e] != t.slot;
         for (int shifted = 0; shifted < 2; shifted++) {
             attend_case_reference(&c, tu_cpu, NULL, 0, c.o.nq, c.out, c.lse);
             for (int64_t hd = 0; hd < h; hd++) {

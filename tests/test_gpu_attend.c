@@ -472,44 +472,21 @@ static void record_faults(uint32_t layout, uint32_t mode) {
     attend_case_t c;
     int64_t slot = -1;
     double weight = 0;
-    attend_case_opts_t o;
-    for (int attempt = 0; attempt < 8 && weight < 0.25; attempt++) { /* data where one entry matters */
-        if (attempt)
-            attend_case_free(&c);
-        o = opts(4, 16, 128, layout, mode);
-        o.lengths = 0, o.empty_first = 0, o.unused = 0;
-        attend_case_make(&c, &o, cpu);
-        for (int64_t q = 0; q < o.nq; q++)
-            for (int64_t head = 0; head < o.h; head++) {
-                double w;
-                const int64_t s = attend_case_heaviest_entry(&c, q, head, &w);
-                if (w > weight)
-                    weight = w, slot = s;
-            }
-    }
-    if (weight < 0.25)
-        fail_msg("%s: no entry carries a quarter of a row (%.3f)", layout_name(&c), weight);
+    next_seed += (uint64_t)attend_case_make_fault_target(&c, layout, mode, next_seed, cpu, NULL, &slot, &weight);
     attend_gpu_call_t call = {.ws_fill = -1};
     attend_case_run_gpu(&c, gpu, &call);
     check_case(&c, &call, " fault-free");
-    const size_t bytes = (size_t)(o.slots_n / o.block) * (size_t)c.stride;
+    const size_t bytes = (size_t)(c.o.slots_n / c.o.block) * (size_t)c.stride;
     uint8_t *bad = malloc(bytes);
     char what[160];
     for (int fault = 0; fault < 2; fault++) {
         memcpy(bad, c.cache, bytes);
-        int group = 0;
-        float vmax = 0; /* (b): the group holding the slot's largest latent value */
-        for (int i = 0; i < 512; i++) {
-            const float v = fabsf(nvfp4_bf16_to_f32(c.tok[slot * 576 + i]));
-            if (v > vmax)
-                vmax = v, group = c.rb == 656 ? i / 128 : i / 16;
-        }
         if (fault == 0) {
             attend_fault_scale_latent(&c, cpu, bad, slot, 1.1f);
             snprintf(what, sizeof what, "(a) %s slot %lld V row x 1.1 (weight %.2f)", layout_name(&c), (long long)slot,
                      weight);
         } else {
-            attend_fault_bump_scale(&c, bad, slot, group);
+            const int group = attend_fault_bump_scale(&c, bad, slot);
             snprintf(what, sizeof what, "(b) %s slot %lld group %d scale one code up (weight %.2f)", layout_name(&c),
                      (long long)slot, group, weight);
         }

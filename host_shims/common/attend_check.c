@@ -78,6 +78,18 @@ int attend_check_row(const uint16_t *got, float got_lse, const uint16_t *want, f
     return ok;
 }
 
+int64_t attend_check_query(const uint16_t *got, const float *got_lse, const uint16_t *want, const float *want_lse,
+                           int64_t heads, int64_t query, const attend_check_bounds_t *bounds,
+                           attend_check_stats_t *stats) {
+    int64_t failed = 0;
+    for (int64_t h = 0; h < heads; h++) {
+        char where[64];
+        snprintf(where, sizeof where, "q %lld head %lld", (long long)query, (long long)h);
+        failed += !attend_check_row(got + h * 512, got_lse[h], want + h * 512, want_lse[h], bounds, stats, where);
+    }
+    return failed;
+}
+
 const char *attend_check_summary(const attend_check_stats_t *s, char *buf, int size) {
     int n = snprintf(buf, (size_t)size, "rows %lld failed %lld, worst: rel RMS %.2e, excess %.2e of row max, lse %.2e",
                      (long long)s->rows, (long long)s->failed, s->worst_rel_rms, s->worst_excess, s->worst_lse);

@@ -57,6 +57,13 @@ typedef struct attend_check_stats {
 int attend_check_row(const uint16_t *got, float got_lse, const uint16_t *want, float want_lse,
                      const attend_check_bounds_t *bounds, attend_check_stats_t *stats, const char *where);
 
+/* Every head's row of one query: got [heads, 512] with got_lse [heads] against want and want_lse
+ * alike, each row as attend_check_row judges it and named "q <query> head <h>" in a failure.
+ * Returns the rows outside `bounds`. */
+int64_t attend_check_query(const uint16_t *got, const float *got_lse, const uint16_t *want, const float *want_lse,
+                           int64_t heads, int64_t query, const attend_check_bounds_t *bounds,
+                           attend_check_stats_t *stats);
+
 /* stats as one line: "rows N failed F worst rel RMS x, excess y of row max, lse z" (+ the first
  * failure). Returns `buf`. */
 const char *attend_check_summary(const attend_check_stats_t *stats, char *buf, int size);

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from . import _abi
+from .context import snapshot
 from .errors import ConfigError, check, member
 from . import settings
 from .settings import SettingError
@@ -78,18 +79,17 @@ class CacheFormat:
             raise ConfigError(_abi.ERR_CONFIG, "CacheFormat.from_env", str(exc)) from None
 
     def environ(self):
-        """The snapshot handed to the plugin instead of the process environment."""
-        env = [f"{DYNAMIC_SCALE_ENV}={'1' if self.dynamic_scale else '0'}", f"{FP8_ROPE_ENV}={'1' if self.fp8_rope else '0'}"]
+        """The snapshot handed to the plugin instead of the process environment (name -> value)."""
+        env = {DYNAMIC_SCALE_ENV: "1" if self.dynamic_scale else "0", FP8_ROPE_ENV: "1" if self.fp8_rope else "0"}
         if self.scales_file:
-            env.append(f"{SCALES_FILE_ENV}={self.scales_file}")
+            env[SCALES_FILE_ENV] = self.scales_file
         if self.writer_policy != "rtn":  # unset is rtn, which every plugin (also a 1.0 one) writes
-            env.append(f"{WRITER_POLICY_ENV}={self.writer_policy}")
+            env[WRITER_POLICY_ENV] = self.writer_policy
         return env
 
     def open(self, plugin, cache_dtype="nvfp4_ds_mla", model_dir=None, log=None):
         """The plugin's configuration for this format; raises the plugin's ConfigError/IOError."""
-        env = [e.encode() for e in self.environ()]
-        env_array = (C.c_char_p * (len(env) + 1))(*env, None)
+        env_array = snapshot(self.environ())  # borrowed by config_create for the call only
         host = None
         if log is not None:
             fn = _abi.LOG_FN(lambda _u, level, msg: log(level, msg.decode()))

@@ -29,7 +29,7 @@ the ops refuse it). An engine holds one Context per device and the cache format 
     out, lse = ops.attend(q, topk, cache, sm_scale=...)
 
 Per call: the shim's checks run once per signature of a call (its scalars and each tensor's dtype, shape,
-strides and device) and the struct they built is kept on the context; later calls of that signature
+strides, device and writability) and the struct they built is kept on the context; later calls of that signature
 write only data pointers, the stream and the workspace into it (as a prepared call does, prepared.py).
 Like its context, a context's ops are called by one thread at a time. The ops are registered with
 torch.library.define + impl (Python kernels on the CPU and CUDA keys) rather than custom_op, whose
@@ -184,30 +184,33 @@ def _register(name, real, fake):
 # ---- The real implementations: the shim's checks once per signature, then pointers only. ----
 #
 # A one-shot Context call describes and checks every array (tens of microseconds of Python). The ops
-# keep, per context, the argument struct the one-shot checks built for each signature of the call (the
-# scalars, and each tensor's dtype, shape, strides and device: everything the checks read but the data
-# pointer), and per call write only the data pointers, the stream and attend's workspace into it, as a
-# prepared call does (prepared.py, whose launch they share). A new signature is checked in full, so
-# every refusal is the shim's, in its words; the plugin still checks what it always checks (alignment
-# of the pointers included) on every call.
+# keep, per context, the argument struct the one-shot checks built for each signature of the call
+# (the scalars, and each tensor's dtype, shape, strides, device and writability: everything the
+# checks read but the data pointer, _meta), and per call write only the data pointers, the stream
+# and attend's workspace into it, as a prepared call does (prepared.py, whose launch they share). A
+# new signature is checked in full, so every refusal is the shim's, in its words; the plugin still
+# checks what it always checks (alignment of the pointers included) on every call.
 
 _MAX_SIGNATURES = 256  # per context; past it the kept structs are dropped and rebuilt as calls come
 
 
 class _Signature(_Prepared):
-    """One checked argument struct; per call, the tensors' data pointers (the fields named at bind)."""
+    """One checked argument struct; per call, the data pointers of the tensors present at bind (tensors[i]
+    goes to the struct's field names[i]; an absent optional tensor, None, is part of the signature)."""
 
-    def __init__(self, ctx, op, args, names):
+    def __init__(self, ctx, op, args, tensors, names):
         super().__init__(ctx, op, args, None)
         base, kinds = type(args), dict(type(args)._fields_)
+        self._present = tuple(i for i, t in enumerate(tensors) if t is not None)
         # A Tensor field's data pointer, or a plain pointer field (write's capture_max_abs, nonfinite_count).
-        self._ptrs = tuple(C.c_void_p.from_buffer(args, getattr(base, n).offset + (_DATA if kinds[n] is _abi.Tensor
-                                                                                   else 0)) for n in names)
+        self._ptrs = tuple(C.c_void_p.from_buffer(args, getattr(base, names[i]).offset +
+                                                  (_DATA if kinds[names[i]] is _abi.Tensor else 0))
+                           for i in self._present)
         self.workspace_need = 0
 
     def run(self, tensors, stream):
-        for ptr, t in zip(self._ptrs, tensors):
-            ptr.value = t.data_ptr()
+        for ptr, i in zip(self._ptrs, self._present):
+            ptr.value = tensors[i].data_ptr()
         self._launch(stream)
 
 
@@ -215,7 +218,13 @@ _DATA = _abi.Tensor.data.offset
 
 
 def _meta(t):
-    return None if t is None else (t.dtype, t.shape, t.stride(), t.device)
+    """What the shim's checks read of a tensor but its data pointer: dtype, shape, strides, device, and
+    what arrays.read_only reads (an output that requires grad, or an inference tensor outside
+    torch.inference_mode(), is refused), so that a call of a kept signature is one the checks passed."""
+    if t is None:
+        return None
+    return (t.dtype, t.shape, t.stride(), t.device, t.requires_grad,
+            t.is_inference() and not torch.is_inference_mode_enabled())
 
 
 def _call(ctx, key, bind):
@@ -231,8 +240,11 @@ def _call(ctx, key, bind):
     return call
 
 
-def _present(tensors, names):
-    return [t for t in tensors if t is not None], [n for t, n in zip(tensors, names) if t is not None]
+# The struct fields the ops' tensors go to, in the order each op passes them.
+_WRITE_FIELDS = ("kv_c", "k_pe", "slot_mapping", "cache", "capture_max_abs", "nonfinite_count")
+_GATHER_FIELDS = ("cache", "slots", "out")
+_ATTEND_FIELDS = ("q", "slots", "cache", "out", "lse", "valid_len", "workspace")
+_MERGE_FIELDS = ("partial_out", "partial_lse", "out", "lse")
 
 
 def _write(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_scale, writer_policy=0,
@@ -240,12 +252,10 @@ def _write(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_s
     ctx = _context(context, "write")
     tensors = (kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count)
     key = ("write", layout, scale_mode, outer_scale, writer_policy, *map(_meta, tensors))
-    present, names = _present(tensors, ("kv_c", "k_pe", "slot_mapping", "cache", "capture_max_abs",
-                                        "nonfinite_count"))
     stream = _stream(ctx)
     call = _call(ctx, key, lambda: _Signature(ctx, "write", ctx._write_args(
-        *tensors[:4], layout, scale_mode, outer_scale, *tensors[4:], stream, writer_policy), names))
-    call.run(present, stream)
+        *tensors[:4], layout, scale_mode, outer_scale, *tensors[4:], stream, writer_policy), tensors, _WRITE_FIELDS))
+    call.run(tensors, stream)
 
 
 def _write_fake(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_scale, writer_policy=0,
@@ -262,7 +272,7 @@ def _gather_out(cache, slots, out, context, layout, scale_mode, outer_scale):
     key = ("gather", layout, scale_mode, outer_scale, *map(_meta, tensors))
     stream = _stream(ctx)
     call = _call(ctx, key, lambda: _Signature(ctx, "gather", ctx._gather_args(
-        *tensors, layout, scale_mode, outer_scale, stream), ("cache", "slots", "out")))
+        *tensors, layout, scale_mode, outer_scale, stream), tensors, _GATHER_FIELDS))
     call.run(tensors, stream)
 
 
@@ -284,16 +294,17 @@ def _gather_fake(cache, slots, context, layout, scale_mode, outer_scale):
     return out
 
 
-def _bind_attend(ctx, tensors, names, layout, scale_mode, outer_scale, sm_scale, stream):
+def _bind_attend(ctx, tensors, layout, scale_mode, outer_scale, sm_scale, stream):
     q, slots, cache, out, lse, valid_len = tensors
     args = ctx._attend_args(q, slots, cache, out, layout, scale_mode, sm_scale, outer_scale, valid_len, lse, stream)
     need = ctx.attend_workspace_bytes(args)  # shapes only: the same for every call of the signature
+    workspace = None
     if need:
         # Described from an empty stand-in (no memory): each call points it at a workspace of >= need bytes.
-        args.workspace, _ = tensor(q.new_empty(0, dtype=torch.uint8), "workspace", (_abi.DTYPE_U8,), 1, ctx.device)
+        workspace = q.new_empty(0, dtype=torch.uint8)
+        args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, ctx.device)
         args.workspace.shape[0] = need
-        names = names + ["workspace"]
-    call = _Signature(ctx, "attend", args, names)
+    call = _Signature(ctx, "attend", args, (*tensors, workspace), _ATTEND_FIELDS)
     call.workspace_need = need
     return call
 
@@ -302,13 +313,11 @@ def _attend_out(q, slots, cache, out, lse, context, layout, scale_mode, outer_sc
     ctx = _context(context, "attend")
     tensors = (q, slots, cache, out, lse, valid_len)
     key = ("attend", layout, scale_mode, outer_scale, sm_scale, *map(_meta, tensors))
-    present, names = _present(tensors, ("q", "slots", "cache", "out", "lse", "valid_len"))
     stream = _stream(ctx)
-    call = _call(ctx, key, lambda: _bind_attend(ctx, tensors, names, layout, scale_mode, outer_scale, sm_scale,
-                                                stream))
+    call = _call(ctx, key, lambda: _bind_attend(ctx, tensors, layout, scale_mode, outer_scale, sm_scale, stream))
     if call.workspace_need:
-        present.append(_workspace(ctx, stream, call.workspace_need, q))
-    call.run(present, stream)
+        tensors += (_workspace(ctx, stream, call.workspace_need, q),)
+    call.run(tensors, stream)
 
 
 def _attend_out_fake(q, slots, cache, out, lse, context, layout, scale_mode, outer_scale, sm_scale, valid_len=None):
@@ -339,10 +348,10 @@ def _merge_out(partial_out, partial_lse, out, lse, context):
     ctx = _context(context, "merge")
     tensors = (partial_out, partial_lse, out, lse)
     key = ("merge", *map(_meta, tensors))
-    present, names = _present(tensors, ("partial_out", "partial_lse", "out", "lse"))
     stream = _stream(ctx)
-    call = _call(ctx, key, lambda: _Signature(ctx, "merge", ctx._merge_args(*tensors, stream), names))
-    call.run(present, stream)
+    call = _call(ctx, key, lambda: _Signature(ctx, "merge", ctx._merge_args(*tensors, stream), tensors,
+                                              _MERGE_FIELDS))
+    call.run(tensors, stream)
 
 
 def _merge_out_fake(partial_out, partial_lse, out, lse, context):

@@ -4,7 +4,8 @@ calls, the shim's refusals in its words (eager and while torch.compile traces), 
 with fullgraph=True equal to eager bit for bit, and on CUDA the step compiled with
 mode="reduce-overhead" (captured, then replayed with new data) and captured by hand in
 torch.cuda.graph. Without PyTorch (CI) only the import checks run; the rest skip, saying so. The CUDA
-tests print what they checked (run with -s to see it)."""
+tests print what they checked (run with -s to see it). The example backend's and the hot-path
+benchmark's torch paths are checked with the scripts themselves (test_scripts.py)."""
 import os
 import subprocess
 import sys
@@ -120,12 +121,10 @@ def test_opcheck_should_pass_for_every_op(plugin, torch_ops, device):
         print(f"\nopcheck on {device} ({ctx.device_name}): {', '.join(checked)}: {', '.join(results)}")
 
 
-def test_opcheck_should_catch_a_mutation_the_schema_does_not_declare(plugin):
+@needs_torch
+def test_opcheck_should_catch_a_mutation_the_schema_does_not_declare(plugin, torch_ops):
     """The check opcheck makes of the mutation annotations can fail: a write declared as not mutating
     its cache is refused (so the `!` the ops declare is what passes)."""
-    if torch is None:
-        pytest.skip("PyTorch is not installed here (CI has none)")
-    from nvfp4_mla import torch_ops
     lib = torch.library.Library("nvfp4_mla_test_undeclared", "FRAGMENT")
     torch.library.define("nvfp4_mla_test_undeclared::write", torch_ops._SCHEMAS["write"].replace("(a!)", ""), lib=lib)
     torch.library.impl("nvfp4_mla_test_undeclared::write", "CPU", torch_ops._write, lib=lib)
@@ -227,6 +226,37 @@ def test_ops_should_refuse_what_the_shim_refuses_in_its_words(plugin, torch_ops)
 
 
 @needs_torch
+def test_ops_should_refuse_an_output_pytorch_would_not_write_after_its_signature_is_kept(plugin, torch_ops):
+    """The kept struct of a signature skips the shim's checks: an output of that dtype, shape and
+    strides that requires grad, or an inference tensor outside torch.inference_mode(), is still refused
+    (issue 37's rule, arrays.read_only), by each op that writes it."""
+    with nvfp4_mla.Context(plugin) as ctx:
+        ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+        cache, x = sample_cache(ops, "cpu")
+        q, topk = torch.zeros(2, 16, 576, dtype=torch.bfloat16), torch.zeros(2, 8, dtype=torch.int32)
+        out, rows = torch.empty(2, 16, 512, dtype=torch.bfloat16), torch.empty(8, 576, dtype=torch.bfloat16)
+        with torch.inference_mode():
+            inference_out = torch.empty(2, 16, 512, dtype=torch.bfloat16)
+        ops.attend(q, topk, cache, sm_scale=SM, out=out)  # good calls first: their signatures are kept
+        ops.gather(cache, topk[0], out=rows)
+        ops.write(x[:2, :512], x[:2, 512:], torch.arange(2), cache, capture_max_abs=torch.zeros(1))
+        grad = "it requires grad, and PyTorch lets no such tensor be written in place"
+        cases = [
+            (lambda: ops.attend(q, topk, cache, sm_scale=SM, out=out.clone().requires_grad_()), "out: " + grad),
+            (lambda: ops.gather(cache, topk[0], out=rows.clone().requires_grad_()), "out: " + grad),
+            (lambda: ops.write(x[:2, :512], x[:2, 512:], torch.arange(2), cache,
+                               capture_max_abs=torch.zeros(1, requires_grad=True)), "capture_max_abs: " + grad),
+            (lambda: ops.attend(q, topk, cache, sm_scale=SM, out=inference_out),
+             "out: it is an inference tensor, which PyTorch lets be written only inside torch.inference_mode()"),
+        ]
+        for call, words in cases:
+            assert shim_refusal(call).startswith(words)
+        with torch.inference_mode():  # where PyTorch lets it be written, so do the ops
+            ops.attend(q, topk, cache, sm_scale=SM, out=inference_out)
+        assert torch.equal(inference_out, out)
+
+
+@needs_torch
 def test_ops_should_refuse_a_closed_or_unknown_context(plugin, torch_ops):
     ctx = nvfp4_mla.Context(plugin)
     ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
@@ -248,10 +278,8 @@ def test_ops_should_refuse_a_closed_or_unknown_context(plugin, torch_ops):
                                    SCALE_PER_TOKEN, 0.0)
 
 
-def test_bind_should_take_the_start_up_configuration(plugin):
-    if torch is None:
-        pytest.skip("PyTorch is not installed here (CI has none)")
-    from nvfp4_mla import torch_ops
+@needs_torch
+def test_bind_should_take_the_start_up_configuration(plugin, torch_ops):
     cfg = nvfp4_mla.CacheFormat(fp8_rope=True).open(plugin)
     with nvfp4_mla.Context(plugin) as ctx:
         ops = torch_ops.bind(ctx, cfg)
@@ -408,25 +436,3 @@ def test_hand_captured_ops_should_replay_new_data_like_eager(plugin, torch_ops, 
         torch.cuda.synchronize()
         print(f"\ntorch.cuda.graph of the ops on {ctx.device_name}, batch {batch}: 3 replays with new data equal "
               "eager bit for bit")
-
-
-# ---- The example backend and the hot-path benchmark, with PyTorch. ----
-
-@needs_torch
-def test_example_backend_should_show_the_compiled_path_beside_the_prepared_one(plugin):
-    from test_scripts import run
-    done = run("examples/sparse_mla_backend.py", plugin.path)
-    assert done.returncode == 0, done.stderr
-    assert "prepared and one-shot outputs agree" in done.stdout
-    assert "compiled torch ops and prepared outputs agree" in done.stdout
-
-
-@needs_torch
-def test_hot_path_benchmark_should_time_the_torch_ops_beside_the_prepared_calls(plugin, tmp_path):
-    from test_scripts import run
-    out = tmp_path / "hot_path.json"
-    done = run("../../bench/hot_path.py", plugin.path, "--device", "cpu", "--calls", "3", "--reps", "1", "--json", str(out))
-    assert done.returncode == 0, done.stderr
-    import json
-    for r in json.loads(out.read_text())["host_us_per_call"]:
-        assert all(r[f] > 0 for f in ("write op", "attend op", "attend op new", "write run", "attend run"))
