@@ -498,16 +498,17 @@ static void record_faults(uint32_t layout, uint32_t mode) {
     attend_case_free(&c);
 }
 
-/* Splits of a call as its workspace holds them (attend_cuda.cu: partial O [splits, n_q, h, 512]
- * f32, partial log2-sum-exp [splits, n_q, h] f32, then, 8-byte aligned, one 8-byte counter per
- * (query, head group) of 16, 32 or 64 heads); fails the test when the size fits no such layout. */
+/* Splits of a call as its workspace holds them (kernels/attend/attend_consumer.cuh: partial O
+ * [splits, n_q, h, 512] bf16, partial log2-sum-exp [splits, n_q, h] f32, then, 8-byte aligned, one
+ * 8-byte counter per (query, head group) of 16, 32 or 64 heads); fails the test when the size fits
+ * no such layout. */
 static int64_t workspace_splits(uint64_t ws, int64_t nq, int64_t h) {
-    const uint64_t per_split = (uint64_t)(nq * h) * 513 * 4, splits = ws / per_split;
+    const uint64_t per_split = (uint64_t)(nq * h) * (512 * 2 + 4), splits = ws / per_split;
     const uint64_t counters = ws - (splits * per_split + 7) / 8 * 8;
     for (int64_t heads = 16; heads <= 64; heads *= 2)
         if (splits > 1 && counters == (uint64_t)(nq * ((h + heads - 1) / heads)) * 8)
             return (int64_t)splits;
-    fail_msg("a workspace of %llu bytes for %lld queries x %lld heads is not the split-K layout attend_cuda.cu "
+    fail_msg("a workspace of %llu bytes for %lld queries x %lld heads is not the split-K layout attend_consumer.cuh "
              "documents (or the call did not split)",
              (unsigned long long)ws, (long long)nq, (long long)h);
     return 0;
@@ -527,16 +528,19 @@ static void split_lse_fault(uint32_t layout, uint32_t mode) {
     attend_case_run_gpu(&c, gpu, &call);
     check_case(&c, &call, " fault-free");
     const int64_t rows = o.nq * o.h, splits = workspace_splits(call.ws, o.nq, o.h);
-    const float *po = call.workspace, *pl = po + splits * rows * 512;
+    const uint16_t *po = call.workspace;
+    const float *pl = (const float *)(po + splits * rows * 512);
     int64_t heavy = 0;
     for (int64_t s = 1; s < splits; s++)
         heavy = pl[s * rows] > pl[heavy * rows] ? s : heavy;
     const float **parts = malloc((size_t)splits * sizeof *parts);
+    float *rows_f32 = malloc((size_t)splits * 512 * sizeof *rows_f32); /* a row's bf16 partials as f32 */
     double *lse = malloc((size_t)splits * sizeof *lse);
     for (int shifted = 0; shifted < 2; shifted++) {
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t s = 0; s < splits; s++) {
-                parts[s] = po + (s * rows + r) * 512;
+                for (int i = 0; i < 512; i++) rows_f32[s * 512 + i] = nvfp4_bf16_to_f32(po[(s * rows + r) * 512 + i]);
+                parts[s] = rows_f32 + s * 512;
                 lse[s] = (double)pl[s * rows + r] * 0.6931471805599453 + (shifted && s == heavy ? 0.1 : 0.0);
             }
             attend_merge_partials((int)splits, parts, lse, c.out + r * 512, c.lse + r);
@@ -550,7 +554,7 @@ static void split_lse_fault(uint32_t layout, uint32_t mode) {
             check_case(&c, &call, " host merge of the workspace's partials");
     }
     close_gpu();
-    free(parts), free(lse), free(call.workspace);
+    free(parts), free(rows_f32), free(lse), free(call.workspace);
     attend_case_free(&c);
 }
 

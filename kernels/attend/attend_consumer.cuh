@@ -39,11 +39,49 @@ static __device__ __forceinline__ float advance_max(float &m, float tile_max) {
 
 #define ATT_Q_CHUNKS (NVFP4_MLA_ROW_DIM / 8) /* 16-byte chunks of a Q row: 8 bf16 each */
 
-/* Loads the item's Q rows [head0, head0 + rows) into `rows_n`-row SW128 blocks (one per 64 dims,
- * `block_bytes` apart), rows past the query's heads as zeros; thread `t` of `nthreads` copies every
- * nthreads-th chunk of rows [row0, row0 + rows_here), then permutes its latent chunks in place to
- * the operand order. The caller synchronises the threads that read Q afterwards. */
+/* Loads the item's Q rows [head0, head0 + ROWS) (ROWS 16 or 32) into SW128 blocks of the operand
+ * layout (one per 64 dims, `block_bytes` apart, local rows from row0), rows past the query's heads
+ * as zeros, then permutes the latent chunks in place to the operand order. Thread t of a warpgroup
+ * copies chunk t % 8 of every block row of rows row0 + t / 8 + 16k: each copy's addresses are the
+ * row's base plus constants. (A walk over chunk indices, dividing each by 72, spent more issue
+ * slots on addresses than on copies: 3.4 us for a wide item's 72 KB at batch 2.) The caller
+ * synchronises the threads that read Q afterwards. */
+template <int ROWS>
 static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel_args_t &a, int64_t qi, int64_t head0,
+                                                   int row0, uint8_t *qs, int block_bytes, int t) {
+    static_assert(ROWS % 16 == 0 && ROWS <= 64, "16 rows a pass of a warpgroup");
+    const int cc = t & 7; /* 16-byte chunk of each 128-byte block row */
+#pragma unroll 1
+    for (int r = row0 + (t >> 3); r < row0 + ROWS; r += 16) {
+        const int64_t head = head0 + r;
+        const bool real = head < a.num_heads;
+        const uint16_t *src = real ? a.q + qi * a.q_stride_token + head * a.q_stride_head + cc * 8 : a.q;
+        uint8_t *dst = qs + swizzle_off(r, cc * 8);
+#pragma unroll 1
+        for (int blk = 0; blk < ATT_TILE_BLOCKS; blk++, dst += block_bytes, src += real ? ATT_BLOCK_DIMS : 0)
+            cp_async16(dst, src, real ? 16 : 0);
+    }
+    cp_async_wait_all();
+#pragma unroll 1
+    for (int r = row0 + (t >> 3); r < row0 + ROWS; r += 16) {
+        uint8_t *dst = qs + swizzle_off(r, cc * 8);
+#pragma unroll 1
+        for (int blk = 0; blk < ATT_LATENT_BLOCKS; blk++, dst += block_bytes) { /* the RoPE block (the last) keeps its order */
+            uint4 *p = reinterpret_cast<uint4 *>(dst);
+            const uint4 v = *p;
+            *p = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                            __byte_perm(v.y, v.w, 0x7632));
+        }
+    }
+    fence_proxy_async();
+}
+
+/* load_q_rows's work by a walk over chunk indices: thread `t` of `nthreads` copies every
+ * nthreads-th chunk of rows [row0, row0 + rows_here), then permutes its latent chunks in place.
+ * Slower to issue than load_q_rows (a division a chunk), but the wide kind's unsplit
+ * instantiation keeps it: with load_q_rows ptxas allocated that kernel differently (8 more bytes of
+ * spill), and its 32-tile loop ran 2-2.5% slower at batch 128 (same-process A/B; performance-notes). */
+static __device__ __forceinline__ void load_q_chunks(const nvfp4_mla_attend_kernel_args_t &a, int64_t qi, int64_t head0,
                                                    int row0, int rows_here, uint8_t *qs, int block_bytes, int t,
                                                    int nthreads) {
     const int chunks = rows_here * ATT_Q_CHUNKS;
@@ -73,10 +111,33 @@ static __device__ __forceinline__ int latent_dim(int p) {
     return (p & ~7) + ((p & 7) >> 1) + 4 * (p & 1);
 }
 
-/* Where an item's result goes: the output (one split) or a split partial for the merge. */
+/* ---- the split-K workspace ----
+ * splits > 1: partial O [splits, n_q, h, 512] bf16 (each split's normalised rows, rounded as an
+ * output row is), partial log2-sum-exp [splits, n_q, h] f32, then, 8-byte aligned, one arrival
+ * counter per (query, head group). bf16 rather than f32 partials: at small batches the partials'
+ * stores and the merge's reads were the largest traffic of a call (a wide split plan wrote 16 MB
+ * and read it back, ~7 us of a 20 us call; docs/performance-notes.md); the rounding adds at most
+ * half a bf16 ulp of a partial to the merged row. Every place that finds a part of the layout
+ * takes it from these. */
+static __host__ __device__ __forceinline__ uint64_t partial_rows(const nvfp4_mla_attend_kernel_args_t &a,
+                                                                 int splits) {
+    return (uint64_t)splits * a.num_queries * a.num_heads;
+}
+static __host__ __device__ __forceinline__ uint64_t partial_lse_offset(const nvfp4_mla_attend_kernel_args_t &a,
+                                                                       int splits) {
+    return partial_rows(a, splits) * NVFP4_MLA_LATENT_DIM * sizeof(uint16_t);
+}
+static __host__ __device__ __forceinline__ uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t &a,
+                                                                    int splits) {
+    return (partial_lse_offset(a, splits) + partial_rows(a, splits) * sizeof(float) + 7) / 8 * 8;
+}
+static __device__ __forceinline__ float *partial_lse_of(const nvfp4_mla_attend_kernel_args_t &a, int splits) {
+    return reinterpret_cast<float *>((uint8_t *)a.workspace + partial_lse_offset(a, splits));
+}
+
+/* Where an item's result goes: the output rows (one split) or its split's partial rows, both bf16. */
 struct item_out {
-    uint16_t *out;       /* out row of head0 (one split), else NULL */
-    float *partial;      /* partial row of head0 (splits > 1), else NULL */
+    uint16_t *out;       /* row of head0: out (one split) or the partial O (splits > 1) */
     float *lse;          /* lse of head0 (natural log) or NULL */
     float *partial_lse;  /* partial log2-sum-exp of head0 or NULL */
     int64_t out_head_stride, lse_head_stride;
@@ -89,21 +150,19 @@ static __device__ __forceinline__ item_out item_out_of(const nvfp4_mla_attend_ke
     const int64_t head0 = (int64_t)s.group * pl.heads;
     const int64_t left = a.num_heads - head0;
     o.heads = left < pl.heads ? left : pl.heads;
+    o.lse_head_stride = a.lse_stride_head;
     if (pl.splits == 1) {
         o.out = a.out + s.q * a.out_stride_token + head0 * a.out_stride_head;
+        o.out_head_stride = a.out_stride_head;
         o.lse = a.lse ? a.lse + s.q * a.lse_stride_token + head0 * a.lse_stride_head : nullptr;
-        o.partial = nullptr;
         o.partial_lse = nullptr;
     } else {
         const int64_t prow = ((int64_t)s.split * a.num_queries + s.q) * a.num_heads + head0;
-        o.partial = (float *)a.workspace + prow * NVFP4_MLA_LATENT_DIM;
-        o.partial_lse =
-            (float *)a.workspace + (int64_t)pl.splits * a.num_queries * a.num_heads * NVFP4_MLA_LATENT_DIM + prow;
-        o.out = nullptr;
+        o.out = (uint16_t *)a.workspace + prow * NVFP4_MLA_LATENT_DIM;
+        o.out_head_stride = NVFP4_MLA_LATENT_DIM;
+        o.partial_lse = partial_lse_of(a, pl.splits) + prow;
         o.lse = nullptr;
     }
-    o.out_head_stride = a.out_stride_head;
-    o.lse_head_stride = a.lse_stride_head;
     return o;
 }
 
@@ -113,24 +172,42 @@ static __device__ __forceinline__ item_out item_out_of(const nvfp4_mla_attend_ke
  * global stores are whole 16-byte runs: a 2-byte store per value (the accumulators hold dims in
  * operand order, heads across lanes) cost the 16-head consumer ~1900 instructions a warp, 4% of
  * the kernel's time at h = 16, exposed after the last tile. Staged rows are 1040 bytes: 512 bf16
- * and 16 bytes of padding, which put consecutive heads 4 banks apart. Split partials (f32, twice
- * the bytes, and only for small batches) are stored straight from the accumulators: staging them
- * in two halves kept every accumulator live across the halves and made ptxas spill. */
+ * and 16 bytes of padding, which put consecutive heads 4 banks apart. Split partials are bf16 rows
+ * too and take the same path (the wide kind's f32 partials, stored straight from the accumulators
+ * at 16 bytes a row and instruction, took 13 us of a 26 us call at 8 tiles a split). */
 #define ATT_STAGE_ROW 1040
 static_assert(ATT_STAGE_ROW % 16 == 0 && ATT_STAGE_ROW >= 1024, "staged rows: 512 bf16, 16-byte aligned");
 static_assert(ATT_STAGE_ROW <= ATT_TILE_BLOCKS * 128,
               "narrow: N staged rows fit the N-row Q blocks (9 x N x 128 bytes)");
 static_assert(64 * ATT_STAGE_ROW <= ATT_TILE_BLOCKS * ATT_BLOCK, "wide: 64 staged rows fit the 9 Q blocks");
 
-/* Copies the staged rows [0, rows) to out (rows past o.heads are not stored); thread t of
- * nthreads. out is 16-byte aligned with 8-element strides (the plugin checks it). */
-static __device__ __forceinline__ void stage_flush(const item_out &o, const uint8_t *stage, int rows, int t,
-                                                   int nthreads) {
-    for (int i = t; i < rows * 64; i += nthreads) {
-        const int row = i >> 6, ch = i & 63;
-        if (row < o.heads)
-            *reinterpret_cast<uint4 *>(o.out + row * o.out_head_stride + 8 * ch) =
-                *reinterpret_cast<const uint4 *>(stage + row * ATT_STAGE_ROW + 16 * ch);
+/* Copies the staged rows [0, ROWS) to o.out (rows past o.heads are not stored); thread t of NT
+ * copies 16-byte run t % 64 of rows t / 64 + (NT / 64) k, eight loads in flight before their stores. out
+ * is 16-byte aligned with 8-element strides (the plugin checks it), and so is the workspace.
+ * OPERAND_ORDER: the rows were staged in operand order (each 8-element chunk holding dims
+ * (0,4,1,5,2,6,3,7), as the accumulators hold them), and each run is put back in dim order on its
+ * way out (the inverse of load_q_rows's permutation). */
+template <int ROWS, int NT, bool OPERAND_ORDER>
+static __device__ __forceinline__ void stage_flush(const item_out &o, const uint8_t *stage, int t) {
+    constexpr int STEP = NT / 64, PER = ROWS / STEP, BATCH = PER < 8 ? PER : 8; /* 32 registers of loads */
+    static_assert(NT % 64 == 0 && ROWS % STEP == 0 && PER % BATCH == 0, "whole rows a pass");
+    const int ch = t & 63, row0 = t >> 6;
+    const uint8_t *src = stage + row0 * ATT_STAGE_ROW + 16 * ch;
+    uint16_t *dst = o.out + row0 * o.out_head_stride + 8 * ch;
+#pragma unroll 1
+    for (int k0 = 0; k0 < PER; k0 += BATCH) {
+        uint4 v[BATCH];
+#pragma unroll
+        for (int k = 0; k < BATCH; k++)
+            v[k] = *reinterpret_cast<const uint4 *>(src + (k0 + k) * STEP * ATT_STAGE_ROW);
+#pragma unroll
+        for (int k = 0; k < BATCH; k++) {
+            if (row0 + STEP * (k0 + k) < o.heads)
+                *reinterpret_cast<uint4 *>(dst + (int64_t)STEP * (k0 + k) * o.out_head_stride) =
+                    OPERAND_ORDER ? make_uint4(__byte_perm(v[k].x, v[k].y, 0x5410), __byte_perm(v[k].z, v[k].w, 0x5410),
+                                               __byte_perm(v[k].x, v[k].y, 0x7632), __byte_perm(v[k].z, v[k].w, 0x7632))
+                                  : v[k];
+        }
     }
 }
 

@@ -83,15 +83,12 @@ static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <=
               "narrow: over the launch's registers");
 
 /* ---- split-K partials and their merge ----
- * Workspace (splits > 1): partial O [splits, n_q, h, 512] f32 (normalised rows), partial log2-sum-exp
- * [splits, n_q, h] f32, then, 8-byte aligned, one arrival counter per (query, head group). */
-static __host__ __device__ __forceinline__ uint64_t partial_floats(const nvfp4_mla_attend_kernel_args_t &a,
-                                                                   int splits) {
-    return (uint64_t)splits * a.num_queries * a.num_heads * (NVFP4_MLA_LATENT_DIM + 1);
-}
-static __host__ __device__ __forceinline__ uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t &a,
-                                                                    int splits) {
-    return (partial_floats(a, splits) * sizeof(float) + 7) / 8 * 8;
+ * The workspace's layout: attend_consumer.cuh (partial_rows, partial_lse_offset, counters_offset). */
+
+/* Four bf16 partial values (a uint2 of the partial O) as f32, in order. */
+static __device__ __forceinline__ float4 bf16x4_floats(uint2 v) {
+    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
+                       __uint_as_float(v.y & 0xFFFF0000u));
 }
 
 /* An arrival counter is a 64-bit word: a 48-bit tag over a 16-bit count of the splits that have
@@ -125,14 +122,20 @@ static __device__ __forceinline__ float merged_lse(float m, float sum) {
 /* The separate merge launch (NVFP4_MLA_ATTEND_MERGE=separate, auto under graph capture, and
  * plans whose merge one CTA would read too slowly): one CTA of 128 threads a (query, head) row,
  * thread c owning columns 4c .. 4c + 3. Each thread issues its loads before it uses any: the
- * row's split lse values (threads < splits) and its partials, ATT_MERGE_ROW_BATCH splits at a
- * time, so a row costs about one L2 round trip a batch. (One warp a row, walking the splits one
+ * row's split lse values (threads < splits) and its partials, BATCH splits at a time, so a row
+ * costs about one L2 round trip a batch. BATCH (merge_batch_for) is 4 up to 4 splits: the loads
+ * in flight take registers, and with 16 (96 registers then) five CTAs fit an SM, so the 2048-4096
+ * rows of a wide split plan took 3-6 waves; 16 up to 16 splits (8 measured slower than 16 at 8
+ * splits); 32 above, one round trip where 16 took two (docs/performance-notes.md). (One warp a row, walking the splits one
  * load after another, was the largest part of a light call: docs/performance-notes.md.)
  * Launched dependent on the attention grid (nvfp4_launch), so its launch overlaps that grid's
  * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
  * merge_if_last's: the outputs are bit-identical to the in-launch merge's. */
-#define ATT_MERGE_ROW_BATCH 16
 #define ATT_MERGE_THREADS (NVFP4_MLA_LATENT_DIM / 4) /* a CTA a row, 4 columns a thread */
+static int merge_batch_for(int splits) {
+    return splits <= 4 ? 4 : splits <= 16 ? 16 : 32;
+}
+template <int BATCH>
 __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     nvfp4_attend_merge_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a, int splits) {
     __shared__ float weight[64]; /* splits <= 64 (the plan's cap) */
@@ -141,15 +144,13 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     pdl_release(); /* the stream's next grid may start its prologue */
     const int64_t row = blockIdx.x, stride = a.num_queries * a.num_heads;
     const int c = threadIdx.x;
-    const float *partial_o = (const float *)a.workspace;
-    const float *partial_lse = partial_o + (int64_t)splits * stride * NVFP4_MLA_LATENT_DIM;
-    const float4 *src = reinterpret_cast<const float4 *>(partial_o + row * NVFP4_MLA_LATENT_DIM) + c;
-    const int64_t split_step = stride * (NVFP4_MLA_LATENT_DIM / 4); /* float4s from one split's row to the next's */
+    const float *partial_lse = partial_lse_of(a, splits);
+    const uint2 *src = reinterpret_cast<const uint2 *>((const uint16_t *)a.workspace + row * NVFP4_MLA_LATENT_DIM) + c;
+    const int64_t split_step = stride * (NVFP4_MLA_LATENT_DIM / 4); /* uint2s from one split's row to the next's */
     const float l = c < splits ? __ldcg(partial_lse + c * stride + row) : -INFINITY;
-    float4 v[ATT_MERGE_ROW_BATCH];
+    uint2 v[BATCH];
 #pragma unroll
-    for (int j = 0; j < ATT_MERGE_ROW_BATCH; j++)
-        v[j] = j < splits ? __ldcg(src + j * split_step) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int j = 0; j < BATCH; j++) v[j] = j < splits ? __ldcg(src + j * split_step) : make_uint2(0, 0);
     float m = l; /* the row's largest lse: threads 0 .. 63 hold them */
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
@@ -161,17 +162,17 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     float sum = 0.0f; /* merge_if_last's order: split 0, 1, ... */
     for (int sp = 0; sp < splits; sp++) sum += weight[sp];
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int sp = 0; sp < splits; sp += ATT_MERGE_ROW_BATCH) {
+    for (int sp = 0; sp < splits; sp += BATCH) {
         if (sp > 0) {
 #pragma unroll
-            for (int j = 0; j < ATT_MERGE_ROW_BATCH; j++)
-                v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int j = 0; j < BATCH; j++) v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_uint2(0, 0);
         }
 #pragma unroll
-        for (int j = 0; j < ATT_MERGE_ROW_BATCH; j++) {
+        for (int j = 0; j < BATCH; j++) {
             if (sp + j >= splits) break;
             const float w = weight[sp + j];
-            acc.x += w * v[j].x, acc.y += w * v[j].y, acc.z += w * v[j].z, acc.w += w * v[j].w;
+            const float4 f = bf16x4_floats(v[j]);
+            acc.x += w * f.x, acc.y += w * f.y, acc.z += w * f.z, acc.w += w * f.w;
         }
     }
     const float k = sum > 0.0f ? 1.0f / sum : 0.0f;
@@ -211,8 +212,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
     const int64_t head0 = (int64_t)s.group * pl.heads;
     const int heads = (int)(a.num_heads - head0 < pl.heads ? a.num_heads - head0 : pl.heads);
     const int64_t stride = a.num_queries * a.num_heads, row0 = s.q * a.num_heads + head0;
-    const float *partial_o = (const float *)a.workspace;
-    const float *partial_lse = partial_o + (int64_t)splits * stride * NVFP4_MLA_LATENT_DIM;
+    const float *partial_lse = partial_lse_of(a, splits);
     float *weight = reinterpret_cast<float *>(smem + pl.off_ring); /* [64 rows][64 splits] */
     float *scale = weight + 64 * 64;                               /* [64 rows]: 1 / sum of weights */
     const int warp = t >> 5, lane = t & 31;
@@ -233,21 +233,23 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
         }
     }
     named_sync(bar, nthreads);
-    const int64_t split_step = stride * (NVFP4_MLA_LATENT_DIM / 4); /* float4s from one split's row to the next's */
+    const int64_t split_step = stride * (NVFP4_MLA_LATENT_DIM / 4); /* uint2s from one split's row to the next's */
     for (int u = t; u < heads * 128; u += nthreads) { /* (row, 4 columns) a thread, ATT_MERGE_BATCH splits in flight */
         const int r = u >> 7, c = u & 127;
-        const float4 *src = reinterpret_cast<const float4 *>(partial_o + (row0 + r) * NVFP4_MLA_LATENT_DIM) + c;
+        const uint2 *src =
+            reinterpret_cast<const uint2 *>((const uint16_t *)a.workspace + (row0 + r) * NVFP4_MLA_LATENT_DIM) + c;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int sp = 0; sp < splits; sp += ATT_MERGE_BATCH) {
-            float4 v[ATT_MERGE_BATCH];
+            uint2 v[ATT_MERGE_BATCH];
 #pragma unroll
             for (int j = 0; j < ATT_MERGE_BATCH; j++)
-                v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_float4(0, 0, 0, 0);
+                v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_uint2(0, 0);
 #pragma unroll
             for (int j = 0; j < ATT_MERGE_BATCH; j++) {
                 if (sp + j >= splits) break;
                 const float w = weight[r * 64 + sp + j];
-                acc.x += w * v[j].x, acc.y += w * v[j].y, acc.z += w * v[j].z, acc.w += w * v[j].w;
+                const float4 f = bf16x4_floats(v[j]);
+                acc.x += w * f.x, acc.y += w * f.y, acc.z += w * f.z, acc.w += w * f.w;
             }
         }
         const float k = scale[r];
@@ -283,8 +285,10 @@ struct kind_threads {
 };
 
 /* ONE_LAUNCH: split-K merged in this launch (plan.one_launch, merge_if_last); its own
- * instantiation, so that the other calls keep the register allocation without the merge tail. */
-template <int KIND, int RB, bool ONE_LAUNCH>
+ * instantiation, so that the other calls keep the register allocation without the merge tail.
+ * ONE_ITEM (the wide kind): a split plan, one item a CTA; its own instantiation for the same
+ * reason (attend_wide). */
+template <int KIND, int RB, bool ONE_LAUNCH, bool ONE_ITEM = false>
 __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
     nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a,
                         const __grid_constant__ attend_plan pl) {
@@ -334,11 +338,11 @@ __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
 #if NVFP4_HAVE_WGMMA
             if (threadIdx.x < ATT_WARPGROUP) {
                 setmaxnreg_inc<ATT_SCORE_REGS>();
-                attend_wide<RB, PAIRED, 0>(a, pl, smem, threadIdx.x);
+                attend_wide<RB, PAIRED, 0, ONE_ITEM>(a, pl, smem, threadIdx.x);
             } else {
                 if constexpr (PAIRED) setmaxnreg_inc<ATT_VALUE_REGS>();
                 else setmaxnreg_dec<ATT_VALUE_REGS>();
-                attend_wide<RB, PAIRED, 1>(a, pl, smem, threadIdx.x);
+                attend_wide<RB, PAIRED, 1, ONE_ITEM>(a, pl, smem, threadIdx.x);
             }
 #endif
         } else {
@@ -400,15 +404,16 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     attend_plan p;
     bool ok = false;
     /* Heads a CTA, by the call's size (queries x heads), every kind split over the top-k until the
-     * CTAs fill the SMs (one tile a split at the least): up to 256 query-heads, 16-head groups
-     * (the most CTAs at work: more, shorter chains, each record dequantised by more CTAs); past
-     * that a dequantised tile serves 32 heads (fewer copies of the dequantisation); from 32 query
-     * x 64-head groups, 64 heads (the wide consumer, the most heads a tile, once its items with
-     * their splits fill the SMs). The thresholds are where the kinds cross in graph replays on
-     * the H200 (docs/performance-notes.md, "plan by call size"). */
+     * CTAs fill the SMs: h > 32 on 368 and 432 records, 64 heads at every batch (the wide
+     * consumer: the most heads a tile, a record dequantised once per 64 heads; with bf16 split
+     * partials it beat 16- and 32-head groups at every light shape, e.g. 4 x 128 heads 17.9 against
+     * 21.3 us); on 656 records from 32 queries x 64-head groups. Otherwise up to 256 query-heads
+     * 16-head groups (the most CTAs at work: more, shorter chains), past that 32 (fewer copies of
+     * the dequantisation). The thresholds are where the kinds cross in graph replays on the H200
+     * (docs/performance-notes.md, "plan by call size"). */
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
-    const bool wide_groups = a->num_queries * ((a->num_heads + 63) / 64) >= 32;
+    const bool wide_groups = wide_pairs(rb) || a->num_queries * ((a->num_heads + 63) / 64) >= 32;
     if (wgmma && a->num_heads > 32 && wide_groups) { /* wide: Q 72 KB */
         p = attend_plan();
         p.wide = 1, p.wgmma = 1, p.heads = 64, p.contiguous = contiguous, p.off_q = 0;
@@ -437,7 +442,12 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
     const int64_t base_items = a->num_queries * p.groups;
     int64_t splits = base_items >= sms || base_items == 0 ? 1 : sms / base_items;
-    splits = splits < tiles || tiles == 0 ? splits : tiles; /* down to one tile a split */
+    /* Down to one tile a split while the call stays within half the SMs, else two: one-tile splits
+     * on every SM cost more in partials and in Q re-reads than their shorter chain saves (graph
+     * replays on the H200: 4 queries x 64 heads 15.5 us at 32 splits of one tile, 14.9 at 16 of two;
+     * 1 x 64 heads, 32 CTAs: 11.7 against 13.5; docs/performance-notes.md). */
+    const int64_t least = base_items * tiles > sms / 2 && tiles >= 2 ? 2 : 1;
+    splits = splits <= tiles / least || tiles == 0 ? splits : tiles / least;
     splits = splits < 64 ? splits : 64;
     const int64_t per_split = tiles > 0 ? (tiles + splits - 1) / splits : 1;
     p.tiles_per_split = (int32_t)per_split;
@@ -446,10 +456,10 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     p.grid = (int32_t)(p.items < sms ? p.items : sms);
     /* In the launch (in-launch, or auto until the call finds its stream capturing) unless the last
      * split's CTA would read more than ATT_ONE_LAUNCH_MERGE_BYTES of partials (group rows x splits x
-     * 2 KB): one SM reads them all, where the merge kernel spreads them over a CTA a row. The wide
+     * 1 KB): one SM reads them all, where the merge kernel spreads them over a CTA a row. The wide
      * kind has no in-launch instantiation: its splits always take the merge kernel. */
     p.one_launch = !p.wide && p.splits > 1 && a->merge_mode != NVFP4_ATTEND_MERGE_SEPARATE &&
-                   (int64_t)p.heads * p.splits * NVFP4_MLA_LATENT_DIM * (int64_t)sizeof(float) <=
+                   (int64_t)p.heads * p.splits * NVFP4_MLA_LATENT_DIM * (int64_t)sizeof(uint16_t) <=
                        ATT_ONE_LAUNCH_MERGE_BYTES;
     return p;
 }
@@ -484,6 +494,11 @@ static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const at
     if constexpr (kind_merges_in_launch<KIND>::value) {
         if (pl.one_launch)
             return nvfp4_launch(nvfp4_attend_kernel<KIND, RB, true>, pl.grid, pl.threads, pl.bytes, a->stream,
+                                dependent, *a, pl);
+    }
+    if constexpr (KIND == KIND_WIDE) {
+        if (pl.splits > 1) /* one item a CTA (attend_plan_for) */
+            return nvfp4_launch(nvfp4_attend_kernel<KIND, RB, false, true>, pl.grid, pl.threads, pl.bytes, a->stream,
                                 dependent, *a, pl);
     }
     return nvfp4_launch(nvfp4_attend_kernel<KIND, RB, false>, pl.grid, pl.threads, pl.bytes, a->stream, dependent,
@@ -559,7 +574,11 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     }
     cudaError_t err = launch_plan(args, pl);
     if (err == cudaSuccess && merge_kernel) {
-        err = nvfp4_launch(nvfp4_attend_merge_kernel, (unsigned)rows, ATT_MERGE_THREADS, 0, args->stream, true, *args,
+        const int batch = merge_batch_for(pl.splits);
+        err = nvfp4_launch(batch == 4    ? nvfp4_attend_merge_kernel<4>
+                           : batch == 16 ? nvfp4_attend_merge_kernel<16>
+                                         : nvfp4_attend_merge_kernel<32>,
+                           (unsigned)rows, ATT_MERGE_THREADS, 0, args->stream, true, *args,
                            (int)pl.splits);
     }
     nvfp4_cuda_result(result, err, "attend: kernel launch");
@@ -573,6 +592,8 @@ static cudaError_t allow_smem(int bytes) {
     cudaError_t e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false>, attr, bytes);
     if constexpr (kind_merges_in_launch<KIND>::value)
         if (e == cudaSuccess) e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, true>, attr, bytes);
+    if constexpr (KIND == KIND_WIDE)
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false, true>, attr, bytes);
     return e;
 }
 
@@ -598,7 +619,9 @@ extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block) {
      * first launch could otherwise fall inside a graph capture, which drivers before CUDA 12.3
      * refuse. */
     cudaFuncAttributes merge_attributes;
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, nvfp4_attend_merge_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, nvfp4_attend_merge_kernel<4>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, nvfp4_attend_merge_kernel<16>);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, nvfp4_attend_merge_kernel<32>);
     if (e != cudaSuccess) (void)cudaGetLastError();
     return e == cudaSuccess ? 0 : (int)e;
 }

@@ -250,28 +250,18 @@ static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_ke
         if (warp == 0 && (lane >> 2) == 0) store_lse(out, col, l, st.m[c]);
     }
     const int dim0 = latent_dim(narrow_row0<WG>(warp, lane)), head0 = 2 * (lane & 3);
-    if (out.out) { /* staged in Q's region: N rows of ATT_STAGE_ROW <= the 9 Q blocks' 1152 N bytes */
-        uint8_t *stage = smem + pl.off_q;
-        __nv_bfloat16 *base = reinterpret_cast<__nv_bfloat16 *>(stage + head0 * ATT_STAGE_ROW) + dim0;
+    /* staged in Q's region: N rows of ATT_STAGE_ROW <= the 9 Q blocks' 1152 N bytes */
+    uint8_t *stage = smem + pl.off_q;
+    __nv_bfloat16 *base = reinterpret_cast<__nv_bfloat16 *>(stage + head0 * ATT_STAGE_ROW) + dim0;
 #pragma unroll
-        for (int b = 0; b < ATT_LATENT_BLOCKS; b++)
+    for (int b = 0; b < ATT_LATENT_BLOCKS; b++)
 #pragma unroll
-            for (int i = 0; i < N / 2; i++)
-                base[narrow_col(i) * (ATT_STAGE_ROW / 2) + narrow_row<WG>(b, i)] =
-                    __float2bfloat16_rn(st.o[b][i] * inv[2 * (i >> 2) + (i & 1)]);
-        named_sync(BAR_CONSUMER, ATT_WARPGROUP);
-        stage_flush(out, stage, N, 32 * warp + lane, ATT_WARPGROUP);
-        named_sync(BAR_CONSUMER, ATT_WARPGROUP); /* the stage (Q's region) free for the next item's Q */
-    } else {
-        float *base = out.partial + head0 * NVFP4_MLA_LATENT_DIM + dim0;
-#pragma unroll
-        for (int b = 0; b < ATT_LATENT_BLOCKS; b++)
-#pragma unroll
-            for (int i = 0; i < N / 2; i++)
-                if (head0 + narrow_col(i) < out.heads)
-                    base[narrow_col(i) * NVFP4_MLA_LATENT_DIM + narrow_row<WG>(b, i)] =
-                        st.o[b][i] * inv[2 * (i >> 2) + (i & 1)];
-    }
+        for (int i = 0; i < N / 2; i++)
+            base[narrow_col(i) * (ATT_STAGE_ROW / 2) + narrow_row<WG>(b, i)] =
+                __float2bfloat16_rn(st.o[b][i] * inv[2 * (i >> 2) + (i & 1)]);
+    named_sync(BAR_CONSUMER, ATT_WARPGROUP);
+    stage_flush<N, ATT_WARPGROUP, false>(out, stage, 32 * warp + lane);
+    named_sync(BAR_CONSUMER, ATT_WARPGROUP); /* the stage (Q's region) free for the next item's Q */
 }
 
 #if NVFP4_HAVE_WGMMA
@@ -340,7 +330,7 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
         const int64_t tiles = item_tiles(span);
-        load_q_rows(a, span.q, (int64_t)span.group * N, 0, N, smem + pl.off_q, N * 128, t, ATT_WARPGROUP);
+        load_q_rows<N>(a, span.q, (int64_t)span.group * N, 0, smem + pl.off_q, N * 128, t);
         named_sync(BAR_CONSUMER, ATT_WARPGROUP);
         narrow_state<N, WG> st;
 #pragma unroll

@@ -236,40 +236,24 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
     float inv[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) inv[h] = xl[16 * warp + g + 8 * h];
-    if (out.out) {
-        uint8_t *stage = smem + pl.off_q; /* 64 rows of ATT_STAGE_ROW <= the 9 Q blocks */
+    /* Staged in operand order, a bf16 pair a 4-byte store (positions 2c, 2c + 1 of chunk j);
+     * stage_flush puts each chunk back in dim order. Scattered 2-byte stores of
+     * dims c and c + 4 took twice the instructions (0.8 us of a 2.3 us epilogue at batch 1). */
+    uint8_t *stage = smem + pl.off_q; /* 64 rows of ATT_STAGE_ROW <= the 9 Q blocks */
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            __nv_bfloat16 *row = reinterpret_cast<__nv_bfloat16 *>(stage + (16 * warp + g + 8 * h) * ATT_STAGE_ROW) +
-                                 NVFP4_MLA_LATENT_DIM / 2 * cw + c;
+    for (int h = 0; h < 2; h++) {
+        uint32_t *row = reinterpret_cast<uint32_t *>(stage + (16 * warp + g + 8 * h) * ATT_STAGE_ROW) +
+                        NVFP4_MLA_LATENT_DIM / 4 * cw + c;
 #pragma unroll
-            for (int b = 0; b < 4; b++)
+        for (int b = 0; b < 4; b++)
 #pragma unroll
-                for (int j = 0; j < 8; j++) { /* positions 2c, 2c + 1 of chunk j: latent dims c, c + 4 */
-                    const int i = 4 * j + 2 * h;
-                    row[64 * b + 8 * j] = __float2bfloat16_rn(st.o[b][i] * inv[h]);
-                    row[64 * b + 8 * j + 4] = __float2bfloat16_rn(st.o[b][i + 1] * inv[h]);
-                }
-        }
-        named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
-        stage_flush(out, stage, 64, ATT_WARPGROUP * cw + 32 * warp + lane, ATT_WIDE_CONSUMERS);
-    } else {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = 16 * warp + g + 8 * h;
-            if (row < out.heads) {
-                float *dst = out.partial + row * NVFP4_MLA_LATENT_DIM + NVFP4_MLA_LATENT_DIM / 2 * cw + c;
-#pragma unroll
-                for (int b = 0; b < 4; b++)
-#pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        const int i = 4 * j + 2 * h;
-                        dst[64 * b + 8 * j] = st.o[b][i] * inv[h];
-                        dst[64 * b + 8 * j + 4] = st.o[b][i + 1] * inv[h];
-                    }
+            for (int j = 0; j < 8; j++) {
+                const int i = 4 * j + 2 * h;
+                row[32 * b + 4 * j] = bf16_pair(st.o[b][i] * inv[h], st.o[b][i + 1] * inv[h]);
             }
-        }
     }
+    named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
+    stage_flush<64, ATT_WIDE_CONSUMERS, true>(out, stage, ATT_WARPGROUP * cw + 32 * warp + lane);
     named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS); /* xl, the stage and Q's region free for the next item */
 }
 
@@ -283,8 +267,9 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
  * compute-sanitizer racecheck orders no accesses across a bar.arrive (with
  * arrivals it reported the WAR hazards of alpha and of the next item's Q over the staged outputs,
  * which the barriers do order). PAIRED: the ring is two tile buffers, P in each tile's RoPE block;
- * else the shared P tile. */
-template <int RB, bool PAIRED, int CW>
+ * else the shared P tile. ONE_ITEM: a split plan's instantiation (one item a CTA), which loads Q
+ * with load_q_rows; the unsplit one keeps load_q_chunks (attend_consumer.cuh says why). */
+template <int RB, bool PAIRED, int CW, bool ONE_ITEM>
 static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                    int t) {
     /* One instantiation a warpgroup: ptxas allocates each setmaxnreg region to its own count
@@ -298,8 +283,11 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
         const int64_t tiles = item_tiles(span);
-        load_q_rows(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127,
-                    ATT_WARPGROUP);
+        if constexpr (ONE_ITEM)
+            load_q_rows<32>(a, span.q, (int64_t)span.group * 64, 32 * cw, smem + pl.off_q, ATT_BLOCK, t & 127);
+        else
+            load_q_chunks(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127,
+                          ATT_WARPGROUP);
         named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
         wide_state st;
 #pragma unroll
