@@ -78,9 +78,9 @@ static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel
 
 /* load_q_rows's work by a walk over chunk indices: thread `t` of `nthreads` copies every
  * nthreads-th chunk of rows [row0, row0 + rows_here), then permutes its latent chunks in place.
- * Slower to issue than load_q_rows (a division a chunk), but the wide kind's unsplit
- * instantiation keeps it: with load_q_rows ptxas allocated that kernel differently (8 more bytes of
- * spill), and its 32-tile loop ran 2-2.5% slower at batch 128 (same-process A/B; performance-notes). */
+ * Slower to issue than load_q_rows (a division a chunk), but the wide kind keeps it for long
+ * items: with load_q_rows ptxas allocated that kernel differently (8 more bytes of spill), and its
+ * 32-tile loop ran 2-2.5% slower at batch 128 (same-process A/B; docs/performance-notes.md). */
 static __device__ __forceinline__ void load_q_chunks(const nvfp4_mla_attend_kernel_args_t &a, int64_t qi, int64_t head0,
                                                    int row0, int rows_here, uint8_t *qs, int block_bytes, int t,
                                                    int nthreads) {

@@ -286,9 +286,9 @@ struct kind_threads {
 
 /* ONE_LAUNCH: split-K merged in this launch (plan.one_launch, merge_if_last); its own
  * instantiation, so that the other calls keep the register allocation without the merge tail.
- * ONE_ITEM (the wide kind): a split plan, one item a CTA; its own instantiation for the same
- * reason (attend_wide). */
-template <int KIND, int RB, bool ONE_LAUNCH, bool ONE_ITEM = false>
+ * ROW_Q (the wide kind): Q loaded by rows (load_q_rows), for short items; its own instantiation
+ * for the same reason (attend_wide, launch_kind). */
+template <int KIND, int RB, bool ONE_LAUNCH, bool ROW_Q = false>
 __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
     nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a,
                         const __grid_constant__ attend_plan pl) {
@@ -338,11 +338,11 @@ __global__ void __launch_bounds__(kind_threads<KIND, RB>::total, 1)
 #if NVFP4_HAVE_WGMMA
             if (threadIdx.x < ATT_WARPGROUP) {
                 setmaxnreg_inc<ATT_SCORE_REGS>();
-                attend_wide<RB, PAIRED, 0, ONE_ITEM>(a, pl, smem, threadIdx.x);
+                attend_wide<RB, PAIRED, 0, ROW_Q>(a, pl, smem, threadIdx.x);
             } else {
                 if constexpr (PAIRED) setmaxnreg_inc<ATT_VALUE_REGS>();
                 else setmaxnreg_dec<ATT_VALUE_REGS>();
-                attend_wide<RB, PAIRED, 1, ONE_ITEM>(a, pl, smem, threadIdx.x);
+                attend_wide<RB, PAIRED, 1, ROW_Q>(a, pl, smem, threadIdx.x);
             }
 #endif
         } else {
@@ -483,6 +483,11 @@ struct kind_merges_in_launch {
     static constexpr bool value = KIND != KIND_WIDE;
 };
 
+/* The wide kind's items of at most this many tiles take the ROW_Q instantiation: its Q load is
+ * 1.5 us shorter, which counts in a short item's chain, while its tile loop runs 2-3% slower (an
+ * unsplit item of 32 tiles at batch 128, same-process A/B; docs/performance-notes.md). */
+#define ATT_ROW_Q_TILES 8
+
 /* A split attention grid (the light calls, where the chain of launches is the time) is launched
  * dependent on the stream's previous grid (nvfp4_launch): its barrier set-up and register
  * reallocation overlap that grid's tail, and in a graph its node's launch does (the kernel waits,
@@ -497,7 +502,7 @@ static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const at
                                 dependent, *a, pl);
     }
     if constexpr (KIND == KIND_WIDE) {
-        if (pl.splits > 1) /* one item a CTA (attend_plan_for) */
+        if (pl.tiles_per_split <= ATT_ROW_Q_TILES)
             return nvfp4_launch(nvfp4_attend_kernel<KIND, RB, false, true>, pl.grid, pl.threads, pl.bytes, a->stream,
                                 dependent, *a, pl);
     }

@@ -267,9 +267,9 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
  * compute-sanitizer racecheck orders no accesses across a bar.arrive (with
  * arrivals it reported the WAR hazards of alpha and of the next item's Q over the staged outputs,
  * which the barriers do order). PAIRED: the ring is two tile buffers, P in each tile's RoPE block;
- * else the shared P tile. ONE_ITEM: a split plan's instantiation (one item a CTA), which loads Q
- * with load_q_rows; the unsplit one keeps load_q_chunks (attend_consumer.cuh says why). */
-template <int RB, bool PAIRED, int CW, bool ONE_ITEM>
+ * else the shared P tile. ROW_Q: Q loaded with load_q_rows (short items: launch_kind picks), else
+ * with load_q_chunks (attend_consumer.cuh says why). */
+template <int RB, bool PAIRED, int CW, bool ROW_Q>
 static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                    int t) {
     /* One instantiation a warpgroup: ptxas allocates each setmaxnreg region to its own count
@@ -283,7 +283,7 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
         const int64_t tiles = item_tiles(span);
-        if constexpr (ONE_ITEM)
+        if constexpr (ROW_Q)
             load_q_rows<32>(a, span.q, (int64_t)span.group * 64, 32 * cw, smem + pl.off_q, ATT_BLOCK, t & 127);
         else
             load_q_chunks(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127,
