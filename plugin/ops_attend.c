@@ -165,7 +165,7 @@ nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_att
         if ((st = nvfp4_check_tensor(&a.workspace, &r))) {
             return st;
         }
-        if ((uintptr_t)a.workspace.data % 16) { /* the CUDA kernels keep f32 split partials there */
+        if ((uintptr_t)a.workspace.data % 16) { /* the CUDA kernels keep split partials there */
             return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
                               "attend: workspace: base %p is not 16-byte aligned (split-K partials are bf16 rows)",
                               a.workspace.data);

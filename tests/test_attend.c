@@ -209,7 +209,7 @@ static void attend_should_reject_bad_arguments_by_name(void **state) {
         case 4: a.layout = NVFP4_MLA_LAYOUT_FP8_DS_MLA_656; break;
         case 5: a.out.shape[2] = 500; break;
         case 6: a.out.strides[1] = 100; break;
-        case 7: a.workspace = tu_vec(scratch + 4, NVFP4_MLA_DTYPE_U8, 32); break; /* misaligned: the partials need 16 bytes */
+        case 7: a.workspace = tu_vec(scratch + 4, NVFP4_MLA_DTYPE_U8, 32); break; /* misaligned (partials: 16) */
         }
         memset(out, 0x5A, sizeof out);
         assert_int_equal(nvfp4_op_attend(ctx, &a), NVFP4_MLA_ERR_INVALID_ARGUMENT);

@@ -2,8 +2,9 @@
  * 128}, topk in {1, 64, 2048, 3000}, -1 entries and per-query lengths, both NVFP4 modes, the 432
  * layout and the 656-byte baseline layout written by FlashMLA's rule (power-of-two tile scales),
  * split-K and single-split paths, every tiling and stage count. The CPU reference works in double
- * over the records' binary32 values (656: their bf16 decode), as the kernel does up to f32 sums and
- * P rounded to bf16 for the P.V product.
+ * over the records' binary32 values (656: their bf16 decode), as the kernel does up to f32 sums,
+ * P rounded to bf16 for the P.V product and, in split-K calls, each split's partial rows rounded to
+ * bf16 before the merge.
  * Every case runs in four configurations of the CUDA context: the default (wgmma on sm_90a, the
  * consumer the plan picks; split-K merged in the attention launch, as auto does on an eager
  * stream), NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers other targets use),
@@ -162,13 +163,19 @@ static bool race_shapes(void) {
         run_case(1, heads[hi], 1024, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
     }
     run_case(1, 16, 1024, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
-    run_case(3, 128, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC);   /* 32 heads, items after items */
-    /* The wide kind takes calls of 32+ queries x 64-head groups: 32 items of one or two tiles a CTA. */
+    run_case(3, 128, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC);   /* wide, items after items */
+    run_case(9, 32, 1024, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC);   /* 32 heads, items after items */
+    /* 2 splits of 16 tiles: the wide kind's instantiation for long items (load_q_chunks), its
+     * partials and the merge. */
+    run_case(1, 64, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
+    /* The wide kind with 32 items of one or two tiles a CTA. */
     run_case(16, 128, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* wide, 368 per-token */
     run_case(32, 64, 64, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);     /* wide, 432: paired too */
     run_case(32, 64, 64, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);    /* wide, 656: the 12-slot ring */
-    gpu->cuda.sm_count = 64; /* 32 items on 64 SMs: 2 splits of one tile, the wide kind's partials and the merge */
-    run_case(32, 64, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
+    gpu->cuda.sm_count = 64; /* 16 items on 64 SMs: 2 splits of one tile, the wide kind's partials and the merge */
+    run_case(16, 64, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
+    /* 9 items of 32 heads: 2 splits of 2 tiles, merged in the launch (the default config on an eager stream) */
+    run_case(9, 32, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
     gpu->cuda.sm_count = sms;
     return true;
 }
@@ -337,16 +344,18 @@ static void cuda_attend_should_merge_splits_in_one_launch_whatever_the_workspace
     (void)state;
     if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
         return;
-    one_launch_case(1, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* 16 splits of one group */
-    one_launch_case(3, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* light: 16-head groups */
-    one_launch_case(6, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* 32-head groups, 5 splits */
-    one_launch_case(12, 64, 2048, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656); /* 32-head groups, 5 splits */
-    one_launch_case(2, 20, 3000, NVFP4_MLA_LAYOUT_BF16_ROPE_432);   /* a partial group, valid lengths */
+    /* Merged in the launch (at most ATT_ONE_LAUNCH_MERGE_BYTES of partials a group, 132 SMs): */
+    one_launch_case(20, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* 16-head groups, 6 splits */
+    one_launch_case(40, 32, 2048, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656); /* 32-head groups, 3 splits */
+    one_launch_case(40, 20, 3000, NVFP4_MLA_LAYOUT_BF16_ROPE_432);  /* a partial 32-head group, valid lengths */
+    /* Past the bound, and the wide kind (no in-launch merge): the merge kernel in both runs. */
+    one_launch_case(1, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* 32 splits of one group */
+    one_launch_case(3, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* wide, 11 splits */
 }
 
-/* Each consumer where the plan now puts it (light calls take 16-head groups whatever h, so
- * all_shapes reaches the others less): 32-head groups with splits for h > 32, and the wide
- * consumer with each record size and a padded page. */
+/* Each consumer where the plan now puts it (all_shapes' light calls reach some kinds less): the
+ * kinds the plan picks for these shapes, and the wide consumer with each record size and a padded
+ * page. */
 static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **state) {
     (void)state;
     if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
@@ -364,6 +373,14 @@ static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **stat
     run_padded(80, 64, 512, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC, 48);
     run_case_zero_lengths(400, 64, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
     run_case_zero_lengths(400, 64, 512, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
+    run_case(12, 32, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* 32-head groups, splits */
+    /* The wide kind's instantiation for long items (load_q_chunks) with split partials: on 2 SMs
+     * one query is 2 splits of 16 tiles (white-box, as race_shapes). */
+    const int32_t sms = gpu->cuda.sm_count;
+    gpu->cuda.sm_count = 2;
+    run_case(1, 64, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
+    run_case(1, 128, 2048, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
+    gpu->cuda.sm_count = sms;
     close_gpu();
 }
 
@@ -406,7 +423,7 @@ static void cuda_attend_should_write_only_its_rows_of_a_strided_out(void **state
     strided_case(140, 16, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* one split: the overlapped 16-head path */
     strided_case(140, 20, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* 20 of a 32-head group's rows */
     strided_case(140, 48, 256, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656); /* 48 of the wide consumer's 64 */
-    strided_case(2, 128, 1000, NVFP4_MLA_LAYOUT_BF16_ROPE_432);  /* light: eight 16-head groups, splits */
+    strided_case(2, 128, 1000, NVFP4_MLA_LAYOUT_BF16_ROPE_432);  /* wide: two 64-head groups, splits */
     close_gpu();
 }
 

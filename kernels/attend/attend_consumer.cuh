@@ -66,7 +66,8 @@ static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel
     for (int r = row0 + (t >> 3); r < row0 + ROWS; r += 16) {
         uint8_t *dst = qs + swizzle_off(r, cc * 8);
 #pragma unroll 1
-        for (int blk = 0; blk < ATT_LATENT_BLOCKS; blk++, dst += block_bytes) { /* the RoPE block (the last) keeps its order */
+        /* the latent blocks; the RoPE block (the last) keeps its order */
+        for (int blk = 0; blk < ATT_LATENT_BLOCKS; blk++, dst += block_bytes) {
             uint4 *p = reinterpret_cast<uint4 *>(dst);
             const uint4 v = *p;
             *p = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
@@ -80,7 +81,7 @@ static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel
  * nthreads-th chunk of rows [row0, row0 + rows_here), then permutes its latent chunks in place.
  * Slower to issue than load_q_rows (a division a chunk), but the wide kind keeps it for long
  * items: with load_q_rows ptxas allocated that kernel differently (8 more bytes of spill), and its
- * 32-tile loop ran 2-2.5% slower at batch 128 (same-process A/B; docs/performance-notes.md). */
+ * 32-tile loop ran 2-3% slower at batch 128 (same-process A/B; docs/performance-notes.md). */
 static __device__ __forceinline__ void load_q_chunks(const nvfp4_mla_attend_kernel_args_t &a, int64_t qi, int64_t head0,
                                                    int row0, int rows_here, uint8_t *qs, int block_bytes, int t,
                                                    int nthreads) {

@@ -13,7 +13,7 @@
  *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
  *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;
  *  - online softmax with the outer and RoPE scales folded into score columns and P; split-K over
- *    the top-k when queries x head groups cannot fill the GPU (down to one tile a split), merged
+ *    the top-k when queries x head groups cannot fill the GPU (down to one or two tiles a split), merged
  *    by a second kernel, one CTA a (query, head) row, launched dependent on the attention grid
  *    (programmatic dependent launch: its launch overlaps the attention's tail), or, for small
  *    merges, in the same launch by the producer warps of the last split of each (query, head
@@ -36,7 +36,8 @@
  *
  * Differences from the CPU reference (attention in double over the same binary32 values): scales
  * applied to f32 sums instead of elements, P rounded to bf16 for the tensor cores (against a
- * running maximum that may trail the scores by up to 2^8: advance_max), f32 sums.
+ * running maximum that may trail the scores by up to 2^8: advance_max), f32 sums, and split-K
+ * partial rows rounded to bf16 before the merge (the workspace, attend_consumer.cuh).
  * Entries with slot -1, past valid_len, or outside the cache count for nothing (the CPU entry
  * rejects out-of-range ids; a CUDA entry cannot read them without a sync).
  */
@@ -123,11 +124,11 @@ static __device__ __forceinline__ float merged_lse(float m, float sum) {
  * plans whose merge one CTA would read too slowly): one CTA of 128 threads a (query, head) row,
  * thread c owning columns 4c .. 4c + 3. Each thread issues its loads before it uses any: the
  * row's split lse values (threads < splits) and its partials, BATCH splits at a time, so a row
- * costs about one L2 round trip a batch. BATCH (merge_batch_for) is 4 up to 4 splits: the loads
- * in flight take registers, and with 16 (96 registers then) five CTAs fit an SM, so the 2048-4096
- * rows of a wide split plan took 3-6 waves; 16 up to 16 splits (8 measured slower than 16 at 8
- * splits); 32 above, one round trip where 16 took two (docs/performance-notes.md). (One warp a row, walking the splits one
- * load after another, was the largest part of a light call: docs/performance-notes.md.)
+ * costs about one L2 round trip a batch. BATCH (merge_batch_for) is 4 up to 4 splits: the loads in
+ * flight take registers (with f32 partials, BATCH 16 took 96 registers: five CTAs an SM, and the
+ * 2048-4096 rows of a wide split plan took 3-6 waves); 16 up to 16 splits (8 measured slower than
+ * 16 at 8 splits); 32 above, one round trip where 16 took two (docs/performance-notes.md). (One
+ * warp a row, walking the splits one load after another, was the largest part of a light call.)
  * Launched dependent on the attention grid (nvfp4_launch), so its launch overlaps that grid's
  * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
  * merge_if_last's: the outputs are bit-identical to the in-launch merge's. */
@@ -165,7 +166,8 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     for (int sp = 0; sp < splits; sp += BATCH) {
         if (sp > 0) {
 #pragma unroll
-            for (int j = 0; j < BATCH; j++) v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_uint2(0, 0);
+            for (int j = 0; j < BATCH; j++)
+                v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_uint2(0, 0);
         }
 #pragma unroll
         for (int j = 0; j < BATCH; j++) {
