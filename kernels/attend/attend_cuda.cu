@@ -430,7 +430,7 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
             ok = fit_ring(p, rb, 2 * 64 * 4, budget, 3, false);
         }
     }
-    const bool few = a->num_queries * a->num_heads <= 256;
+    const bool few = a->num_queries * a->num_heads < 256;
     for (int heads = a->num_heads <= 16 || few ? 16 : 32; !ok && heads >= 16; heads -= 16) {
         p = attend_plan();
         p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous;
