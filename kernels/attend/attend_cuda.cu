@@ -404,12 +404,8 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     }
     cudaError_t err = launch_plan(args, pl);
     if (err == cudaSuccess && merge_kernel) {
-        const int batch = merge_batch_for(pl.splits);
-        err = nvfp4_launch(batch == 4    ? nvfp4_attend_merge_kernel<4>
-                           : batch == 16 ? nvfp4_attend_merge_kernel<16>
-                                         : nvfp4_attend_merge_kernel<32>,
-                           (unsigned)rows, ATT_MERGE_THREADS, 0, args->stream, true, *args,
-                           (int)pl.splits);
+        err = nvfp4_launch(merge_kernel_for(pl.splits), (unsigned)rows, ATT_MERGE_THREADS, 0, args->stream, true,
+                           *args, (int)pl.splits);
     }
     nvfp4_cuda_result(result, err, "attend: kernel launch");
 }
@@ -449,9 +445,8 @@ extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block) {
      * first launch could otherwise fall inside a graph capture, which drivers before CUDA 12.3
      * refuse. */
     cudaFuncAttributes merge_attributes;
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, nvfp4_attend_merge_kernel<4>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, nvfp4_attend_merge_kernel<16>);
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, nvfp4_attend_merge_kernel<32>);
+    for (int splits : {4, 16, 64}) /* each of merge_kernel_for's instantiations */
+        if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, merge_kernel_for(splits));
     if (e != cudaSuccess) (void)cudaGetLastError();
     return e == cudaSuccess ? 0 : (int)e;
 }
