@@ -234,8 +234,9 @@ static attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
      * partials it beat 16- and 32-head groups at every light shape, e.g. 4 x 128 heads 17.9 against
      * 21.3 us); on 656 records from 32 queries x 64-head groups. Otherwise below 256 query-heads
      * 16-head groups (the most CTAs at work: more, shorter chains), from there 32 (fewer copies of
-     * the dequantisation, half the items: 8 queries x 32 heads 16.5 against 18.0 us). The thresholds are where the kinds cross in graph replays on the H200
-     * (docs/performance-notes.md, "plan by call size"). */
+     * the dequantisation, half the items: 8 queries x 32 heads 16.5 against 18.0 us). The
+     * thresholds are where the kinds cross in graph replays on the H200 (docs/performance-notes.md,
+     * "plan by call size" and "small batches, round 2"). */
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
     const bool wide_groups = wide_pairs(rb) || a->num_queries * ((a->num_heads + 63) / 64) >= 32;
