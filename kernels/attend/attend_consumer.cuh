@@ -39,6 +39,18 @@ static __device__ __forceinline__ float advance_max(float &m, float tile_max) {
 
 #define ATT_Q_CHUNKS (NVFP4_MLA_ROW_DIM / 8) /* 16-byte chunks of a Q row: 8 bf16 each */
 
+/* A 16-byte chunk of 8 bf16 latent values from dim order to the operand order the bit moves of the
+ * dequantisation give, (0,4,1,5,2,6,3,7), and back. Q is permuted on its way in, the staged
+ * accumulators of the wide kind on their way out. */
+static __device__ __forceinline__ uint4 to_operand_order(uint4 v) {
+    return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                      __byte_perm(v.y, v.w, 0x7632));
+}
+static __device__ __forceinline__ uint4 from_operand_order(uint4 v) {
+    return make_uint4(__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.z, v.w, 0x5410), __byte_perm(v.x, v.y, 0x7632),
+                      __byte_perm(v.z, v.w, 0x7632));
+}
+
 /* Loads the item's Q rows [head0, head0 + ROWS) (ROWS 16 or 32) into SW128 blocks of the operand
  * layout (one per 64 dims, `block_bytes` apart, local rows from row0), rows past the query's heads
  * as zeros, then permutes the latent chunks in place to the operand order. Thread t of a warpgroup
@@ -70,8 +82,7 @@ static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel
         for (int blk = 0; blk < ATT_LATENT_BLOCKS; blk++, dst += block_bytes) {
             uint4 *p = reinterpret_cast<uint4 *>(dst);
             const uint4 v = *p;
-            *p = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
-                            __byte_perm(v.y, v.w, 0x7632));
+            *p = to_operand_order(v);
         }
     }
     fence_proxy_async();
@@ -100,8 +111,7 @@ static __device__ __forceinline__ void load_q_chunks(const nvfp4_mla_attend_kern
         uint4 *p = reinterpret_cast<uint4 *>(qs + (ch >> 3) * block_bytes + swizzle_off(r, (ch & 7) * 8));
         uint4 v = *p;
         if (ch < NVFP4_MLA_LATENT_DIM / 8) /* a latent chunk */
-            v = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
-                           __byte_perm(v.y, v.w, 0x7632));
+            v = to_operand_order(v);
         *p = v;
     }
     fence_proxy_async();
@@ -187,7 +197,7 @@ static_assert(64 * ATT_STAGE_ROW <= ATT_TILE_BLOCKS * ATT_BLOCK, "wide: 64 stage
  * is 16-byte aligned with 8-element strides (the plugin checks it), and so is the workspace.
  * OPERAND_ORDER: the rows were staged in operand order (each 8-element chunk holding dims
  * (0,4,1,5,2,6,3,7), as the accumulators hold them), and each run is put back in dim order on its
- * way out (the inverse of load_q_rows's permutation). */
+ * way out (from_operand_order). */
 template <int ROWS, int NT, bool OPERAND_ORDER>
 static __device__ __forceinline__ void stage_flush(const item_out &o, const uint8_t *stage, int t) {
     constexpr int STEP = NT / 64, PER = ROWS / STEP, BATCH = PER < 8 ? PER : 8; /* 32 registers of loads */
@@ -205,9 +215,7 @@ static __device__ __forceinline__ void stage_flush(const item_out &o, const uint
         for (int k = 0; k < BATCH; k++) {
             if (row0 + STEP * (k0 + k) < o.heads)
                 *reinterpret_cast<uint4 *>(dst + (int64_t)STEP * (k0 + k) * o.out_head_stride) =
-                    OPERAND_ORDER ? make_uint4(__byte_perm(v[k].x, v[k].y, 0x5410), __byte_perm(v[k].z, v[k].w, 0x5410),
-                                               __byte_perm(v[k].x, v[k].y, 0x7632), __byte_perm(v[k].z, v[k].w, 0x7632))
-                                  : v[k];
+                    OPERAND_ORDER ? from_operand_order(v[k]) : v[k];
         }
     }
 }

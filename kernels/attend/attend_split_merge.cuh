@@ -14,13 +14,37 @@
 
 #define ATT_MERGE_BATCH 8 /* partial rows a thread of the in-launch merge has in flight (merge_if_last) */
 
-/* ---- split-K partials and their merge ----
- * The workspace's layout: attend_consumer.cuh (partial_rows, partial_lse_offset, counters_offset). */
-
 /* Four bf16 partial values (a uint2 of the partial O) as f32, in order. */
 static __device__ __forceinline__ float4 bf16x4_floats(uint2 v) {
     return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
                        __uint_as_float(v.y & 0xFFFF0000u));
+}
+
+/* The steps both merges share for a (row, 4 columns) of a thread, so that they keep the same
+ * arithmetic in the same order (their outputs are bit-identical):
+ * the partial runs of splits sp .. sp + BATCH - 1 (zeros past `splits`), every load issued before
+ * any is used; src is split 0's run, split_step the uint2s from one split's row to the next's; */
+template <int BATCH>
+static __device__ __forceinline__ void load_split_runs(uint2 *v, const uint2 *src, int64_t split_step, int sp,
+                                                       int splits) {
+#pragma unroll
+    for (int j = 0; j < BATCH; j++) v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_uint2(0, 0);
+}
+/* acc += weight[s] x run s for those splits below `splits`, in split order; */
+template <int BATCH>
+static __device__ __forceinline__ void accumulate_split_runs(float4 &acc, const uint2 *v, const float *weight, int sp,
+                                                             int splits) {
+#pragma unroll
+    for (int j = 0; j < BATCH; j++) {
+        if (sp + j >= splits) break;
+        const float w = weight[sp + j];
+        const float4 f = bf16x4_floats(v[j]);
+        acc.x += w * f.x, acc.y += w * f.y, acc.z += w * f.z, acc.w += w * f.w;
+    }
+}
+/* the merged run, acc times k (1 / the sum of the weights), as 4 bf16 at dst. */
+static __device__ __forceinline__ void store_merged_run(uint16_t *dst, float4 acc, float k) {
+    *reinterpret_cast<uint2 *>(dst) = make_uint2(bf16_pair(acc.x * k, acc.y * k), bf16_pair(acc.z * k, acc.w * k));
 }
 
 /* An arrival counter is a 64-bit word: a 48-bit tag over a 16-bit count of the splits that have
@@ -79,8 +103,7 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     const int64_t split_step = stride * (NVFP4_MLA_LATENT_DIM / 4); /* uint2s from one split's row to the next's */
     const float l = c < splits ? __ldcg(partial_lse + c * stride + row) : -INFINITY;
     uint2 v[BATCH];
-#pragma unroll
-    for (int j = 0; j < BATCH; j++) v[j] = j < splits ? __ldcg(src + j * split_step) : make_uint2(0, 0);
+    load_split_runs<BATCH>(v, src, split_step, 0, splits);
     float m = l; /* the row's largest lse: threads 0 .. 63 hold them */
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
@@ -93,23 +116,12 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     for (int sp = 0; sp < splits; sp++) sum += weight[sp];
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int sp = 0; sp < splits; sp += BATCH) {
-        if (sp > 0) {
-#pragma unroll
-            for (int j = 0; j < BATCH; j++)
-                v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_uint2(0, 0);
-        }
-#pragma unroll
-        for (int j = 0; j < BATCH; j++) {
-            if (sp + j >= splits) break;
-            const float w = weight[sp + j];
-            const float4 f = bf16x4_floats(v[j]);
-            acc.x += w * f.x, acc.y += w * f.y, acc.z += w * f.z, acc.w += w * f.w;
-        }
+        if (sp > 0) load_split_runs<BATCH>(v, src, split_step, sp, splits);
+        accumulate_split_runs<BATCH>(acc, v, weight, sp, splits);
     }
-    const float k = sum > 0.0f ? 1.0f / sum : 0.0f;
     const int64_t qi = row / a.num_heads, head = row % a.num_heads;
-    uint16_t *dst = a.out + qi * a.out_stride_token + head * a.out_stride_head + 4 * c;
-    *reinterpret_cast<uint2 *>(dst) = make_uint2(bf16_pair(acc.x * k, acc.y * k), bf16_pair(acc.z * k, acc.w * k));
+    store_merged_run(a.out + qi * a.out_stride_token + head * a.out_stride_head + 4 * c, acc,
+                     sum > 0.0f ? 1.0f / sum : 0.0f);
     if (a.lse && c == 0) a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] = merged_lse(m, sum);
 }
 
@@ -179,20 +191,10 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int sp = 0; sp < splits; sp += ATT_MERGE_BATCH) {
             uint2 v[ATT_MERGE_BATCH];
-#pragma unroll
-            for (int j = 0; j < ATT_MERGE_BATCH; j++)
-                v[j] = sp + j < splits ? __ldcg(src + (sp + j) * split_step) : make_uint2(0, 0);
-#pragma unroll
-            for (int j = 0; j < ATT_MERGE_BATCH; j++) {
-                if (sp + j >= splits) break;
-                const float w = weight[r * 64 + sp + j];
-                const float4 f = bf16x4_floats(v[j]);
-                acc.x += w * f.x, acc.y += w * f.y, acc.z += w * f.z, acc.w += w * f.w;
-            }
+            load_split_runs<ATT_MERGE_BATCH>(v, src, split_step, sp, splits);
+            accumulate_split_runs<ATT_MERGE_BATCH>(acc, v, weight + r * 64, sp, splits);
         }
-        const float k = scale[r];
-        uint16_t *dst = a.out + s.q * a.out_stride_token + (head0 + r) * a.out_stride_head + 4 * c;
-        *reinterpret_cast<uint2 *>(dst) = make_uint2(bf16_pair(acc.x * k, acc.y * k), bf16_pair(acc.z * k, acc.w * k));
+        store_merged_run(a.out + s.q * a.out_stride_token + (head0 + r) * a.out_stride_head + 4 * c, acc, scale[r]);
     }
 }
 
