@@ -51,24 +51,42 @@ static inline bool nvfp4_cuda_guard_ok(const nvfp4_device_guard &guard, nvfp4_ml
     return false;
 }
 
-/* Launches `kernel` on `stream`; `dependent`: with programmatic stream serialisation, so that the
- * grid may begin while the stream's previous grid finishes. A kernel launched that way calls
- * pdl_wait (sm90_cuda.cuh) before it touches memory that grid may write or read; stream capture
- * records the dependency as a programmatic graph edge. Returns the launch's error. */
+/* Launches `kernel` on `stream` in clusters of `cluster` CTAs along x (1: no cluster; more needs a
+ * grid of whole clusters, and past 8 the kernel's non-portable cluster attribute); `dependent`:
+ * with programmatic stream serialisation, so that the grid may begin while the stream's previous
+ * grid finishes. A kernel launched that way calls pdl_wait (sm90_cuda.cuh) before it touches
+ * memory that grid may write or read; stream capture records the dependency as a programmatic
+ * graph edge. Returns the launch's error. */
 template <typename... Params, typename... Args>
-static inline cudaError_t nvfp4_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, void *stream,
-                                       bool dependent, Args &&...args) {
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
+static inline cudaError_t nvfp4_launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                                 void *stream, bool dependent, int cluster, Args &&...args) {
+    cudaLaunchAttribute attributes[2];
+    int count = 0;
+    if (dependent) {
+        attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+        attributes[count].id = cudaLaunchAttributeClusterDimension;
+        attributes[count].val.clusterDim.x = (unsigned)cluster;
+        attributes[count].val.clusterDim.y = 1;
+        attributes[count++].val.clusterDim.z = 1;
+    }
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = (cudaStream_t)stream;
-    config.attrs = &attribute;
-    config.numAttrs = dependent ? 1 : 0;
+    config.attrs = attributes;
+    config.numAttrs = count;
     return cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
+}
+
+/* nvfp4_launch_clustered without clusters. */
+template <typename... Params, typename... Args>
+static inline cudaError_t nvfp4_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, void *stream,
+                                       bool dependent, Args &&...args) {
+    return nvfp4_launch_clustered(kernel, grid, block, smem, stream, dependent, 1, static_cast<Args &&>(args)...);
 }
 
 /* A grid of `blocks` CTAs fits one launch; else INVALID_ARGUMENT naming `count` `items` of `op`. */

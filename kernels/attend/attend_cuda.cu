@@ -43,6 +43,8 @@
  */
 #include <cuda_runtime.h>
 #include <math.h>
+
+#include <atomic>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,6 +316,28 @@ struct kind_merges_in_launch {
  * unsplit item of 32 tiles at batch 128, same-process A/B; docs/performance-notes.md). */
 #define ATT_ROW_Q_TILES 8
 
+/* ---- placement: split grids in clusters of 4 ----
+ * A split grid (one item a CTA, at most one CTA an SM) launches in clusters of 4 consecutive CTAs
+ * when the device runs all of the grid's clusters at once. The kernel does not use the cluster:
+ * the dimension only tells the scheduler to place 4 CTAs in one GPC. In graph replays on the H200
+ * this measured 0.4-0.7 us faster in 6 of 8 light cells (e.g. 4 x 64 heads 13.3 against 13.8-14.0
+ * us), slower in none (docs/performance-notes.md, "small batches, round 3"). With clusters of 16
+ * the same grid ran 0.6 us slower. The H200 runs 30 clusters of 4 at once, not 33: a grid whose
+ * clusters do not all fit would wait a wave, so it launches without them.
+ * quad_clusters_of[d]: the clusters of 4 attend CTAs device d runs at once, counted once a context
+ * by nvfp4_mla_attend_cuda_prepare; 0 until then, or when the count fails. Every context of a device
+ * stores the least count it saw. The count depends only on the device and the shared memory, so
+ * the launch reads it here and the kernels' arguments stay as they are. */
+#define ATT_QUAD 4
+#define ATT_PLACEMENT_DEVICES 64
+static std::atomic<int> quad_clusters_of[ATT_PLACEMENT_DEVICES];
+
+static int placement_cluster(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
+    if (pl.splits <= 1 || pl.grid % ATT_QUAD != 0 || a->device_index < 0 || a->device_index >= ATT_PLACEMENT_DEVICES)
+        return 1;
+    return pl.grid / ATT_QUAD <= quad_clusters_of[a->device_index].load(std::memory_order_relaxed) ? ATT_QUAD : 1;
+}
+
 /* A split attention grid (the light calls, where the chain of launches is the time) is launched
  * dependent on the stream's previous grid (nvfp4_launch): its barrier set-up and register
  * reallocation overlap that grid's tail, and in a graph its node's launch does (the kernel waits,
@@ -322,18 +346,19 @@ struct kind_merges_in_launch {
 template <int KIND, int RB>
 static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
     const bool dependent = pl.splits > 1;
+    const int cluster = placement_cluster(a, pl);
     if constexpr (kind_merges_in_launch<KIND>::value) {
         if (pl.one_launch)
-            return nvfp4_launch(nvfp4_attend_kernel<KIND, RB, true>, pl.grid, pl.threads, pl.bytes, a->stream,
-                                dependent, *a, pl);
+            return nvfp4_launch_clustered(nvfp4_attend_kernel<KIND, RB, true>, pl.grid, pl.threads, pl.bytes,
+                                          a->stream, dependent, cluster, *a, pl);
     }
     if constexpr (KIND == KIND_WIDE) {
         if (pl.tiles_per_split <= ATT_ROW_Q_TILES)
-            return nvfp4_launch(nvfp4_attend_kernel<KIND, RB, false, true>, pl.grid, pl.threads, pl.bytes, a->stream,
-                                dependent, *a, pl);
+            return nvfp4_launch_clustered(nvfp4_attend_kernel<KIND, RB, false, true>, pl.grid, pl.threads, pl.bytes,
+                                          a->stream, dependent, cluster, *a, pl);
     }
-    return nvfp4_launch(nvfp4_attend_kernel<KIND, RB, false>, pl.grid, pl.threads, pl.bytes, a->stream, dependent,
-                        *a, pl);
+    return nvfp4_launch_clustered(nvfp4_attend_kernel<KIND, RB, false>, pl.grid, pl.threads, pl.bytes, a->stream,
+                                  dependent, cluster, *a, pl);
 }
 
 template <int RB>
@@ -435,8 +460,39 @@ static cudaError_t allow_smem_rb(int bytes) {
     return e;
 }
 
+/* Counts the clusters of 4 CTAs of the wide kind (the most registers and shared memory a CTA of
+ * any kind: one an SM at the full opt-in size) the current device runs at once with
+ * `smem_per_block` bytes, into quad_clusters_of (the least count any context saw; 0 on failure). */
+static void count_quad_clusters(int smem_per_block) {
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= ATT_PLACEMENT_DEVICES) {
+        (void)cudaGetLastError();
+        return;
+    }
+    cudaLaunchAttribute dim;
+    dim.id = cudaLaunchAttributeClusterDimension;
+    dim.val.clusterDim.x = ATT_QUAD, dim.val.clusterDim.y = 1, dim.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(ATT_QUAD);
+    config.blockDim = dim3(kind_threads<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368>::total);
+    config.dynamicSmemBytes = (size_t)smem_per_block;
+    config.attrs = &dim;
+    config.numAttrs = 1;
+    int count = 0;
+    if (cudaOccupancyMaxActiveClusters(&count, nvfp4_attend_kernel<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368, false, true>,
+                                       &config) != cudaSuccess) {
+        (void)cudaGetLastError();
+        count = 0;
+    }
+    int seen = quad_clusters_of[device].load(std::memory_order_relaxed);
+    while ((seen == 0 || count < seen) &&
+           !quad_clusters_of[device].compare_exchange_weak(seen, count, std::memory_order_relaxed)) {
+    }
+}
+
 /* Lets every attend kernel use `smem_per_block` bytes of dynamic shared memory on the current
- * device (called by the context's init with its device selected; a per-function attribute). */
+ * device (called by the context's init with its device selected; a per-function attribute), and
+ * counts its clusters of 4 (count_quad_clusters). */
 extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block) {
     cudaError_t e = allow_smem_rb<368>(smem_per_block);
     if (e == cudaSuccess) e = allow_smem_rb<432>(smem_per_block);
@@ -449,5 +505,6 @@ extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block) {
     for (int splits : {4, 16, 64}) /* each of merge_kernel_for's instantiations */
         if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, merge_kernel_for(splits));
     if (e != cudaSuccess) (void)cudaGetLastError();
+    else count_quad_clusters(smem_per_block);
     return e == cudaSuccess ? 0 : (int)e;
 }
