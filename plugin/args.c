@@ -110,8 +110,8 @@ nvfp4_mla_status_t nvfp4_check_tensor(const nvfp4_mla_tensor_t *t, const nvfp4_t
 nvfp4_mla_status_t nvfp4_check_dim(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *r, int dim, int64_t want,
                                    const char *why) {
     if (t->shape[dim] != want) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: %s: shape[%d] is %lld, must be %lld (%s)", r->op, r->name,
-                          dim, (long long)t->shape[dim], (long long)want, why);
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: %s: shape[%d] is %lld, must be %lld (%s)", r->op,
+                          r->name, dim, (long long)t->shape[dim], (long long)want, why);
     }
     return NVFP4_MLA_OK;
 }
@@ -183,7 +183,8 @@ nvfp4_mla_status_t nvfp4_check_mode(const char *op, uint64_t op_cap, uint32_t la
     switch (nvfp4_mla_mode_check(op_cap, layout, scale_mode, outer_scale)) {
     case NVFP4_MLA_MODE_OK: return NVFP4_MLA_OK;
     case NVFP4_MLA_MODE_UNKNOWN_LAYOUT:
-        return nvfp4_fail(bad, "%s: layout is %u, must be 1 (fp8_rope_368), 2 (bf16_rope_432)%s", op, layout, attend_too);
+        return nvfp4_fail(bad, "%s: layout is %u, must be 1 (fp8_rope_368), 2 (bf16_rope_432)%s", op, layout,
+                          attend_too);
     case NVFP4_MLA_MODE_LAYOUT_NOT_FOR_OP:
         return nvfp4_fail(bad, "%s: layout %u (%s) is read by attend only; %s takes 1 (fp8_rope_368) or 2 "
                                "(bf16_rope_432)", op, layout, nvfp4_mla_layout_name(layout), op);
@@ -233,7 +234,8 @@ nvfp4_mla_status_t nvfp4_check_cache(const nvfp4_mla_tensor_t *c, const nvfp4_te
                           r->op, r->name, (long long)capacity);
     }
     if (c->device_type == NVFP4_MLA_DEVICE_CUDA && (((uintptr_t)c->data % 16) || (c->strides[0] % 16))) {
-        return nvfp4_fail(bad, "%s: %s: CUDA caches need a 16-byte aligned base and block stride (base %p, stride %lld)",
+        return nvfp4_fail(bad,
+                          "%s: %s: CUDA caches need a 16-byte aligned base and block stride (base %p, stride %lld)",
                           r->op, r->name, c->data, (long long)c->strides[0]);
     }
     g->record_bytes = bytes;

@@ -197,7 +197,8 @@ static nvfp4_mla_status_t get_number_array(const cJSON *object, const char *key,
         }
     }
     if (count != n) {
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"%s\" has %u entries, \"num_layers\" says %u", origin, key, count, n);
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"%s\" has %u entries, \"num_layers\" says %u", origin, key, count,
+                          n);
     }
     *first = array->child;
     return NVFP4_MLA_OK;
@@ -251,16 +252,17 @@ nvfp4_mla_status_t nvfp4_calibration_from_json(const cJSON *object, const char *
         /* A usable scale is a positive normal float: its reciprocal is then finite (spec 4.1). */
         if (!isfinite(s) || s <= 0 || !isnormal(f)) {
             free(scales);
-            return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"scales\"[%u] = %g must be finite, positive and a normal float",
-                              origin, l, s);
+            return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
+                              "%s: \"scales\"[%u] = %g must be finite, positive and a normal float", origin, l, s);
         }
         if (max_abs_item) {
             double m = max_abs_item->valuedouble;
             if (!isfinite(m) || fabs(m / NVFP4_CALIBRATION_DENOMINATOR - s) > NVFP4_CALIBRATION_REL_TOLERANCE * s) {
                 free(scales);
-                return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
-                                  "%s: \"max_abs\"[%u] = %g disagrees with \"scales\"[%u] = %g (expected max_abs / 2688)",
-                                  origin, l, m, l, s);
+                return nvfp4_fail(
+                    NVFP4_MLA_ERR_CONFIG,
+                    "%s: \"max_abs\"[%u] = %g disagrees with \"scales\"[%u] = %g (expected max_abs / 2688)", origin, l,
+                    m, l, s);
             }
             max_abs_item = max_abs_item->next;
         }

@@ -338,7 +338,8 @@ nvfp4_mla_status_t nvfp4_config_info(const nvfp4_mla_config_t *cfg, nvfp4_mla_co
 nvfp4_mla_status_t nvfp4_config_layer_scale(const nvfp4_mla_config_t *cfg, uint32_t layer, float *scale_out) {
     nvfp4_clear_error();
     if (!cfg || !scale_out) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_layer_scale: %s is NULL", cfg ? "scale_out" : "config");
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_layer_scale: %s is NULL",
+                          cfg ? "scale_out" : "config");
     }
     if (cfg->info.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN) {
         *scale_out = 0.0f;

@@ -61,7 +61,8 @@ static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx, const char *const 
     return NVFP4_MLA_OK;
 #else
     (void)environ;
-    snprintf(ctx->backend_note, sizeof ctx->backend_note, "this build has no CUDA backend (built with -Dcuda=disabled or no toolkit)");
+    snprintf(ctx->backend_note, sizeof ctx->backend_note,
+             "this build has no CUDA backend (built with -Dcuda=disabled or no toolkit)");
     return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "init: CUDA device %d requested, but %s", ctx->device_index,
                       ctx->backend_note);
 #endif

@@ -47,7 +47,8 @@ static void refusal(const char *text, size_t len, const char *end, char *out, si
         snprintf(out, out_size, "is empty (no JSON value)");
     } else if (at < len && (text[at] == '[' || text[at] == '{') &&
                depth_at(text, at, &open_string) >= CJSON_NESTING_LIMIT) {
-        snprintf(out, out_size, "nests arrays and objects more than %d deep at byte offset %zu (the JSON reader's limit)",
+        snprintf(out, out_size,
+                 "nests arrays and objects more than %d deep at byte offset %zu (the JSON reader's limit)",
                  CJSON_NESTING_LIMIT, at);
     } else if ((open_string < len && at >= open_string) || (at + 1 >= last && open_at_end > 0)) {
         /* the refusal falls in a string the text never closes, or on its last byte with brackets open */

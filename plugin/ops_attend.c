@@ -32,7 +32,8 @@ static nvfp4_mla_status_t check_header(const nvfp4_mla_context_t *ctx, const nvf
 static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *a) {
     nvfp4_tensor_rule_t r = rule(ctx, "q", NVFP4_MLA_DTYPE_BF16, 3);
     nvfp4_mla_status_t st;
-    if ((st = nvfp4_check_tensor(&a->q, &r)) || (st = nvfp4_check_dim(&a->q, &r, 2, NVFP4_MLA_ROW_DIM, "576 = 512 + 64"))) {
+    if ((st = nvfp4_check_tensor(&a->q, &r)) ||
+        (st = nvfp4_check_dim(&a->q, &r, 2, NVFP4_MLA_ROW_DIM, "576 = 512 + 64"))) {
         return st;
     }
     const int64_t nq = a->q.shape[0], heads = a->q.shape[1];
@@ -127,9 +128,10 @@ static nvfp4_mla_status_t check_cpu_values(const nvfp4_mla_attend_kernel_args_t 
         for (int64_t e = 0; e < k->topk; e++) {
             int32_t slot = k->slots[q * k->slot_stride + e];
             if (slot != -1 && (slot < 0 || slot >= k->capacity)) {
-                return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
-                                  "attend: slots[%lld, %lld] = %d is neither -1 nor in [0, %lld) (the cache's capacity)",
-                                  (long long)q, (long long)e, slot, (long long)k->capacity);
+                return nvfp4_fail(
+                    NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                    "attend: slots[%lld, %lld] = %d is neither -1 nor in [0, %lld) (the cache's capacity)",
+                    (long long)q, (long long)e, slot, (long long)k->capacity);
             }
         }
     }

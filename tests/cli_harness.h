@@ -114,7 +114,8 @@ static inline int leftovers(const char *dir) {
     DIR *d = opendir(path);
     assert_non_null(d);
     int n = 0;
-    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     closedir(d);
     return n;
 }

@@ -40,7 +40,8 @@ static void encode_656(const uint16_t *row, uint8_t *rec) {
         for (int i = 0; i < 128; i++) amax = fmaxf(amax, fabsf(nvfp4_bf16_to_f32(row[tile * 128 + i])));
         float scale = fmaxf(amax / 448.0f, 0x1p-126f);
         memcpy(rec + 512 + 4 * tile, &scale, 4);
-        for (int i = 0; i < 128; i++) rec[tile * 128 + i] = nvfp4_e4m3_encode(nvfp4_bf16_to_f32(row[tile * 128 + i]) / scale);
+        for (int i = 0; i < 128; i++)
+            rec[tile * 128 + i] = nvfp4_e4m3_encode(nvfp4_bf16_to_f32(row[tile * 128 + i]) / scale);
     }
     memcpy(rec + 528, row + 512, 128);
 }
@@ -145,7 +146,8 @@ static void check_against_reference(world_t *w, int with_valid) {
             for (int i = 0; i < 512; i++) {
                 double want = n ? o[i] / l : 0.0;
                 double err = fabs(nvfp4_bf16_to_f32(got[i]) - want);
-                if (err > 1e-3 + 4e-3 * fabs(want)) fail_msg("q %d h %d i %d: got %g want %g", q, h, i, (double)nvfp4_bf16_to_f32(got[i]), want);
+                if (err > 1e-3 + 4e-3 * fabs(want))
+                    fail_msg("q %d h %d i %d: got %g want %g", q, h, i, (double)nvfp4_bf16_to_f32(got[i]), want);
             }
             float want_lse = n ? (float)(m + log(l)) : -INFINITY;
             if (n) assert_true(fabsf(lse[q * H + h] - want_lse) <= 1e-5f * fabsf(want_lse) + 1e-6f);
@@ -213,7 +215,8 @@ static void attend_should_reject_bad_arguments_by_name(void **state) {
         }
         memset(out, 0x5A, sizeof out);
         assert_int_equal(nvfp4_op_attend(ctx, &a), NVFP4_MLA_ERR_INVALID_ARGUMENT);
-        if (!strstr(nvfp4_last_error(), needles[c])) fail_msg("case %d: \"%s\" lacks \"%s\"", c, nvfp4_last_error(), needles[c]);
+        if (!strstr(nvfp4_last_error(), needles[c]))
+            fail_msg("case %d: \"%s\" lacks \"%s\"", c, nvfp4_last_error(), needles[c]);
         for (size_t i = 0; i < sizeof out / 2; i++) assert_int_equal(out[i], 0x5A5A);
     }
     uint64_t bytes = 7;

@@ -74,17 +74,23 @@ static void calibrate_should_envelope_ranks_and_load_through_the_plugin(void **s
     const char *rank1 = "[0.49, 2.05, 1.0]";
     write_file("rank0.csv", rank0, strlen(rank0));
     write_file("rank1.json", rank1, strlen(rank1));
-    assert_int_equal(run(NULL, "calibrate --out %s/cal.json --model m --dataset d --hook h --created-utc 2026-11-29T00:00:00+00:00 "
-                         "%s/rank0.csv %s/rank1.json", tmp, tmp, tmp), 0);
+    assert_int_equal(
+        run(NULL,
+            "calibrate --out %s/cal.json --model m --dataset d --hook h --created-utc 2026-11-29T00:00:00+00:00 "
+            "%s/rank0.csv %s/rank1.json",
+            tmp, tmp, tmp),
+        0);
     assert_non_null(strstr(out_text, "2 ranks, 3 layers; worst rank disagreement 2.44% (layer 1)"));
-    assert_non_null(strstr(out_text, "loader check: 3 layers, cache identity nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:"));
+    assert_non_null(
+        strstr(out_text, "loader check: 3 layers, cache identity nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:"));
     char path[4096], text[8192];
     snprintf(path, sizeof path, "%s/cal.json", tmp);
     slurp(path, text, sizeof text);
     assert_non_null(strstr(text, "\"max_abs\":\t[0.5, 2.05, 1]"));
     assert_non_null(strstr(text, "\"model\":\t\"m\""));
     assert_non_null(strstr(text, "\"created_utc\":\t\"2026-11-29T00:00:00+00:00\""));
-    assert_int_equal(run(NULL, "calibrate --out %s/c2.json --tolerance 0.01 %s/rank0.csv %s/rank1.json", tmp, tmp, tmp), 1);
+    assert_int_equal(run(NULL, "calibrate --out %s/c2.json --tolerance 0.01 %s/rank0.csv %s/rank1.json", tmp, tmp, tmp),
+                     1);
     assert_non_null(strstr(err_text, "ranks disagree by 2.44% at layer 1, more than --tolerance 1%"));
     write_file("bad.csv", "0,0.5\n0,0.6\n", 12);
     assert_int_equal(run(NULL, "calibrate --out %s/c3.json %s/bad.csv", tmp, tmp), 1);
@@ -116,8 +122,9 @@ static void probe_should_apply_the_boolean_rule(void **state) {
     (void)state;
     assert_int_equal(run("VLLM_NVFP4_MLA_DYNAMIC_SCALE=true KV_FP8_ROPE=TRUE", "probe"), 0);
     assert_non_null(strstr(out_text, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1"));
-    expect_failure(run("VLLM_NVFP4_MLA_DYNAMIC_SCALE=yes KV_FP8_ROPE=1", "probe"),
-                   "configuration refused: VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"yes\" is not a boolean: use 1 or true for on");
+    expect_failure(
+        run("VLLM_NVFP4_MLA_DYNAMIC_SCALE=yes KV_FP8_ROPE=1", "probe"),
+        "configuration refused: VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"yes\" is not a boolean: use 1 or true for on");
     /* Issue 37: the scales file is read stripped, as vLLM reads it; "  " is none (test_cli_closed.c). */
     assert_int_equal(run("VLLM_NVFP4_MLA_SCALES_FILE='  '", "probe"), 0);
 }
@@ -233,10 +240,13 @@ static void flags_should_parse_strictly(void **state) {
         expect_failure(run(NULL, "encode --layout 368 --mode static %s %s/in.bf16 %s/x.bin", cases[c].args, tmp, tmp),
                        cases[c].needle);
     }
-    expect_failure(run(NULL, "inspect --layout 368 --tokens abc %s/in.bf16", tmp), "--tokens is \"abc\": not an integer");
+    expect_failure(run(NULL, "inspect --layout 368 --tokens abc %s/in.bf16", tmp),
+                   "--tokens is \"abc\": not an integer");
     expect_failure(run(NULL, "quality --tokens abc"), "--tokens is \"abc\": not an integer");
-    expect_failure(run(NULL, "quality --tokens 1"), "--tokens is \"1\": out of range, must be an integer in [2, 65536]");
-    expect_failure(run(NULL, "quality --tokens 99999999999999999999"), "out of range, must be an integer in [2, 65536]");
+    expect_failure(run(NULL, "quality --tokens 1"),
+                   "--tokens is \"1\": out of range, must be an integer in [2, 65536]");
+    expect_failure(run(NULL, "quality --tokens 99999999999999999999"),
+                   "out of range, must be an integer in [2, 65536]");
     expect_failure(run(NULL, "quality --seed xyz"), "--seed is \"xyz\": not an integer");
     expect_failure(run(NULL, "quality --seed -1"), "--seed is \"-1\": out of range");
     expect_failure(run(NULL, "quality --seed 1 --seed 2"), "--seed is given twice");
@@ -264,8 +274,10 @@ static void demo_and_quality_should_work_from_any_folder(void **state) {
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "cd '%s' && TMPDIR='%s' ", where, where);
     assert_int_equal(run_tool(cmd, tool, "demo"), 0);
-    assert_non_null(strstr(out_text, "magnitude profile: built-in glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json (78 layers)"));
-    assert_non_null(strstr(out_text, "static-calibrated-v1:52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"));
+    assert_non_null(
+        strstr(out_text, "magnitude profile: built-in glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json (78 layers)"));
+    assert_non_null(
+        strstr(out_text, "static-calibrated-v1:52462f01e0559e987e171702ad26e40e0bfb39d7d944d07af96c001f5e62b9c9"));
     assert_int_equal(run_tool(cmd, tool, "quality --tokens 16 --json q.json"), 0);
     char json[4300];
     snprintf(json, sizeof json, "%s/q.json", where);
@@ -301,7 +313,8 @@ static void probe_json_should_give_a_machine_readable_reason(void **state) {
         snprintf(env, sizeof env, cases[c].env_fmt, mocks);
         assert_int_equal(run(env, "probe --json"), 1);
         snprintf(want, sizeof want, "\"reason\":\t\"%s\"", cases[c].reason);
-        if (!strstr(out_text, want) || !strstr(out_text, "\"message\":\t\"") || !strstr(out_text, "\"accepted\":\tfalse"))
+        if (!strstr(out_text, want) || !strstr(out_text, "\"message\":\t\"") ||
+            !strstr(out_text, "\"accepted\":\tfalse"))
             fail_msg("case %zu: %s lacks %s, a message or accepted false", c, out_text, want);
     }
 }
@@ -337,7 +350,8 @@ static void writer_policy_should_be_selectable_from_the_tools(void **state) {
     (void)state;
     make_tokens(2.0);
     assert_int_equal(run(NULL, "encode --layout 368 --mode per-token %s/in.bf16 %s/rtn.bin", tmp, tmp), 0);
-    assert_int_equal(run(NULL, "encode --layout 368 --mode per-token --policy rtn %s/in.bf16 %s/rtn2.bin", tmp, tmp), 0);
+    assert_int_equal(run(NULL, "encode --layout 368 --mode per-token --policy rtn %s/in.bf16 %s/rtn2.bin", tmp, tmp),
+                     0);
     assert_int_equal(run(NULL, "encode --layout 368 --mode per-token --policy mse %s/in.bf16 %s/mse.bin", tmp, tmp), 0);
     char rtn[T * 368], rtn2[T * 368], mse[T * 368], path[4096];
     snprintf(path, sizeof path, "%s/rtn.bin", tmp), slurp(path, rtn, sizeof rtn);
@@ -351,8 +365,9 @@ static void writer_policy_should_be_selectable_from_the_tools(void **state) {
     assert_true(latent_error("mse.bf16") < 0.95 * latent_error("rtn.bf16"));
     expect_failure(run(NULL, "encode --layout 368 --mode static --policy 4over6 %s/in.bf16 %s/x.bin", tmp, tmp),
                    "--policy is \"4over6\", must be one of: rtn, mse");
-    expect_failure(run(NULL, "encode --layout 368 --mode static --policy mse --policy rtn %s/in.bf16 %s/x.bin", tmp, tmp),
-                   "--policy is given twice");
+    expect_failure(
+        run(NULL, "encode --layout 368 --mode static --policy mse --policy rtn %s/in.bf16 %s/x.bin", tmp, tmp),
+        "--policy is given twice");
     expect_failure(run(NULL, "decode --layout 368 --mode static --policy mse %s/rtn.bin %s/x.bf16", tmp, tmp),
                    "unknown flag --policy");
     expect_failure(run(NULL, "quality --policy MSE"), "--policy is \"MSE\", must be one of: rtn, mse");
@@ -371,7 +386,8 @@ static void writer_policy_should_be_selectable_from_the_tools(void **state) {
     assert_int_equal(run(NULL, "demo"), 0);
     assert_non_null(strstr(out_text, "per-token-mse"));
     char line[128]; /* the same identity as per-token with rtn: readers do not change */
-    snprintf(line, sizeof line, "%-34s %s\n", "per-token, writer policy mse:", "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+    snprintf(line, sizeof line, "%-34s %s\n",
+             "per-token, writer policy mse:", "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
     assert_non_null(strstr(out_text, line));
 }
 
@@ -393,7 +409,8 @@ static void probe_should_show_and_check_the_writer_policy(void **state) {
     const char *mocks = getenv("NVFP4_MLA_MOCK_DIR");
     snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_old_minor.so", mocks);
     assert_int_equal(run(env, "probe"), 0);
-    assert_non_null(strstr(out_text, "writer policy         rtn (the plugin predates writer policies) (available: rtn;"));
+    assert_non_null(
+        strstr(out_text, "writer policy         rtn (the plugin predates writer policies) (available: rtn;"));
     snprintf(env, sizeof env, "NVFP4_MLA_PLUGIN=%s/libmock_old_minor.so NVFP4_MLA_WRITER_POLICY=mse", mocks);
     expect_failure(run(env, "probe --json"), "(ABI 1.0) has no writer policies, but NVFP4_MLA_WRITER_POLICY=\"mse\" "
                                              "asks for one");

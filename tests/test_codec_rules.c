@@ -33,7 +33,8 @@ static uint16_t *random_tokens(int64_t count, double sigma) {
 }
 
 static nvfp4_mla_write_args_t write_args(const uint16_t *tokens, int64_t count, int64_t *slots, uint8_t *cache,
-                                         int64_t blocks, int64_t block_size, int32_t bytes, uint32_t mode, float scale) {
+                                         int64_t blocks, int64_t block_size, int32_t bytes, uint32_t mode,
+                                         float scale) {
     nvfp4_mla_write_args_t w = {
         .struct_size = sizeof w,
         .layout = bytes == 368 ? NVFP4_MLA_LAYOUT_FP8_ROPE_368 : NVFP4_MLA_LAYOUT_BF16_ROPE_432,
@@ -307,9 +308,17 @@ static void gather_should_zero_unused_slots_and_reject_out_of_range(void **state
     assert_int_equal(nvfp4_op_write(ctx, &w), NVFP4_MLA_OK);
     int32_t g_slots[3] = {2, -1, 0};
     memset(rows, 0xFF, sizeof rows);
-    nvfp4_mla_gather_args_t g = {sizeof g, w.layout, NVFP4_MLA_SCALE_PER_TOKEN, 0, 0.0f, 0, w.cache,
-                                 tu_vec(g_slots, NVFP4_MLA_DTYPE_I32, 3), tu_rows(rows, NVFP4_MLA_DTYPE_BF16, 3, 576, 576),
-                                 NULL, {0}};
+    nvfp4_mla_gather_args_t g = {sizeof g,
+                                 w.layout,
+                                 NVFP4_MLA_SCALE_PER_TOKEN,
+                                 0,
+                                 0.0f,
+                                 0,
+                                 w.cache,
+                                 tu_vec(g_slots, NVFP4_MLA_DTYPE_I32, 3),
+                                 tu_rows(rows, NVFP4_MLA_DTYPE_BF16, 3, 576, 576),
+                                 NULL,
+                                 {0}};
     assert_int_equal(nvfp4_op_gather(ctx, &g), NVFP4_MLA_OK);
     assert_true(tu_all_zero((uint8_t *)(rows + 576), 576 * 2));
     assert_false(tu_all_zero((uint8_t *)rows, 576 * 2));
@@ -343,7 +352,8 @@ static void operations_should_apply_the_records_mode_rule(void **state) {
         {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC, -2.0f, "outer_scale is -2, must be a positive normal"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int32_t rb = (int32_t)(nvfp4_mla_record_bytes(cases[c].layout) ? nvfp4_mla_record_bytes(cases[c].layout) : 368);
+        const int32_t rb =
+            (int32_t)(nvfp4_mla_record_bytes(cases[c].layout) ? nvfp4_mla_record_bytes(cases[c].layout) : 368);
         nvfp4_mla_gather_args_t g = {sizeof g, cases[c].layout, cases[c].mode, 0, cases[c].scale, 0,
                                      tu_cache(cache, 1, 1, rb, rb), tu_vec(&slot, NVFP4_MLA_DTYPE_I32, 1),
                                      tu_rows(row, NVFP4_MLA_DTYPE_BF16, 1, 576, 576), NULL, {0}};
@@ -354,8 +364,9 @@ static void operations_should_apply_the_records_mode_rule(void **state) {
     }
     assert_int_equal(nvfp4_mla_mode_check(NVFP4_MLA_CAP_OP_ATTEND, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656,
                                           NVFP4_MLA_SCALE_STATIC, 1.0f), NVFP4_MLA_MODE_OK);
-    assert_true(nvfp4_mla_caps_needed(NVFP4_MLA_CAP_OP_GATHER, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN) &
-                NVFP4_MLA_CAP_READ_LATENT_SCALE_PER_TOKEN); /* gather is a reader too */
+    assert_true(
+        nvfp4_mla_caps_needed(NVFP4_MLA_CAP_OP_GATHER, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN) &
+        NVFP4_MLA_CAP_READ_LATENT_SCALE_PER_TOKEN); /* gather is a reader too */
 }
 
 static void capture_should_max_reduce_over_written_tokens_only(void **state) {

@@ -51,8 +51,8 @@ static int setup(void **state) {
 }
 
 /* Creates a configuration from an environment snapshot; returns the status, fills info. */
-static nvfp4_mla_status_t make(const char *dtype, const char *model_dir, const char *const *env, nvfp4_mla_config_t **cfg,
-                               nvfp4_mla_config_info_t *info) {
+static nvfp4_mla_status_t make(const char *dtype, const char *model_dir, const char *const *env,
+                               nvfp4_mla_config_t **cfg, nvfp4_mla_config_info_t *info) {
     nvfp4_mla_config_request_t req = {sizeof req, 0, dtype, model_dir, env, NULL, {0}};
     nvfp4_mla_status_t st = nvfp4_config_create(&req, cfg);
     if (st == NVFP4_MLA_OK) {
@@ -118,11 +118,13 @@ static void settings_should_refuse_values_they_do_not_understand(void **state) {
     (void)state;
     char file_env[4200];
     snprintf(file_env, sizeof file_env, "VLLM_NVFP4_MLA_SCALES_FILE=%s", real_file);
-    const char *accepted = "is not a boolean: use 1 or true for on, 0 or false for off (any case); unset or empty is off";
+    const char *accepted =
+        "is not a boolean: use 1 or true for on, 0 or false for off (any case); unset or empty is off";
     struct {
         const char *env[4], *needle;
     } cases[] = {
-        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=yes", "KV_FP8_ROPE=1"}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"yes\" is not a boolean"},
+        {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=yes", "KV_FP8_ROPE=1"},
+         "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"yes\" is not a boolean"},
         {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=2", "KV_FP8_ROPE=1"}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"2\" is not a boolean"},
         {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 ", "KV_FP8_ROPE=1"}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"1 \" is not a boolean"},
         {{"VLLM_NVFP4_MLA_DYNAMIC_SCALE=on", "KV_FP8_ROPE=1", file_env}, "VLLM_NVFP4_MLA_DYNAMIC_SCALE=\"on\""},
@@ -249,8 +251,9 @@ static void scales_should_come_from_override_then_checkpoint_then_one(void **sta
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         nvfp4_mla_config_t *cfg;
         nvfp4_mla_config_info_t info;
-        assert_int_equal(make("nvfp4_ds_mla", cases[c].model ? data_path(cases[c].model) : NULL, cases[c].env, &cfg, &info),
-                         NVFP4_MLA_OK);
+        assert_int_equal(
+            make("nvfp4_ds_mla", cases[c].model ? data_path(cases[c].model) : NULL, cases[c].env, &cfg, &info),
+            NVFP4_MLA_OK);
         assert_int_equal(info.scale_source, cases[c].source);
         float s;
         assert_int_equal(nvfp4_config_layer_scale(cfg, 1, &s), NVFP4_MLA_OK);
@@ -347,14 +350,16 @@ static void loader_should_reject_each_invalid_field_by_name(void **state) {
     struct {
         const char *line, *replacement, *needle;
     } cases[] = {
-        {"\"format\"", "\"format\": \"nvfp4_ds_mla_outer_scale_v2\",", "\"format\" must be \"nvfp4_ds_mla_outer_scale_v1\""},
+        {"\"format\"", "\"format\": \"nvfp4_ds_mla_outer_scale_v2\",",
+         "\"format\" must be \"nvfp4_ds_mla_outer_scale_v1\""},
         {"\"format\"", "\"Format\": \"nvfp4_ds_mla_outer_scale_v1\",", "unknown key \"Format\""},
         {"\"num_layers\"", "\"num_layers\": 3,", "\"scales\" has 2 entries, \"num_layers\" says 3"},
         {"\"num_layers\"", "\"num_layers\": 2.5,", "\"num_layers\" must be an integer"},
         {"\"latent_dim\"", "\"latent_dim\": 576,", "\"latent_dim\" is 576, must be 512"},
         {"\"denominator\"", "\"denominator\": 2048.0,", "\"denominator\" must be the number 2688.0"},
         {"\"scales\"", "\"scales\": [0.00018601190476190475, 1e999]", "\"scales\"[1] = inf must be finite"},
-        {"\"scales\"", "\"scales\": [-0.00018601190476190475, 0.1]", "\"scales\"[0] = -0.000186012 must be finite, positive"},
+        {"\"scales\"", "\"scales\": [-0.00018601190476190475, 0.1]",
+         "\"scales\"[0] = -0.000186012 must be finite, positive"},
         {"\"scales\"", "\"scales\": [0, 0.1]", "\"scales\"[0] = 0 must be finite, positive"},
         {"\"scales\"", "\"scales\": [true, 0.1]", "\"scales\"[0] is not a number"},
         {"\"scales\"", "\"scales\": [1e-300, 0.1]", "must be finite, positive and a normal float"},
@@ -374,22 +379,27 @@ static void loader_should_reject_each_invalid_field_by_name(void **state) {
 /* Issue 13, case 8: a duplicate key is refused at every depth, not only at the top. */
 static void calibration_should_refuse_duplicate_keys_at_every_depth(void **state) {
     (void)state;
-    assert_int_equal(load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"name\": \"a\", \"name\": \"b\"},"),
-                     NVFP4_MLA_ERR_CONFIG);
+    assert_int_equal(
+        load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"name\": \"a\", \"name\": \"b\"},"),
+        NVFP4_MLA_ERR_CONFIG);
     assert_non_null(strstr(nvfp4_last_error(), "variant.json: key \"dataset\".\"name\" appears more than once"));
-    assert_int_equal(load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"w\": [1, {\"k\": 1, \"k\": 2}]},"),
-                     NVFP4_MLA_ERR_CONFIG);
+    assert_int_equal(
+        load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"w\": [1, {\"k\": 1, \"k\": 2}]},"),
+        NVFP4_MLA_ERR_CONFIG);
     assert_non_null(strstr(nvfp4_last_error(), "key \"dataset\".\"w\"[1].\"k\" appears more than once"));
-    assert_int_equal(load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"name\": \"a\", \"Name\": \"b\"},"),
-                     NVFP4_MLA_OK); /* keys are case-sensitive: two keys */
+    assert_int_equal(
+        load_variant("\"latent_dim\"", "\"latent_dim\": 512, \"dataset\": {\"name\": \"a\", \"Name\": \"b\"},"),
+        NVFP4_MLA_OK); /* keys are case-sensitive: two keys */
     const char *plain[] = {"KV_FP8_ROPE=1", NULL};
     tmp_file("config.json", "{\"nvfp4_mla_outer_scales\": {\"file\": \"a.json\"}, \"nvfp4_mla_outer_scales\": 7}");
     expect_refusal("nvfp4_ds_mla", tmp_dir, plain, NVFP4_MLA_ERR_CONFIG,
                    "config.json: key \"nvfp4_mla_outer_scales\" appears more than once");
-    tmp_file("config.json", "{\"nvfp4_mla_outer_scales\": {\"format\": \"nvfp4_ds_mla_outer_scale_v1\", \"num_layers\": 1, "
-                            "\"latent_dim\": 512, \"denominator\": 2688.0, \"scales\": [0.001], "
-                            "\"dataset\": {\"n\": 1, \"n\": 2}}}");
-    expect_refusal("nvfp4_ds_mla", tmp_dir, plain, NVFP4_MLA_ERR_CONFIG, "key \"dataset\".\"n\" appears more than once");
+    tmp_file("config.json",
+             "{\"nvfp4_mla_outer_scales\": {\"format\": \"nvfp4_ds_mla_outer_scale_v1\", \"num_layers\": 1, "
+             "\"latent_dim\": 512, \"denominator\": 2688.0, \"scales\": [0.001], "
+             "\"dataset\": {\"n\": 1, \"n\": 2}}}");
+    expect_refusal("nvfp4_ds_mla", tmp_dir, plain, NVFP4_MLA_ERR_CONFIG,
+                   "key \"dataset\".\"n\" appears more than once");
 }
 
 /* Issue 13, case 8: the containment check reads the resolved path, so a link cannot lead out. */
@@ -418,7 +428,8 @@ static void sidecar_links_should_not_lead_out_of_the_model_folder(void **state) 
     fclose(f);
     expect_refusal("nvfp4_ds_mla", model, plain, NVFP4_MLA_ERR_CONFIG,
                    "\"file\" = \"calib/scales.json\" resolves to ");
-    expect_refusal("nvfp4_ds_mla", model, plain, NVFP4_MLA_ERR_CONFIG, "/outside/scales.json, outside the model folder");
+    expect_refusal("nvfp4_ds_mla", model, plain, NVFP4_MLA_ERR_CONFIG,
+                   "/outside/scales.json, outside the model folder");
     snprintf(link_path, sizeof link_path, "%s/calib", model);
     unlink(link_path);
     mkdir(link_path, 0755);
@@ -540,8 +551,9 @@ static void attend_settings_should_parse_strictly(void **state) {
         assert_int_equal(smem, 232448);
     }
     assert_int_equal(parse3(NULL, "wgmma", NULL, &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
-    assert_string_equal(nvfp4_last_error(),
-                        "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" is not one of: auto, sync (any case); unset or empty is auto");
+    assert_string_equal(
+        nvfp4_last_error(),
+        "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" is not one of: auto, sync (any case); unset or empty is auto");
     /* the settings rule: names in any case, the quoted value shows whitespace */
     assert_int_equal(parse3(NULL, "Sync", NULL, &smem, &sync, &merge), NVFP4_MLA_OK);
     assert_int_equal(sync, 1);
@@ -575,8 +587,9 @@ static void attend_settings_should_come_from_the_snapshot(void **state) {
     const char *snap[] = {"NVFP4_MLA_ATTEND_MMA_X=sync", NVFP4_ENV_ATTEND_MMA "=sync", NULL};
     setenv(NVFP4_ENV_ATTEND_MMA, "wgmma", 1);
     assert_int_equal(nvfp4_attend_settings_parse(NULL, &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
-    assert_string_equal(nvfp4_last_error(),
-                        "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" is not one of: auto, sync (any case); unset or empty is auto");
+    assert_string_equal(
+        nvfp4_last_error(),
+        "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" is not one of: auto, sync (any case); unset or empty is auto");
     assert_int_equal(nvfp4_attend_settings_parse(empty, &smem, &sync, &merge), NVFP4_MLA_OK);
     assert_int_equal(sync, 0);
     assert_int_equal(nvfp4_attend_settings_parse(snap, &smem, &sync, &merge), NVFP4_MLA_OK);

@@ -102,7 +102,8 @@ static void e2m1_threshold_encoder_should_equal_division_on_grid_with_ties(void 
         for (int t = 0; t < 7; t++) {
             assert_int_equal(nvfp4_e2m1_encode(ties[t] * d, d), want[t]);
             assert_int_equal(nvfp4_e2m1_encode(-ties[t] * d, d), 8 | want[t]);
-            assert_int_equal(nvfp4_e2m1_encode(nextafterf(ties[t] * d, INFINITY), d), want[t] | (t == 0 || t == 2 || t == 4 || t == 6));
+            assert_int_equal(nvfp4_e2m1_encode(nextafterf(ties[t] * d, INFINITY), d),
+                             want[t] | (t == 0 || t == 2 || t == 4 || t == 6));
         }
     }
 }

@@ -222,8 +222,17 @@ static void gather_both(world_t *w, uint32_t mode, float scale) {
     CHECK_CUDA(cudaMalloc(&d_rows, (size_t)n * 576 * 2));
     CHECK_CUDA(cudaMemcpy(d_slots, slots, (size_t)n * 4, cudaMemcpyHostToDevice));
     nvfp4_mla_write_args_t wa = args_for(w, 0, 0, mode, scale, 0);
-    nvfp4_mla_gather_args_t g = {sizeof g, wa.layout, mode, 0, scale, 0, wa.cache, tu_vec(slots, NVFP4_MLA_DTYPE_I32, n),
-                                 tu_rows(rows, NVFP4_MLA_DTYPE_BF16, n, 576, 576), NULL, {0}};
+    nvfp4_mla_gather_args_t g = {sizeof g,
+                                 wa.layout,
+                                 mode,
+                                 0,
+                                 scale,
+                                 0,
+                                 wa.cache,
+                                 tu_vec(slots, NVFP4_MLA_DTYPE_I32, n),
+                                 tu_rows(rows, NVFP4_MLA_DTYPE_BF16, n, 576, 576),
+                                 NULL,
+                                 {0}};
     assert_int_equal(nvfp4_op_gather(cpu, &g), NVFP4_MLA_OK);
     wa = args_for(w, 1, 0, mode, scale, 0);
     g.cache = wa.cache;

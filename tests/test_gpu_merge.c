@@ -115,7 +115,8 @@ static void case_fill(merge_case_t *c) {
                 const int empty = uniform() < 0.2 || (q == c->nq - 1 && c->nq > 1);
                 const float lse = empty ? -INFINITY : (float)(5 * gauss() - (uniform() < 0.1 ? 30 : 0));
                 c->pl[p * c->pl_strides[0] + q * c->pl_strides[1] + j * c->pl_strides[2]] = lse;
-                const size_t base = c->po_offset + (size_t)(p * c->po_strides[0] + q * c->po_strides[1] + j * c->po_strides[2]);
+                const size_t base =
+                    c->po_offset + (size_t)(p * c->po_strides[0] + q * c->po_strides[1] + j * c->po_strides[2]);
                 for (int i = 0; i < 512; i++) {
                     const float v = empty ? NAN : (float)gauss();
                     if (c->f32) ((float *)c->po)[base + (size_t)i] = v;
@@ -126,7 +127,8 @@ static void case_fill(merge_case_t *c) {
     c->lse_cpu = calloc((size_t)(c->nq * c->h), 4), c->lse_gpu = calloc((size_t)(c->nq * c->h), 4);
 }
 
-static nvfp4_mla_tensor_t desc(void *p, int32_t dtype, int ndim, const int64_t *shape, const int64_t *strides, int dev) {
+static nvfp4_mla_tensor_t desc(void *p, int32_t dtype, int ndim, const int64_t *shape, const int64_t *strides,
+                               int dev) {
     nvfp4_mla_tensor_t t = {p, dtype, ndim, {0}, {0}, dev, 0};
     for (int d = 0; d < ndim; d++) t.shape[d] = shape[d], t.strides[d] = strides[d];
     return t;
@@ -200,7 +202,8 @@ static void case_check(const merge_case_t *c, double *worst) {
         for (int64_t j = 0; j < c->h; j++) {
             const size_t row = (size_t)(q * c->out_strides[0] + j * c->out_strides[1]);
             for (int i = 0; i < 512; i++) {
-                const double want = bf16_value(c->out_cpu[row + (size_t)i]), got = bf16_value(c->out_gpu[row + (size_t)i]);
+                const double want = bf16_value(c->out_cpu[row + (size_t)i]),
+                             got = bf16_value(c->out_gpu[row + (size_t)i]);
                 const double beyond = fabs(got - want) - 0x1p-7 * fabs(want);
                 if (!(beyond <= 1e-5 * vmax))
                     fail_msg("P %lld nq %lld h %lld f32 %d: out[%lld, %lld, %d] gpu %.9g cpu %.9g", (long long)c->parts,
@@ -209,11 +212,13 @@ static void case_check(const merge_case_t *c, double *worst) {
             }
             const float lc = c->lse_cpu[q * c->h + j], lg = c->lse_gpu[q * c->h + j];
             if (isinf(lc)) {
-                if (!(isinf(lg) && lg < 0)) fail_msg("lse[%lld, %lld]: gpu %g, cpu -inf", (long long)q, (long long)j, lg);
+                if (!(isinf(lg) && lg < 0))
+                    fail_msg("lse[%lld, %lld]: gpu %g, cpu -inf", (long long)q, (long long)j, lg);
                 continue;
             }
             if (!(fabs((double)lg - lc) <= 1e-6 * fmax(fabs(lc), 1.0)))
-                fail_msg("P %lld: lse[%lld, %lld] gpu %.9g cpu %.9g", (long long)c->parts, (long long)q, (long long)j, lg, lc);
+                fail_msg("P %lld: lse[%lld, %lld] gpu %.9g cpu %.9g", (long long)c->parts, (long long)q, (long long)j,
+                         lg, lc);
             worst[1] = fmax(worst[1], fabs((double)lg - lc));
         }
 }

@@ -138,7 +138,8 @@ static void loader_should_mask_merge_a_1_0_table_lacks(void **state) {
     nvfp4_mla_requirement_t dcp = static368;
     dcp.extra_caps = NVFP4_MLA_CAP_OP_ATTEND | NVFP4_MLA_CAP_OP_MERGE_PARTIALS;
     assert_int_equal(nvfp4_mla_loader_require(&l, &dcp, caps, msg, sizeof msg), -1);
-    assert_contains(msg, "(ABI 1.0, host ABI 1.1) cannot serve static scales on fp8_rope_368: missing op.merge_partials");
+    assert_contains(msg,
+                    "(ABI 1.0, host ABI 1.1) cannot serve static scales on fp8_rope_368: missing op.merge_partials");
     nvfp4_mla_loader_close(&l);
     assert_int_equal(nvfp4_mla_loader_open(&l, mock_path("current"), msg, sizeof msg), NVFP4_MLA_LOAD_OK);
     assert_true(NVFP4_MLA_TABLE_HAS(l.table, merge));

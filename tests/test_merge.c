@@ -111,7 +111,8 @@ static void check_against(const synth_t *s, const uint16_t *out, const float *ls
                 assert_true(isinf(lse[q * H + h]) && lse[q * H + h] < 0);
                 assert_true(tu_all_zero((const uint8_t *)(out + (q * H + h) * D), D * 2));
             } else if (!(fabs(lse[q * H + h] - want_lse) <= 1e-6 * fmax(fabs(want_lse), 1))) {
-                fail_msg("P %lld q %d h %d: lse %.9g want %.9g", (long long)s->parts, q, h, (double)lse[q * H + h], want_lse);
+                fail_msg("P %lld q %d h %d: lse %.9g want %.9g", (long long)s->parts, q, h, (double)lse[q * H + h],
+                         want_lse);
             }
         }
 }
@@ -254,8 +255,8 @@ static void merge_parts_of_the_row(attend_world_t *w, int64_t parts, const uint1
     for (int i = 0; i < NQ * H; i++) {
         if (isinf(full_lse[i])) assert_true(isinf(lse[i]) && lse[i] < 0);
         else if (!(fabs(lse[i] - full_lse[i]) <= 1e-6 * fmax(fabs(full_lse[i]), 1)))
-            fail_msg("mode %u P %lld: lse[%d] merged %.9g, one attend %.9g", w->mode, (long long)parts, i, (double)lse[i],
-                     (double)full_lse[i]);
+            fail_msg("mode %u P %lld: lse[%d] merged %.9g, one attend %.9g", w->mode, (long long)parts, i,
+                     (double)lse[i], (double)full_lse[i]);
     }
     assert_true(tu_all_zero((const uint8_t *)(out + 2 * H * D), H * D * 2)); /* query 2: nothing anywhere */
 }
@@ -286,9 +287,11 @@ static const bad_case_t bad_cases[] = {
     {"merge: stream must be NULL on a CPU context", NVFP4_MLA_ERR_INVALID_ARGUMENT},
     {"merge: partial_out: dtype is f16 (6), must be bf16 or f32", NVFP4_MLA_ERR_INVALID_ARGUMENT},
     {"merge: partial_out: ndim is 3, must be 4", NVFP4_MLA_ERR_INVALID_ARGUMENT},
-    {"merge: partial_out: P = shape[0] is 0 (must be >= 1) and strides[3] 1 (must be 1)", NVFP4_MLA_ERR_INVALID_ARGUMENT},
+    {"merge: partial_out: P = shape[0] is 0 (must be >= 1) and strides[3] 1 (must be 1)",
+     NVFP4_MLA_ERR_INVALID_ARGUMENT},
     {"merge: partial_out: shape[3] is 500, must be 512 (latent)", NVFP4_MLA_ERR_INVALID_ARGUMENT},
-    {"merge: partial_out: P = shape[0] is 3 (must be >= 1) and strides[3] 2 (must be 1)", NVFP4_MLA_ERR_INVALID_ARGUMENT},
+    {"merge: partial_out: P = shape[0] is 3 (must be >= 1) and strides[3] 2 (must be 1)",
+     NVFP4_MLA_ERR_INVALID_ARGUMENT},
     {"merge: partial_out: lives on device (type 2, index 0), the context is on (type 1, index 0)",
      NVFP4_MLA_ERR_INVALID_ARGUMENT},
     {"merge: partial_lse: dtype is bf16 (5), must be f32", NVFP4_MLA_ERR_INVALID_ARGUMENT},

@@ -146,7 +146,8 @@ static void mse_writer_should_write_the_hand_computed_groups(void **state) {
  * layers' E4M3-subnormal group scales included), Gaussian RoPE. */
 static void random_token(uint64_t *s, int t, float *latent, float *rope) {
     const double mag = pow(10.0, -6 + 8 * ((t * 53) % 97) / 96.0);
-    for (int i = 0; i < 512; i++) latent[i] = nvfp4_bf16_to_f32(nvfp4_f32_to_bf16((float)(tu_gauss(s) * mag * exp(0.5 * sin(i)))));
+    for (int i = 0; i < 512; i++)
+        latent[i] = nvfp4_bf16_to_f32(nvfp4_f32_to_bf16((float)(tu_gauss(s) * mag * exp(0.5 * sin(i)))));
     for (int i = 0; i < 64; i++) rope[i] = nvfp4_bf16_to_f32(nvfp4_f32_to_bf16((float)tu_gauss(s)));
 }
 
@@ -283,7 +284,8 @@ static void cache_identity_should_not_depend_on_the_writer_policy(void **state) 
     (void)state;
     char scales[4096];
     const char *profile = getenv("NVFP4_MLA_TEST_PROFILE");
-    snprintf(scales, sizeof scales, "VLLM_NVFP4_MLA_SCALES_FILE=%s", profile ? profile : "data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json");
+    snprintf(scales, sizeof scales, "VLLM_NVFP4_MLA_SCALES_FILE=%s",
+             profile ? profile : "data/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json");
     const char *modes[3][3] = {{"KV_FP8_ROPE=1", NULL}, {"KV_FP8_ROPE=1", "VLLM_NVFP4_MLA_DYNAMIC_SCALE=1"},
                                {scales, NULL}};
     for (int m = 0; m < 3; m++) {

@@ -170,8 +170,9 @@ static int parse_opts(int argc, char **argv, calibrate_opts_t *o) {
         i++;
     }
     if (!o->out || !o->nfiles) {
-        return cli_fail("calibrate", "usage: calibrate --out FILE [--model M] [--dataset D] [--hook H] [--created-utc T] "
-                                     "[--tolerance T] [--envelope-with V1FILE] [--plugin P] [--no-check] CAPTURE...");
+        return cli_fail("calibrate",
+                        "usage: calibrate --out FILE [--model M] [--dataset D] [--hook H] [--created-utc T] "
+                        "[--tolerance T] [--envelope-with V1FILE] [--plugin P] [--no-check] CAPTURE...");
     }
     const char *inputs[65];
     memcpy(inputs, o->files, (size_t)o->nfiles * sizeof *inputs);
@@ -209,8 +210,10 @@ static int envelope_of(const calibrate_opts_t *o, double *envelope, int *layers_
         printf("%d ranks, %d layers; worst rank disagreement %.3g%% (layer %d)\n", o->nfiles, layers, 100 * worst,
                worst_layer < 0 ? 0 : worst_layer);
         if (worst > o->tolerance) {
-            rc = cli_fail("calibrate", "ranks disagree by %.3g%% at layer %d, more than --tolerance %.3g%%: the captures "
-                                       "are not of one model/input", 100 * worst, worst_layer, 100 * o->tolerance);
+            rc = cli_fail("calibrate",
+                          "ranks disagree by %.3g%% at layer %d, more than --tolerance %.3g%%: the captures "
+                          "are not of one model/input",
+                          100 * worst, worst_layer, 100 * o->tolerance);
         }
     }
     if (!rc && o->envelope_with) {

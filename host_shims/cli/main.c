@@ -12,18 +12,31 @@ static const struct {
     const char *usage;
 } commands[] = {
     {"probe", cli_probe, "probe [--plugin P] [--json] [--model-dir D] [--cache-dtype T]  load and describe a plugin"},
-    {"encode", cli_encode_cmd, "encode --layout 368|432 --mode per-token|static [--scale S] [--policy rtn|mse] [--force] IN OUT  bf16 [T,576] -> records (writer policy: rtn by default; NaN/Inf input refused unless --force)"},
-    {"decode", cli_decode_cmd, "decode --layout 368|432 --mode per-token|static [--scale S] [--force] IN OUT  records -> bf16 [T,576] (records whose s_t contradicts --mode refused unless --force)"},
-    {"inspect", cli_inspect_cmd, "inspect --layout 368|432 [--tokens N] IN  scales and code statistics of a record file"},
-    {"quality", cli_quality_cmd, "quality [--scales FILE] [--tokens N] [--seed S] [--policy rtn|mse] [--json FILE]  reconstruction error per layer and mode, rtn and the policy (mse by default; built-in GLM-5.2 profile by default)"},
-    {"calibrate", cli_calibrate_cmd, "calibrate --out FILE [--model M] ... [--no-check] CAPTURE...  envelope of captures -> v1 scales file, checked by the plugin before it is written"},
-    {"demo", cli_demo_cmd, "demo [--scales FILE] [--policy rtn|mse]  the codec end to end on generated latents, rtn and the policy (mse by default; the README's main job; built-in profile by default)"},
+    {"encode", cli_encode_cmd,
+     "encode --layout 368|432 --mode per-token|static [--scale S] [--policy rtn|mse] [--force] IN OUT  bf16 [T,576] -> "
+     "records (writer policy: rtn by default; NaN/Inf input refused unless --force)"},
+    {"decode", cli_decode_cmd,
+     "decode --layout 368|432 --mode per-token|static [--scale S] [--force] IN OUT  records -> bf16 [T,576] (records "
+     "whose s_t contradicts --mode refused unless --force)"},
+    {"inspect", cli_inspect_cmd,
+     "inspect --layout 368|432 [--tokens N] IN  scales and code statistics of a record file"},
+    {"quality", cli_quality_cmd,
+     "quality [--scales FILE] [--tokens N] [--seed S] [--policy rtn|mse] [--json FILE]  reconstruction error per layer "
+     "and mode, rtn and the policy (mse by default; built-in GLM-5.2 profile by default)"},
+    {"calibrate", cli_calibrate_cmd,
+     "calibrate --out FILE [--model M] ... [--no-check] CAPTURE...  envelope of captures -> v1 scales file, checked by "
+     "the plugin before it is written"},
+    {"demo", cli_demo_cmd,
+     "demo [--scales FILE] [--policy rtn|mse]  the codec end to end on generated latents, rtn and the policy (mse by "
+     "default; the README's main job; built-in profile by default)"},
     {"bench", cli_bench_cmd, "bench [--json FILE] [--quick]  GPU benchmark against same-run memory ceilings"},
 };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: nvfp4-mla COMMAND [ARGS]\n  (the plugin comes from --plugin P or NVFP4_MLA_PLUGIN; each flag at most "
-                 "once; output files are replaced whole or not at all)\n");
+    fprintf(
+        out,
+        "usage: nvfp4-mla COMMAND [ARGS]\n  (the plugin comes from --plugin P or NVFP4_MLA_PLUGIN; each flag at most "
+        "once; output files are replaced whole or not at all)\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         fprintf(out, "  nvfp4-mla %s\n", commands[i].usage);
     }

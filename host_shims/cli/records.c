@@ -77,10 +77,11 @@ static int encode_checked(cli_host_t *host, const cli_codec_flags_t *f, const ui
     }
     if (nonfinite && !force) {
         const int64_t at = first_nonfinite(rows, count);
-        return cli_fail("encode", "%s holds %llu NaN/Inf values (the plugin's nonfinite_count; the first is token %lld, "
-                                  "element %lld): records hold neither (NaN is written as 0, +-Inf as its group's "
-                                  "largest code, a group of nothing else as zeros), so nothing was written; fix the "
-                                  "input, or pass --force to write them so",
+        return cli_fail("encode",
+                        "%s holds %llu NaN/Inf values (the plugin's nonfinite_count; the first is token %lld, "
+                        "element %lld): records hold neither (NaN is written as 0, +-Inf as its group's "
+                        "largest code, a group of nothing else as zeros), so nothing was written; fix the "
+                        "input, or pass --force to write them so",
                         path, (unsigned long long)nonfinite, (long long)(at / NVFP4_MLA_ROW_DIM),
                         (long long)(at % NVFP4_MLA_ROW_DIM));
     }
@@ -198,7 +199,8 @@ int cli_decode_cmd(int argc, char **argv) {
     const size_t rb = (size_t)cli_record_bytes(&f);
     if (len % rb) {
         free(in);
-        return cli_fail("decode", "%s is %zu bytes, not a whole number of %zu-byte records (wrong --layout or a short file?)",
+        return cli_fail("decode",
+                        "%s is %zu bytes, not a whole number of %zu-byte records (wrong --layout or a short file?)",
                         files[0], len, rb);
     }
     int64_t count = (int64_t)(len / rb);
@@ -253,7 +255,8 @@ static void tally_record(const uint8_t *r, int32_t record_bytes, int show, tally
 
 static void print_tally(const tally_t *t) {
     const uint64_t groups = t->records * NVFP4_MLA_GROUPS, elements = t->records * NVFP4_MLA_LATENT_DIM;
-    printf("group scales: %llu groups, %llu zero (%.2f%%), %llu E4M3 subnormal (%.2f%%); %llu tokens with all groups zero\n",
+    printf("group scales: %llu groups, %llu zero (%.2f%%), %llu E4M3 subnormal (%.2f%%); %llu tokens with all groups "
+           "zero\n",
            (unsigned long long)groups, (unsigned long long)t->zero, 100.0 * (double)t->zero / (double)groups,
            (unsigned long long)t->subnormal, 100.0 * (double)t->subnormal / (double)groups,
            (unsigned long long)t->zero_tokens);
@@ -284,7 +287,8 @@ int cli_inspect_cmd(int argc, char **argv) {
     const int32_t rb = cli_record_bytes(&f);
     if (len % (size_t)rb || len == 0) {
         free(in);
-        return cli_fail("inspect", "%s is %zu bytes, not a positive whole number of %d-byte records", files[0], len, rb);
+        return cli_fail("inspect", "%s is %zu bytes, not a positive whole number of %d-byte records", files[0], len,
+                        rb);
     }
     static tally_t t;
     memset(&t, 0, sizeof t);

@@ -98,7 +98,8 @@ int synth_measure_nvfp4(cli_host_t *host, const cli_codec_flags_t *f, const uint
     float *got = calloc((size_t)count * 512 + 1, sizeof *got);
     int rc = !records || !rows || !got;
     if (!rc) {
-        rc = cli_encode("quality", host, f, tokens, count, records) || cli_decode("quality", host, f, records, count, rows);
+        rc = cli_encode("quality", host, f, tokens, count, records) ||
+             cli_decode("quality", host, f, records, count, rows);
     }
     if (!rc) {
         int64_t subnormal = 0, zero = 0;
@@ -156,7 +157,8 @@ static void draw_queries(const uint16_t *tokens, int64_t count, int64_t q_values
                          int32_t *slots) {
     synth_rng_t rng = {7};
     double key_norm = 0;
-    for (int64_t i = 0; i < count * 576; i++) key_norm += (double)host_bf16_value(tokens[i]) * host_bf16_value(tokens[i]);
+    for (int64_t i = 0; i < count * 576; i++)
+        key_norm += (double)host_bf16_value(tokens[i]) * host_bf16_value(tokens[i]);
     key_norm = sqrt(key_norm / (double)count);
     for (int64_t i = 0; i < q_values; i++) q[i] = host_bf16_bits((float)(synth_normal(&rng) / key_norm * 24.0));
     /* Through int64_t: a negative double converted straight to uint64_t is undefined (UBSan). */
@@ -173,7 +175,8 @@ static int plugin_attend(cli_host_t *host, const cli_codec_flags_t *f, uint8_t *
     a.q = (nvfp4_mla_tensor_t){q, NVFP4_MLA_DTYPE_BF16, 3, {queries, heads, 576, 0}, {heads * 576, 576, 1, 0},
                                NVFP4_MLA_DEVICE_CPU, 0};
     a.slots = cli_tensor_2d(slots, NVFP4_MLA_DTYPE_I32, queries, topk, topk);
-    a.cache = (nvfp4_mla_tensor_t){records, NVFP4_MLA_DTYPE_U8, 3, {count, 1, rb, 0}, {rb, rb, 1, 0}, NVFP4_MLA_DEVICE_CPU, 0};
+    a.cache = (nvfp4_mla_tensor_t){records,        NVFP4_MLA_DTYPE_U8,   3, {count, 1, rb, 0},
+                                   {rb, rb, 1, 0}, NVFP4_MLA_DEVICE_CPU, 0};
     a.out = (nvfp4_mla_tensor_t){out, NVFP4_MLA_DTYPE_BF16, 3, {queries, heads, 512, 0}, {heads * 512, 512, 1, 0},
                                  NVFP4_MLA_DEVICE_CPU, 0};
     if (host->table->attend(host->cpu, &a) != NVFP4_MLA_OK) {

@@ -44,7 +44,8 @@ const char *nvfp4_mla_loader_cap_name(uint64_t bit) {
 /* Values a user may have meant as a switch; refused (when no such file exists) rather than reported
  * as a missing plugin file, because "none" alone disables the plugin. */
 static int keyword_like(const char *s) {
-    static const char *const words[] = {"none", "0", "1", "false", "true", "off", "on", "no", "yes", "disable", "disabled"};
+    static const char *const words[] = {"none", "0",  "1",   "false",   "true",    "off",
+                                        "on",   "no", "yes", "disable", "disabled"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
         if (strcasecmp(s, words[i]) == 0) {
             return 1;
@@ -183,10 +184,10 @@ int nvfp4_mla_loader_open(nvfp4_mla_loader_t *loader, const char *selection, cha
         int other_major = dlsym(handle, "nvfp4_mla_plugin_v2") != NULL;
         dlclose(handle);
         loader->reason = other_major ? NVFP4_MLA_REASON_ABI_MISMATCH : NVFP4_MLA_REASON_NOT_A_PLUGIN;
-        return say(message, size, NVFP4_MLA_LOAD_FAILED,
-                   "nvfp4-mla plugin %s does not export %s (host ABI %d.%d)%s", loader->path, NVFP4_MLA_ENTRY_SYMBOL,
-                   NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR,
-                   other_major ? "; it implements ABI major 2 only: upgrade the host" : "; it is not an nvfp4-mla plugin");
+        return say(message, size, NVFP4_MLA_LOAD_FAILED, "nvfp4-mla plugin %s does not export %s (host ABI %d.%d)%s",
+                   loader->path, NVFP4_MLA_ENTRY_SYMBOL, NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR,
+                   other_major ? "; it implements ABI major 2 only: upgrade the host"
+                               : "; it is not an nvfp4-mla plugin");
     }
     const nvfp4_mla_plugin_t *t = entry();
     char detail[256];

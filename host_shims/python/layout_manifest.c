@@ -33,17 +33,27 @@ static void print_argument_structs(void) {
     STRUCT(nvfp4_mla_write_args_t);
     FIELD(nvfp4_mla_write_args_t, layout); FIELD(nvfp4_mla_write_args_t, outer_scale);
     FIELD(nvfp4_mla_write_args_t, writer_policy); FIELD(nvfp4_mla_write_args_t, kv_c);
-    FIELD(nvfp4_mla_write_args_t, k_pe); FIELD(nvfp4_mla_write_args_t, slot_mapping); FIELD(nvfp4_mla_write_args_t, cache);
+    FIELD(nvfp4_mla_write_args_t, k_pe);
+    FIELD(nvfp4_mla_write_args_t, slot_mapping);
+    FIELD(nvfp4_mla_write_args_t, cache);
     FIELD(nvfp4_mla_write_args_t, capture_max_abs); FIELD(nvfp4_mla_write_args_t, nonfinite_count);
     FIELD(nvfp4_mla_write_args_t, stream); FIELD(nvfp4_mla_write_args_t, reserved);
     FIELD(nvfp4_mla_write_args_t, out_of_range_count);
     STRUCT(nvfp4_mla_gather_args_t);
-    FIELD(nvfp4_mla_gather_args_t, outer_scale); FIELD(nvfp4_mla_gather_args_t, cache); FIELD(nvfp4_mla_gather_args_t, slots);
-    FIELD(nvfp4_mla_gather_args_t, out); FIELD(nvfp4_mla_gather_args_t, stream); FIELD(nvfp4_mla_gather_args_t, reserved);
+    FIELD(nvfp4_mla_gather_args_t, outer_scale);
+    FIELD(nvfp4_mla_gather_args_t, cache);
+    FIELD(nvfp4_mla_gather_args_t, slots);
+    FIELD(nvfp4_mla_gather_args_t, out);
+    FIELD(nvfp4_mla_gather_args_t, stream);
+    FIELD(nvfp4_mla_gather_args_t, reserved);
     STRUCT(nvfp4_mla_attend_args_t);
     FIELD(nvfp4_mla_attend_args_t, sm_scale); FIELD(nvfp4_mla_attend_args_t, q); FIELD(nvfp4_mla_attend_args_t, slots);
-    FIELD(nvfp4_mla_attend_args_t, valid_len); FIELD(nvfp4_mla_attend_args_t, cache); FIELD(nvfp4_mla_attend_args_t, out);
-    FIELD(nvfp4_mla_attend_args_t, lse); FIELD(nvfp4_mla_attend_args_t, workspace); FIELD(nvfp4_mla_attend_args_t, stream);
+    FIELD(nvfp4_mla_attend_args_t, valid_len);
+    FIELD(nvfp4_mla_attend_args_t, cache);
+    FIELD(nvfp4_mla_attend_args_t, out);
+    FIELD(nvfp4_mla_attend_args_t, lse);
+    FIELD(nvfp4_mla_attend_args_t, workspace);
+    FIELD(nvfp4_mla_attend_args_t, stream);
     FIELD(nvfp4_mla_attend_args_t, reserved);
     STRUCT(nvfp4_mla_merge_args_t);
     FIELD(nvfp4_mla_merge_args_t, flags); FIELD(nvfp4_mla_merge_args_t, partial_out);
@@ -53,25 +63,39 @@ static void print_argument_structs(void) {
 
 static void print_table_structs(void) {
     STRUCT(nvfp4_mla_host_desc_t);
-    FIELD(nvfp4_mla_host_desc_t, host_name); FIELD(nvfp4_mla_host_desc_t, log); FIELD(nvfp4_mla_host_desc_t, log_user_data);
+    FIELD(nvfp4_mla_host_desc_t, host_name);
+    FIELD(nvfp4_mla_host_desc_t, log);
+    FIELD(nvfp4_mla_host_desc_t, log_user_data);
     STRUCT(nvfp4_mla_init_args_t);
-    FIELD(nvfp4_mla_init_args_t, device_type); FIELD(nvfp4_mla_init_args_t, host); FIELD(nvfp4_mla_init_args_t, reserved);
+    FIELD(nvfp4_mla_init_args_t, device_type);
+    FIELD(nvfp4_mla_init_args_t, host);
+    FIELD(nvfp4_mla_init_args_t, reserved);
     FIELD(nvfp4_mla_init_args_t, environ);
     STRUCT(nvfp4_mla_context_info_t);
     FIELD(nvfp4_mla_context_info_t, capability_bits); FIELD(nvfp4_mla_context_info_t, device_name);
     FIELD(nvfp4_mla_context_info_t, backend_note);
     STRUCT(nvfp4_mla_config_request_t);
     FIELD(nvfp4_mla_config_request_t, cache_dtype); FIELD(nvfp4_mla_config_request_t, model_dir);
-    FIELD(nvfp4_mla_config_request_t, environ); FIELD(nvfp4_mla_config_request_t, host); FIELD(nvfp4_mla_config_request_t, reserved);
+    FIELD(nvfp4_mla_config_request_t, environ);
+    FIELD(nvfp4_mla_config_request_t, host);
+    FIELD(nvfp4_mla_config_request_t, reserved);
     STRUCT(nvfp4_mla_config_info_t);
-    FIELD(nvfp4_mla_config_info_t, is_nvfp4); FIELD(nvfp4_mla_config_info_t, scale_source); FIELD(nvfp4_mla_config_info_t, num_layers);
+    FIELD(nvfp4_mla_config_info_t, is_nvfp4);
+    FIELD(nvfp4_mla_config_info_t, scale_source);
+    FIELD(nvfp4_mla_config_info_t, num_layers);
     FIELD(nvfp4_mla_config_info_t, identity); FIELD(nvfp4_mla_config_info_t, scale_source_path);
     FIELD(nvfp4_mla_config_info_t, writer_policy);
     STRUCT(nvfp4_mla_plugin_t);
-    FIELD(nvfp4_mla_plugin_t, header); FIELD(nvfp4_mla_plugin_t, plugin_name); FIELD(nvfp4_mla_plugin_t, capability_bits);
+    FIELD(nvfp4_mla_plugin_t, header);
+    FIELD(nvfp4_mla_plugin_t, plugin_name);
+    FIELD(nvfp4_mla_plugin_t, capability_bits);
     FIELD(nvfp4_mla_plugin_t, capabilities); FIELD(nvfp4_mla_plugin_t, status_string); FIELD(nvfp4_mla_plugin_t, init);
-    FIELD(nvfp4_mla_plugin_t, config_create); FIELD(nvfp4_mla_plugin_t, config_destroy); FIELD(nvfp4_mla_plugin_t, write);
-    FIELD(nvfp4_mla_plugin_t, gather); FIELD(nvfp4_mla_plugin_t, attend_workspace_bytes); FIELD(nvfp4_mla_plugin_t, attend);
+    FIELD(nvfp4_mla_plugin_t, config_create);
+    FIELD(nvfp4_mla_plugin_t, config_destroy);
+    FIELD(nvfp4_mla_plugin_t, write);
+    FIELD(nvfp4_mla_plugin_t, gather);
+    FIELD(nvfp4_mla_plugin_t, attend_workspace_bytes);
+    FIELD(nvfp4_mla_plugin_t, attend);
     FIELD(nvfp4_mla_plugin_t, merge);
     printf("}}");
 }
@@ -82,7 +106,10 @@ static void print_table_structs(void) {
 static void print_constants(void) {
     CONST(NVFP4_MLA_ABI_MAGIC); CONST(NVFP4_MLA_ABI_MAJOR); CONST(NVFP4_MLA_ABI_MINOR); CONST(NVFP4_MLA_MAX_DIMS);
     CONST(NVFP4_MLA_OK); CONST(NVFP4_MLA_ERR_INVALID_ARGUMENT); CONST(NVFP4_MLA_ERR_UNSUPPORTED);
-    CONST(NVFP4_MLA_ERR_OUT_OF_MEMORY); CONST(NVFP4_MLA_ERR_DEVICE); CONST(NVFP4_MLA_ERR_IO); CONST(NVFP4_MLA_ERR_CONFIG);
+    CONST(NVFP4_MLA_ERR_OUT_OF_MEMORY);
+    CONST(NVFP4_MLA_ERR_DEVICE);
+    CONST(NVFP4_MLA_ERR_IO);
+    CONST(NVFP4_MLA_ERR_CONFIG);
     CONST(NVFP4_MLA_ERR_VERSION); CONST(NVFP4_MLA_ERR_INTERNAL);
     CONST(NVFP4_MLA_DTYPE_U8); CONST(NVFP4_MLA_DTYPE_I32); CONST(NVFP4_MLA_DTYPE_I64); CONST(NVFP4_MLA_DTYPE_F32);
     CONST(NVFP4_MLA_DTYPE_BF16); CONST(NVFP4_MLA_DTYPE_F16);
@@ -149,7 +176,8 @@ static void print_layout_rules(void) {
     printf("],\n  \"layout_has_mode\": [");
     for (size_t l = 0, n = 0; l < COUNT(layouts); l++)
         for (size_t m = 0; m < COUNT(modes); m++)
-            printf("%s[%u, %u, %d]", n++ ? ", " : "", layouts[l], modes[m], nvfp4_mla_layout_has_mode(layouts[l], modes[m]));
+            printf("%s[%u, %u, %d]", n++ ? ", " : "", layouts[l], modes[m],
+                   nvfp4_mla_layout_has_mode(layouts[l], modes[m]));
     printf("],\n  \"default_outer_scale\": [");
     for (size_t m = 0; m < COUNT(modes); m++) {
         printf("%s[%u, ", m ? ", " : "", modes[m]);

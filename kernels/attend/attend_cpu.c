@@ -5,9 +5,9 @@
  * before gather's bf16 rounding: the CUDA kernel keeps e2m1 * d exact and folds the outer and RoPE
  * scales into the scores, so this is the value it computes with; the 656-byte baseline is decoded
  * to bf16 by nvfp4_mla_decode_fp8_656_cpu, as its readers do), value = its 512 latent values;
- * softmax in double; out = sum p * v, rounded to bf16; lse = natural log of sum exp(sm_scale * score). No valid entry: out = 0, lse = -inf. Duplicates count as often
- * as they appear. Straightforward loops, accumulation in double (tests/test_attend.c checks it
- * against a float64 attention written independently).
+ * softmax in double; out = sum p * v, rounded to bf16; lse = natural log of sum exp(sm_scale * score). No valid entry:
+ * out = 0, lse = -inf. Duplicates count as often as they appear. Straightforward loops, accumulation in double
+ * (tests/test_attend.c checks it against a float64 attention written independently).
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,7 +34,8 @@ static int64_t load_rows(const nvfp4_mla_attend_kernel_args_t *a, int64_t qi, fl
         if (slot < 0 || slot >= a->capacity) {
             continue; /* -1: unused entry (the plugin rejected any other out-of-range id) */
         }
-        const uint8_t *rec = a->cache + (slot / a->block_size) * a->block_stride + (slot % a->block_size) * a->record_bytes;
+        const uint8_t *rec =
+            a->cache + (slot / a->block_size) * a->block_stride + (slot % a->block_size) * a->record_bytes;
         float *row = rows + n * 576;
         if (a->record_bytes == NVFP4_MLA_RECORD_BYTES_656) {
             uint16_t bf16[576];

@@ -50,7 +50,8 @@ void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, in
         row[i] = nvfp4_f32_to_bf16(values[i]);
     }
     if (rounded == NVFP4_MLA_LATENT_DIM) { /* 432: the stored bf16 bits, NaN payloads included */
-        memcpy(row + NVFP4_MLA_LATENT_DIM, record + NVFP4_MLA_RECORD_ROPE_OFFSET, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
+        memcpy(row + NVFP4_MLA_LATENT_DIM, record + NVFP4_MLA_RECORD_ROPE_OFFSET,
+               NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
     }
 }
 

@@ -81,7 +81,8 @@ static void encode_rope_e4m3(const float *rope, uint8_t *record) {
 uint32_t nvfp4_mla_encode_record_cpu(const float *latent, const float *rope, const uint16_t *rope_bf16,
                                      int32_t record_bytes, int32_t per_token, float outer_scale,
                                      int32_t writer_policy, uint8_t *record) {
-    memset(record + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET, 0, NVFP4_MLA_RECORD_ROPE_OFFSET - NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET);
+    memset(record + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET, 0,
+           NVFP4_MLA_RECORD_ROPE_OFFSET - NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET);
 
     /* Step 1: the outer scale and its inverse. */
     float inv = 1.0f;
@@ -143,7 +144,8 @@ void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *a, nvfp4_mla_kerne
         }
         load_row(a->kv_c, t, a->kv_c_row_stride, NVFP4_MLA_LATENT_DIM, a->input_is_f16, latent, NULL);
         load_row(a->k_pe, t, a->k_pe_row_stride, NVFP4_MLA_ROPE_DIM, a->input_is_f16, rope, rope_bf16);
-        uint8_t *record = a->cache + (slot / a->block_size) * a->block_stride + (slot % a->block_size) * a->record_bytes;
+        uint8_t *record =
+            a->cache + (slot / a->block_size) * a->block_stride + (slot % a->block_size) * a->record_bytes;
         nonfinite += nvfp4_mla_encode_record_cpu(latent, rope, rope_bf16, a->record_bytes, a->per_token,
                                                  a->outer_scale, a->writer_policy, record);
         float amax = finite_abs_max(latent, NVFP4_MLA_LATENT_DIM);

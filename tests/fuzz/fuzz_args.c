@@ -108,17 +108,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ok && op == 3) {
         fuzz_merge(&r, rows, bufs);
     } else if (ok && op == 2) {
-        nvfp4_mla_attend_args_t at = {.struct_size = (uint32_t)pick(&r, sizeof at), .layout = layout, .scale_mode = mode,
-                                      .outer_scale = scale, .sm_scale = (float)pick(&r, 1) * 0.04f, .cache = cache};
+        nvfp4_mla_attend_args_t at = {.struct_size = (uint32_t)pick(&r, sizeof at),
+                                      .layout = layout,
+                                      .scale_mode = mode,
+                                      .outer_scale = scale,
+                                      .sm_scale = (float)pick(&r, 1) * 0.04f,
+                                      .cache = cache};
         const int64_t heads = 1 + r8(&r) % 20, topk = 1 + r8(&r) % 9;
         void *more[3] = {0};
-        ok = make(&r, &at.q, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){rows, heads, 576}, (int64_t[]){heads * 576, 576, 1},
-                  &bufs[1]) == 0 &&
-             make(&r, &at.slots, NVFP4_MLA_DTYPE_I32, 2, (int64_t[]){rows, topk}, (int64_t[]){topk, 1}, &bufs[2]) == 0 &&
-             make(&r, &at.out, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){rows, heads, 512}, (int64_t[]){heads * 512, 512, 1},
-                  &bufs[3]) == 0 &&
-             make(&r, &at.lse, NVFP4_MLA_DTYPE_F32, 2, (int64_t[]){rows, heads}, (int64_t[]){heads, 1}, &more[0]) == 0 &&
-             make(&r, &at.valid_len, NVFP4_MLA_DTYPE_I32, 1, (int64_t[]){rows}, (int64_t[]){1}, &more[1]) == 0;
+        ok =
+            make(&r, &at.q, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){rows, heads, 576}, (int64_t[]){heads * 576, 576, 1},
+                 &bufs[1]) == 0 &&
+            make(&r, &at.slots, NVFP4_MLA_DTYPE_I32, 2, (int64_t[]){rows, topk}, (int64_t[]){topk, 1}, &bufs[2]) == 0 &&
+            make(&r, &at.out, NVFP4_MLA_DTYPE_BF16, 3, (int64_t[]){rows, heads, 512}, (int64_t[]){heads * 512, 512, 1},
+                 &bufs[3]) == 0 &&
+            make(&r, &at.lse, NVFP4_MLA_DTYPE_F32, 2, (int64_t[]){rows, heads}, (int64_t[]){heads, 1}, &more[0]) == 0 &&
+            make(&r, &at.valid_len, NVFP4_MLA_DTYPE_I32, 1, (int64_t[]){rows}, (int64_t[]){1}, &more[1]) == 0;
         if (ok && r8(&r) & 1) memset(&at.lse, 0, sizeof at.lse);           /* optional tensors absent */
         if (ok && r8(&r) & 1) memset(&at.valid_len, 0, sizeof at.valid_len);
         if (ok && at.struct_size <= sizeof at) {
