@@ -153,7 +153,8 @@ static void write_case(bench &b, int m, uint32_t policy, int64_t T) {
     bench_timing us =
         bench_time(b, [&] { launched &= b.t->write(b.gpu, &w) == NVFP4_MLA_OK; }, 3, T >= 16384 ? 20 : 50);
     char name[64], policy_suffix[16] = "";
-    if (policy != NVFP4_MLA_WRITER_POLICY_RTN) snprintf(policy_suffix, sizeof policy_suffix, " %s", nvfp4_mla_writer_policy_name(policy));
+    if (policy != NVFP4_MLA_WRITER_POLICY_RTN)
+        snprintf(policy_suffix, sizeof policy_suffix, " %s", nvfp4_mla_writer_policy_name(policy));
     snprintf(name, sizeof name, "write %s%s", mode_names[m], policy_suffix);
     bench_add_row(b, name, T, us, T * 1528.0, b.copy_tbps, "copy", ok && launched);
     if (T <= 512) {
@@ -218,8 +219,8 @@ static void gather_case(bench &b, int m) {
     const bench_timing us = bench_time(b, [&] { launched &= b.t->gather(b.gpu, &g) == NVFP4_MLA_OK; }, 3, 20);
     bench_add_row(b, m ? "gather static" : "gather per-token", N, us, N * (368.0 + 1152 + 4), b.copy_tbps, "copy",
                   ok && launched);
-    printf("%-28s %9s %11s %9s %8.3f  %-10s\n", "  (vs gather368 ceiling)", "", "", "", b.rows.back().tbps / b.g368_tbps,
-           "gather368");
+    printf("%-28s %9s %11s %9s %8.3f  %-10s\n", "  (vs gather368 ceiling)", "", "", "",
+           b.rows.back().tbps / b.g368_tbps, "gather368");
 }
 
 static void bench_gather(bench &b) {

@@ -47,7 +47,8 @@ static __device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uin
 /* The matrix-rate ceiling: mma.sync from registers, 8 independent accumulators per warp, no memory
  * traffic. */
 __global__ void mma_ceiling(float *sink, int iters) {
-    uint32_t a[4] = {0x3F803F80u ^ threadIdx.x, 0x3F80BF80u, 0x3F003F80u, 0xBF803F00u}, b0 = 0x3F803F80u ^ blockIdx.x, b1 = 0x3F00BF80u;
+    uint32_t a[4] = {0x3F803F80u ^ threadIdx.x, 0x3F80BF80u, 0x3F003F80u, 0xBF803F00u}, b0 = 0x3F803F80u ^ blockIdx.x,
+             b1 = 0x3F00BF80u;
     float c[8][4] = {};
     for (int i = 0; i < iters; i++)
 #pragma unroll
@@ -80,7 +81,11 @@ static void gather_ceiling(bench &b) {
     CK(cudaMalloc(&b.d_out, N * 576 * 2));
     CK(cudaMemcpy(b.d_index, index.data(), N * 4, cudaMemcpyHostToDevice));
     const bench_timing us = bench_time(
-        b, [&] { gather368_ceiling<<<132 * 16, 256, 0, b.s>>>((const uint4 *)b.cache, b.d_index, (uint4 *)b.d_out, (int32_t)N); },
+        b,
+        [&] {
+            gather368_ceiling<<<132 * 16, 256, 0, b.s>>>((const uint4 *)b.cache, b.d_index, (uint4 *)b.d_out,
+                                                         (int32_t)N);
+        },
         3, 20);
     CK(cudaGetLastError());
     b.g368_tbps = (N * 368.0 * 2 + N * 4.0) / (us.median_us * 1e-6) / 1e12;
@@ -94,7 +99,8 @@ static void mma_rate_ceiling(bench &b) {
         bench_time(b, [&] { mma_ceiling<<<132 * 4, 256, 0, b.s>>>((float *)b.d_out, mma_iters); }, 2, 10);
     CK(cudaGetLastError());
     b.mma_tflops = 132.0 * 4 * 8 * mma_iters * 8 * 4096.0 / (us.median_us * 1e-6) / 1e12;
-    bench_add_row(b, "ceiling: mma.sync bf16", 132 * 4 * 8, us, b.mma_tflops * 1e12 * us.median_us * 1e-6, 0, "TFLOP/s", -1);
+    bench_add_row(b, "ceiling: mma.sync bf16", 132 * 4 * 8, us, b.mma_tflops * 1e12 * us.median_us * 1e-6, 0, "TFLOP/s",
+                  -1);
 }
 
 void bench_ceilings(bench &b) {

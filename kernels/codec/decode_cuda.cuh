@@ -1,6 +1,6 @@
 /* Device helpers shared by the CUDA readers (gather, attend): the exact e2m1 * d product, bf16
- * pair packing, and attention's bit-move dequantisation into bf16 MMA operands. Values equal the CPU twin's (kernels/codec/gather_cpu.c): products in binary32, then
- * bf16 round-to-nearest-even. */
+ * pair packing, and attention's bit-move dequantisation into bf16 MMA operands. Values equal the CPU twin's
+ * (kernels/codec/gather_cpu.c): products in binary32, then bf16 round-to-nearest-even. */
 #ifndef NVFP4_MLA_DECODE_CUDA_CUH
 #define NVFP4_MLA_DECODE_CUDA_CUH
 

@@ -79,7 +79,8 @@ extern "C" void nvfp4_mla_gather_cuda(const nvfp4_mla_gather_kernel_args_t *args
     }
     nvfp4_device_guard guard(args->device_index);
     const int64_t blocks = (args->num_rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
-    if (!nvfp4_cuda_guard_ok(guard, result, "gather") || !nvfp4_cuda_grid_fits(blocks, result, "gather", args->num_rows, "rows")) {
+    if (!nvfp4_cuda_guard_ok(guard, result, "gather") ||
+        !nvfp4_cuda_grid_fits(blocks, result, "gather", args->num_rows, "rows")) {
         return;
     }
     nvfp4_gather_kernel<<<(unsigned)blocks, WARPS_PER_BLOCK * 32, 0, (cudaStream_t)args->stream>>>(*args);

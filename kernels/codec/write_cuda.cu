@@ -7,14 +7,13 @@
  * threshold encoder (three comparisons) is used everywhere; E4M3 codes use the hardware
  * round-to-nearest-even saturating conversion, which equals the spec's E4M3_RN_SATFINITE on finite
  * input. A token with any NaN/Inf input (rare) takes the general path (encode_group<POLICY, false>),
- * which filters non-finite values out of every maximum and counts them; the warp decides together, so the branch is uniform.
- * The record is assembled in shared memory and stored as 16-byte words (368 = 23 x 16,
- * 432 = 27 x 16). The writer policy is a template parameter of the kernel: `mse` picks each group's
- * scale code with write_policy.h's functions, which the CPU writer compiles too (bit-identical by
- * construction; its c6/c4 come from the hardware conversion on the all-finite path, which equals
- * nvfp4_e4m3_magnitude_code there). A slot >= capacity writes nothing and is counted in the optional
- * out_of_range_count (the slot rule of abi/nvfp4_mla_ops.h; the CPU refuses such a call instead).
- * Tested byte-for-byte against the CPU writer for every policy in tests/test_gpu_codec.c, under
+ * which filters non-finite values out of every maximum and counts them; the warp decides together, so the branch is
+ * uniform. The record is assembled in shared memory and stored as 16-byte words (368 = 23 x 16, 432 = 27 x 16). The
+ * writer policy is a template parameter of the kernel: `mse` picks each group's scale code with write_policy.h's
+ * functions, which the CPU writer compiles too (bit-identical by construction; its c6/c4 come from the hardware
+ * conversion on the all-finite path, which equals nvfp4_e4m3_magnitude_code there). A slot >= capacity writes nothing
+ * and is counted in the optional out_of_range_count (the slot rule of abi/nvfp4_mla_ops.h; the CPU refuses such a call
+ * instead). Tested byte-for-byte against the CPU writer for every policy in tests/test_gpu_codec.c, under
  * compute-sanitizer too; timed by `nvfp4-mla bench`.
  */
 #include <cuda_fp8.h>
@@ -129,12 +128,14 @@ static __device__ __forceinline__ void load_lane(const nvfp4_mla_write_kernel_ar
     rope_pair = ((const uint32_t *)((const uint16_t *)a.k_pe + t * a.k_pe_row_stride))[lane];
     if (a.input_is_f16) {
 #pragma unroll
-        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) x[i] = nvfp4_f16_to_f32((uint16_t)(pairs[i >> 1] >> (16 * (i & 1))));
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++)
+            x[i] = nvfp4_f16_to_f32((uint16_t)(pairs[i >> 1] >> (16 * (i & 1))));
         rope[0] = nvfp4_f16_to_f32((uint16_t)rope_pair);
         rope[1] = nvfp4_f16_to_f32((uint16_t)(rope_pair >> 16));
     } else {
 #pragma unroll
-        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++) x[i] = __uint_as_float((i & 1) ? pairs[i >> 1] & 0xFFFF0000u : pairs[i >> 1] << 16);
+        for (int i = 0; i < NVFP4_MLA_GROUP_SIZE; i++)
+            x[i] = __uint_as_float((i & 1) ? pairs[i >> 1] & 0xFFFF0000u : pairs[i >> 1] << 16);
         rope[0] = __uint_as_float(rope_pair << 16);
         rope[1] = __uint_as_float(rope_pair & 0xFFFF0000u);
     }
@@ -229,7 +230,8 @@ static __device__ __forceinline__ void count_token(const nvfp4_mla_write_kernel_
 /* One kernel per writer policy (a template parameter): the rtn kernel's code is the one the policy
  * work started from, and neither pays for the other's branch. */
 template <int POLICY>
-__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, MIN_BLOCKS(POLICY)) nvfp4_write_kernel(nvfp4_mla_write_kernel_args_t a) {
+__global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, MIN_BLOCKS(POLICY))
+    nvfp4_write_kernel(nvfp4_mla_write_kernel_args_t a) {
     __shared__ __align__(16) uint8_t staging[WARPS_PER_BLOCK][432];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t t = (int64_t)blockIdx.x * WARPS_PER_BLOCK + warp;
@@ -292,7 +294,8 @@ extern "C" void nvfp4_mla_write_cuda(const nvfp4_mla_write_kernel_args_t *args, 
     }
     nvfp4_device_guard guard(args->device_index);
     const int64_t blocks = (args->num_tokens + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
-    if (!nvfp4_cuda_guard_ok(guard, result, "write") || !nvfp4_cuda_grid_fits(blocks, result, "write", args->num_tokens, "tokens")) {
+    if (!nvfp4_cuda_guard_ok(guard, result, "write") ||
+        !nvfp4_cuda_grid_fits(blocks, result, "write", args->num_tokens, "tokens")) {
         return;
     }
     if (args->writer_policy == NVFP4_MLA_WRITER_POLICY_MSE) {

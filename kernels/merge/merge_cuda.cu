@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32) nvfp4_merge_kernel(const nvf
         if (l == -INFINITY) continue; /* an empty part: its out is not read */
         const float w = expf(l - m);
         wsum += w;
-        const T *po = (const T *)a.partial_out + p * a.po_stride_part + qi * a.po_stride_token + head * a.po_stride_head;
+        const T *po =
+            (const T *)a.partial_out + p * a.po_stride_part + qi * a.po_stride_token + head * a.po_stride_head;
 #pragma unroll
         for (int s = 0; s < STEPS; s++) {
             float v[VEC];
@@ -92,13 +93,16 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32) nvfp4_merge_kernel(const nvf
 #pragma unroll
         for (int j = 0; j < VEC; j++) b[j] = nvfp4_f32_to_bf16(acc[s * VEC + j] * inv);
         if constexpr (VEC == 4) {
-            *(uint2 *)(out + (s * 32 + lane) * 4) = make_uint2(b[0] | (uint32_t)b[1] << 16, b[2] | (uint32_t)b[3] << 16);
+            *(uint2 *)(out + (s * 32 + lane) * 4) =
+                make_uint2(b[0] | (uint32_t)b[1] << 16, b[2] | (uint32_t)b[3] << 16);
         } else {
             out[s * 32 + lane] = b[0];
         }
     }
     if (a.lse && lane == 0)
-        a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] = bad ? NAN : wsum > 0.0f ? m + logf(wsum) : -INFINITY;
+        a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] = bad           ? NAN
+                                                                    : wsum > 0.0f ? m + logf(wsum)
+                                                                                  : -INFINITY;
 }
 
 /* The 4-wide loads and stores need every partial row 16-byte (f32) or 8-byte (bf16) aligned, and out's rows
@@ -106,7 +110,9 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32) nvfp4_merge_kernel(const nvf
 static bool merge_vector_aligned(const nvfp4_mla_merge_kernel_args_t *a) {
     const uintptr_t in_align = a->partial_is_f32 ? 16 : 8;
     return (uintptr_t)a->partial_out % in_align == 0 && (uintptr_t)a->out % 8 == 0 &&
-           (a->po_stride_part | a->po_stride_token | a->po_stride_head | a->out_stride_token | a->out_stride_head) % 4 == 0;
+           (a->po_stride_part | a->po_stride_token | a->po_stride_head | a->out_stride_token | a->out_stride_head) %
+                   4 ==
+               0;
 }
 
 template <typename T>
