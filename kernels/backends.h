@@ -49,6 +49,9 @@ typedef struct nvfp4_mla_cuda_limits {
     int32_t sm_count;       /* multiprocessors */
     int32_t smem_per_block; /* opt-in dynamic shared memory per block, bytes */
     int32_t arch;           /* 10 * major + minor */
+    int32_t quad_clusters;  /* clusters of 4 attend CTAs (one an SM at smem_per_block) the device runs at
+                             * once, counted by nvfp4_mla_cuda_prepare; 0: none (split grids then launch
+                             * without clusters: attend_cuda.cu, placement_cluster) */
 } nvfp4_mla_cuda_limits_t;
 
 /* Can this process run our kernels on `ordinal`? 0 = yes, with `name` ("NVIDIA H200 (sm_90)") and
@@ -56,9 +59,9 @@ typedef struct nvfp4_mla_cuda_limits {
 int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, char *note, size_t note_size,
                          nvfp4_mla_cuda_limits_t *limits);
 
-/* Once per context, with the limits decided: attribute settings the launches rely on. 0 = done,
- * else a cudaError_t described in `note`. */
-int nvfp4_mla_cuda_prepare(int ordinal, int smem_per_block, char *note, size_t note_size);
+/* Once per context, with the limits decided (smem_per_block after the cap): attribute settings the
+ * launches rely on, and limits->quad_clusters. 0 = done, else a cudaError_t described in `note`. */
+int nvfp4_mla_cuda_prepare(int ordinal, nvfp4_mla_cuda_limits_t *limits, char *note, size_t note_size);
 
 extern const nvfp4_mla_backend_ops_t nvfp4_mla_cuda_ops;
 void nvfp4_mla_write_cuda(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
@@ -67,8 +70,9 @@ uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *a
 void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 void nvfp4_mla_merge_cuda(const nvfp4_mla_merge_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 /* Lets every attend kernel use `smem_per_block` bytes of dynamic shared memory on the current
- * device (kernels/attend/attend_cuda.cu; called by nvfp4_mla_cuda_prepare). 0 or a cudaError_t. */
-int nvfp4_mla_attend_cuda_prepare(int smem_per_block);
+ * device, and counts into *quad_clusters the clusters of 4 attend CTAs it runs at once
+ * (kernels/attend/attend_cuda.cu; called by nvfp4_mla_cuda_prepare). 0 or a cudaError_t. */
+int nvfp4_mla_attend_cuda_prepare(int smem_per_block, int32_t *quad_clusters);
 
 #ifdef __cplusplus
 }

@@ -92,9 +92,13 @@ typedef struct nvfp4_mla_attend_kernel_args {
     int32_t sm_count;             /* multiprocessors */
     int32_t smem_per_block;       /* opt-in shared memory per block, after NVFP4_MLA_ATTEND_SMEM_CAP */
     int32_t arch;                 /* 10 * major + minor (90 = sm_90) */
-    int32_t force_mma_sync;       /* 1: NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers on sm_90) */
-    int32_t merge_mode;           /* NVFP4_ATTEND_MERGE_*: how split partials are merged (NVFP4_MLA_ATTEND_MERGE,
+    /* The two settings below are 16-bit so that quad_clusters fits the struct's size: it is the CUDA
+     * kernels' parameter too, and their code stays that of a fixed layout. */
+    int16_t force_mma_sync;       /* 1: NVFP4_MLA_ATTEND_MMA=sync (the mma.sync consumers on sm_90) */
+    int16_t merge_mode;           /* NVFP4_ATTEND_MERGE_*: how split partials are merged (NVFP4_MLA_ATTEND_MERGE,
                                      read at init; AUTO is resolved per call; the workspace size ignores it) */
+    int32_t quad_clusters;        /* clusters of 4 attend CTAs the device runs at once (0: split grids launch
+                                     without clusters; nvfp4_mla_cuda_limits_t) */
 } nvfp4_mla_attend_kernel_args_t;
 
 /* How attend merges split-K partials (nvfp4_mla_attend_kernel_args_t.merge_mode). */

@@ -48,12 +48,13 @@ extern "C" int nvfp4_mla_cuda_probe(int ordinal, char *name, size_t name_size, c
 
 /* Once per context: lets the attend kernels use `smem_per_block` bytes on `ordinal`. 0 = done,
  * else a cudaError_t, described in `note`. */
-extern "C" int nvfp4_mla_cuda_prepare(int ordinal, int smem_per_block, char *note, size_t note_size) {
+extern "C" int nvfp4_mla_cuda_prepare(int ordinal, nvfp4_mla_cuda_limits_t *limits, char *note, size_t note_size) {
     nvfp4_device_guard guard(ordinal);
-    int err = guard.error != cudaSuccess ? (int)guard.error : nvfp4_mla_attend_cuda_prepare(smem_per_block);
+    int err = guard.error != cudaSuccess ? (int)guard.error
+                                         : nvfp4_mla_attend_cuda_prepare(limits->smem_per_block, &limits->quad_clusters);
     if (err) {
-        snprintf(note, note_size, "cannot allow %d bytes of shared memory for attend on device %d (%s)", smem_per_block,
-                 ordinal, cudaGetErrorString((cudaError_t)err));
+        snprintf(note, note_size, "cannot allow %d bytes of shared memory for attend on device %d (%s)",
+                 limits->smem_per_block, ordinal, cudaGetErrorString((cudaError_t)err));
         (void)cudaGetLastError();
     }
     return err;

@@ -52,8 +52,7 @@ static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx, const char *const 
     if (st) {
         return st;
     }
-    if (nvfp4_mla_cuda_prepare(ctx->device_index, ctx->cuda.smem_per_block, ctx->backend_note,
-                               sizeof ctx->backend_note) != 0) {
+    if (nvfp4_mla_cuda_prepare(ctx->device_index, &ctx->cuda, ctx->backend_note, sizeof ctx->backend_note) != 0) {
         return nvfp4_fail(NVFP4_MLA_ERR_DEVICE, "init: %s", ctx->backend_note);
     }
     ctx->ops = &nvfp4_mla_cuda_ops;

@@ -94,7 +94,7 @@ static nvfp4_mla_attend_kernel_args_t flatten(const nvfp4_mla_context_t *ctx, co
         .outer_scale = a->outer_scale, .sm_scale = a->sm_scale, .device_index = ctx->device_index,
         .sm_count = ctx->cuda.sm_count, .smem_per_block = ctx->cuda.smem_per_block, .arch = ctx->cuda.arch,
         .force_mma_sync = ctx->attend_force_mma_sync,
-        .merge_mode = ctx->attend_merge_mode,
+        .merge_mode = ctx->attend_merge_mode, .quad_clusters = ctx->cuda.quad_clusters,
     };
 }
 

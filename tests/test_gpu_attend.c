@@ -353,6 +353,49 @@ static void cuda_attend_should_merge_splits_in_one_launch_whatever_the_workspace
     one_launch_case(3, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* wide, 11 splits */
 }
 
+/* Split grids launch in clusters of 4 where the device runs all of theirs at once (placement only:
+ * attend_cuda.cu, placement_cluster). The same calls without clusters (white-box: a count of 0)
+ * give the same bits, eager (the 16-head case merges in its launch) and captured (the merge
+ * kernel). On 132 SMs both cases are grids of 64 CTAs: 16 clusters. */
+static void placement_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
+    attend_case_t c;
+    const attend_case_opts_t o = layout_opts(nq, h, topk, layout);
+    attend_case_make(&c, &o, cpu);
+    const size_t n_out = (size_t)(nq * h * 512), n_lse = (size_t)(nq * h);
+    uint16_t *out_plain = malloc(n_out * 2);
+    float *lse_plain = malloc(n_lse * 4);
+    const int32_t quads = gpu->cuda.quad_clusters;
+    gpu->cuda.quad_clusters = 0;
+    attend_gpu_call_t plain = {.ws_fill = -1};
+    attend_case_run_gpu(&c, gpu, &plain);
+    check_case(&c, &plain, " no clusters");
+    gpu->cuda.quad_clusters = quads;
+    memcpy(out_plain, c.out, n_out * 2), memcpy(lse_plain, c.lse, n_lse * 4);
+    for (int graph = 0; graph < 2; graph++) {
+        attend_gpu_call_t call = {.ws_fill = -1, .graph = graph};
+        attend_case_run_gpu(&c, gpu, &call);
+        check_case(&c, &call, " clusters of 4");
+        if (memcmp(c.out, out_plain, n_out * 2) || memcmp(c.lse, lse_plain, n_lse * 4))
+            fail_msg("nq %lld h %lld topk %lld (%s): out or lse differs between clusters of 4 and none", (long long)nq,
+                     (long long)h, (long long)topk, graph ? "graph" : "eager");
+    }
+    free(out_plain), free(lse_plain);
+    attend_case_free(&c);
+}
+
+static void cuda_attend_should_give_the_same_bits_in_clusters_of_4(void **state) {
+    (void)state;
+    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
+        return;
+    open_gpu("default", NULL, NULL);
+    fprintf(stderr, "clusters of 4 attend CTAs this device runs at once: %d\n", gpu->cuda.quad_clusters);
+    if (gpu->cuda.quad_clusters < 1)
+        fail_msg("sm_%d: no cluster of 4 attend CTAs counted (cudaOccupancyMaxActiveClusters)", gpu->cuda.arch);
+    placement_case(4, 64, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* wide, 16 splits of 2 tiles */
+    placement_case(8, 16, 1024, NVFP4_MLA_LAYOUT_BF16_ROPE_432);  /* 16-head groups, 8 splits of 2 tiles */
+    close_gpu();
+}
+
 /* Each consumer where the plan now puts it (all_shapes' light calls reach some kinds less): the
  * kinds the plan picks for these shapes, and the wide consumer with each record size and a padded
  * page. */
@@ -599,6 +642,7 @@ int main(void) {
         cmocka_unit_test(cuda_attend_should_match_for_thousands_of_queries),
         cmocka_unit_test(cuda_attend_should_write_only_its_rows_of_a_strided_out),
         cmocka_unit_test(cuda_attend_should_merge_splits_in_one_launch_whatever_the_workspace_held),
+        cmocka_unit_test(cuda_attend_should_give_the_same_bits_in_clusters_of_4),
         cmocka_unit_test(cuda_attend_should_match_on_each_consumer_the_plan_picks),
         cmocka_unit_test(cuda_attend_should_merge_eager_splits_in_the_launch_by_default),
     };

@@ -43,8 +43,6 @@
  */
 #include <cuda_runtime.h>
 #include <math.h>
-
-#include <atomic>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,19 +321,13 @@ struct kind_merges_in_launch {
  * this measured 0.4-0.7 us faster in 6 of 8 light cells (e.g. 4 x 64 heads 13.3 against 13.8-14.0
  * us), slower in none (docs/performance-notes.md, "small batches, round 3"). With clusters of 16
  * the same grid ran 0.6 us slower. The H200 runs 30 clusters of 4 at once, not 33: a grid whose
- * clusters do not all fit would wait a wave, so it launches without them.
- * quad_clusters_of[d]: the clusters of 4 attend CTAs device d runs at once, counted once a context
- * by nvfp4_mla_attend_cuda_prepare; 0 until then, or when the count fails. Every context of a device
- * stores the least count it saw. The count depends only on the device and the shared memory, so
- * the launch reads it here and the kernels' arguments stay as they are. */
+ * clusters do not all fit would wait a wave, so it launches without them. The count of clusters
+ * the device runs at once is a device limit the context reads at init (count_quad_clusters,
+ * a->quad_clusters; 0: no clusters). */
 #define ATT_QUAD 4
-#define ATT_PLACEMENT_DEVICES 64
-static std::atomic<int> quad_clusters_of[ATT_PLACEMENT_DEVICES];
 
 static int placement_cluster(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    if (pl.splits <= 1 || pl.grid % ATT_QUAD != 0 || a->device_index < 0 || a->device_index >= ATT_PLACEMENT_DEVICES)
-        return 1;
-    return pl.grid / ATT_QUAD <= quad_clusters_of[a->device_index].load(std::memory_order_relaxed) ? ATT_QUAD : 1;
+    return pl.splits > 1 && pl.grid % ATT_QUAD == 0 && pl.grid / ATT_QUAD <= a->quad_clusters ? ATT_QUAD : 1;
 }
 
 /* A split attention grid (the light calls, where the chain of launches is the time) is launched
@@ -460,15 +452,10 @@ static cudaError_t allow_smem_rb(int bytes) {
     return e;
 }
 
-/* Counts the clusters of 4 CTAs of the wide kind (the most registers and shared memory a CTA of
- * any kind: one an SM at the full opt-in size) the current device runs at once with
- * `smem_per_block` bytes, into quad_clusters_of (the least count any context saw; 0 on failure). */
-static void count_quad_clusters(int smem_per_block) {
-    int device = -1;
-    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= ATT_PLACEMENT_DEVICES) {
-        (void)cudaGetLastError();
-        return;
-    }
+/* The clusters of 4 CTAs of the wide kind (the most registers and shared memory a CTA of any kind:
+ * one an SM at the full opt-in size) the current device runs at once with `smem_per_block` bytes;
+ * 0 when the count fails. */
+static int32_t count_quad_clusters(int smem_per_block) {
     cudaLaunchAttribute dim;
     dim.id = cudaLaunchAttributeClusterDimension;
     dim.val.clusterDim.x = ATT_QUAD, dim.val.clusterDim.y = 1, dim.val.clusterDim.z = 1;
@@ -484,16 +471,13 @@ static void count_quad_clusters(int smem_per_block) {
         (void)cudaGetLastError();
         count = 0;
     }
-    int seen = quad_clusters_of[device].load(std::memory_order_relaxed);
-    while ((seen == 0 || count < seen) &&
-           !quad_clusters_of[device].compare_exchange_weak(seen, count, std::memory_order_relaxed)) {
-    }
+    return count;
 }
 
 /* Lets every attend kernel use `smem_per_block` bytes of dynamic shared memory on the current
  * device (called by the context's init with its device selected; a per-function attribute), and
- * counts its clusters of 4 (count_quad_clusters). */
-extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block) {
+ * counts its clusters of 4 into *quad_clusters (count_quad_clusters; 0 when the attributes fail). */
+extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block, int32_t *quad_clusters) {
     cudaError_t e = allow_smem_rb<368>(smem_per_block);
     if (e == cudaSuccess) e = allow_smem_rb<432>(smem_per_block);
     if (e == cudaSuccess) e = allow_smem_rb<656>(smem_per_block);
@@ -505,6 +489,6 @@ extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block) {
     for (int splits : {4, 16, 64}) /* each of merge_kernel_for's instantiations */
         if (e == cudaSuccess) e = cudaFuncGetAttributes(&merge_attributes, merge_kernel_for(splits));
     if (e != cudaSuccess) (void)cudaGetLastError();
-    else count_quad_clusters(smem_per_block);
+    *quad_clusters = e == cudaSuccess ? count_quad_clusters(smem_per_block) : 0;
     return e == cudaSuccess ? 0 : (int)e;
 }
