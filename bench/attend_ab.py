@@ -1,13 +1,15 @@
 """Same-process A/B of two plugin builds on identical data (BENCHMARKS.md: "no slower" checks of a
 kernel change): prefill 4096 queries x h = 128 / 16 and decode batch 128 x h = 128 / 64, eager
 back-to-back launches of each build's prepared attend, the builds alternated (ABAB, then BABA),
-and whether their outputs are bit-identical.
+and whether their outputs are bit-identical. `--decode-heads H...` replaces those shapes with decode
+batch 128 at each h given (issue 34's "batch 128 no slower" at every h).
 
 Usage (GPU machine): PYTHONPATH=host_shims/python python3 bench/attend_ab.py OLD_PLUGIN.so NEW_PLUGIN.so
+    [--decode-heads 16 32 64 128]
 """
+import argparse
 import math
 import statistics
-import sys
 
 import torch
 
@@ -21,9 +23,14 @@ SHAPES = (("prefill 4096 x h 128", 4096, 128, 3), ("prefill 4096 x h 16", 4096, 
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    ctxs = {name: nvfp4_mla.Context(nvfp4_mla.load(path), "cuda:0") for name, path in zip(("old", "new"), sys.argv[1:])}
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("old_plugin")
+    ap.add_argument("new_plugin")
+    ap.add_argument("--decode-heads", type=int, nargs="+", help="decode batch 128 at these h instead")
+    args = ap.parse_args()
+    shapes = tuple((f"decode 128 x h {h}", 128, h, 20) for h in args.decode_heads) if args.decode_heads else SHAPES
+    ctxs = {name: nvfp4_mla.Context(nvfp4_mla.load(path), "cuda:0")
+            for name, path in (("old", args.old_plugin), ("new", args.new_plugin))}
     n = 2 << 20  # tokens: random latents with log-normal token magnitudes, every record written
     gen = torch.Generator(device="cuda").manual_seed(5)
     cache = torch.empty(n // 64, 64, 368, dtype=torch.uint8, device="cuda")
@@ -32,7 +39,7 @@ def main():
         x = (x * torch.exp(0.5 * torch.randn(1 << 20, 1, device="cuda", generator=gen))).to(torch.bfloat16)
         ctxs["new"].write(x[:, :DV], x[:, DV:], torch.arange(first, first + (1 << 20), device="cuda"), cache, **KW)
     stream = torch.cuda.current_stream()
-    for label, nq, h, launches in SHAPES:
+    for label, nq, h, launches in shapes:
         q = torch.randn(nq, h, D, device="cuda", generator=gen).to(torch.bfloat16)
         idx = torch.randint(0, n, (nq, TOPK), device="cuda", generator=gen, dtype=torch.int32)
         outs = {k: torch.empty(nq, h, DV, dtype=torch.bfloat16, device="cuda") for k in ctxs}
