@@ -51,6 +51,17 @@ static inline bool nvfp4_cuda_guard_ok(const nvfp4_device_guard &guard, nvfp4_ml
     return false;
 }
 
+/* The launch attribute for clusters of `cluster` CTAs along x (the launches below, and occupancy
+ * queries of the same shape). */
+static inline cudaLaunchAttribute nvfp4_cluster_attribute(int cluster) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = (unsigned)cluster;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    return attribute;
+}
+
 /* Launches `kernel` on `stream` in clusters of `cluster` CTAs along x (1: no cluster; more needs a
  * grid of whole clusters, and past 8 the kernel's non-portable cluster attribute); `dependent`:
  * with programmatic stream serialisation, so that the grid may begin while the stream's previous
@@ -66,12 +77,7 @@ static inline cudaError_t nvfp4_launch_clustered(void (*kernel)(Params...), dim3
         attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attributes[count++].val.programmaticStreamSerializationAllowed = 1;
     }
-    if (cluster > 1) {
-        attributes[count].id = cudaLaunchAttributeClusterDimension;
-        attributes[count].val.clusterDim.x = (unsigned)cluster;
-        attributes[count].val.clusterDim.y = 1;
-        attributes[count++].val.clusterDim.z = 1;
-    }
+    if (cluster > 1) attributes[count++] = nvfp4_cluster_attribute(cluster);
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;

@@ -261,6 +261,30 @@ static void cuda_attend_should_match_for_thousands_of_queries(void **state) {
     close_gpu();
 }
 
+
+/* A copy of a case's out and lse after one call, to hold the next call's bits against. */
+typedef struct {
+    uint16_t *out; /* [nq, h, 512] */
+    float *lse;    /* [nq, h] */
+    size_t n_out, n_lse;
+} rows_copy_t;
+
+static rows_copy_t copy_rows(const attend_case_t *c) {
+    rows_copy_t r = {.n_out = (size_t)(c->o.nq * c->o.h * 512), .n_lse = (size_t)(c->o.nq * c->o.h)};
+    r.out = malloc(r.n_out * 2), r.lse = malloc(r.n_lse * 4);
+    memcpy(r.out, c->out, r.n_out * 2), memcpy(r.lse, c->lse, r.n_lse * 4);
+    return r;
+}
+static bool same_out(const attend_case_t *c, const rows_copy_t *r) {
+    return !memcmp(c->out, r->out, r->n_out * 2);
+}
+static bool same_lse(const attend_case_t *c, const rows_copy_t *r) {
+    return !memcmp(c->lse, r->lse, r->n_lse * 4);
+}
+static void free_rows(rows_copy_t *r) {
+    free(r->out), free(r->lse);
+}
+
 /* out with padded strides (head stride 520, token stride h x 520 + 24 elements): the rows come out
  * bit-identical to a contiguous out's (the plan does not depend on out's strides) and no padding
  * element is written. Covers the staged epilogue's 16-byte stores, the merge of split partials, and
@@ -273,11 +297,10 @@ static void strided_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
     attend_gpu_call_t contiguous = {.ws_fill = -1},
                       strided = {.ws_fill = -1, .hs = 520, .ts = h * 520 + 24, .want_span = 1};
     attend_case_run_gpu(&c, gpu, &contiguous);
-    const size_t n_out = (size_t)(nq * h * 512), span = attend_out_span(nq, h, strided.ts, strided.hs);
-    uint16_t *rows = malloc(n_out * 2);
-    memcpy(rows, c.out, n_out * 2);
+    const size_t span = attend_out_span(nq, h, strided.ts, strided.hs);
+    rows_copy_t rows = copy_rows(&c);
     attend_case_run_gpu(&c, gpu, &strided);
-    if (memcmp(rows, c.out, n_out * 2))
+    if (!same_out(&c, &rows))
         fail_msg("strided out: nq %lld h %lld: rows differ from a contiguous out's", (long long)nq, (long long)h);
     uint8_t *in_row = calloc(span, 1); /* 1: an element of out's rows */
     for (int64_t q = 0; q < nq; q++)
@@ -296,7 +319,7 @@ static void strided_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout) {
             "elements untouched\n",
             (long long)nq, (long long)h, (long long)topk, layout_name(&c), (unsigned long long)strided.ws, padding);
     check_case(&c, &strided, " strided");
-    free(rows), free(in_row), free(strided.span);
+    free_rows(&rows), free(in_row), free(strided.span);
     attend_case_free(&c);
 }
 
@@ -313,21 +336,18 @@ static void one_launch_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout
     attend_case_run_gpu(&c, gpu, &call);
     check_case(&c, &call, "");
     close_gpu();
-    const size_t n_out = (size_t)(nq * h * 512), n_lse = (size_t)(nq * h);
-    uint16_t *out_sep = malloc(n_out * 2);
-    float *lse_sep = malloc(n_lse * 4);
-    memcpy(out_sep, c.out, n_out * 2), memcpy(lse_sep, c.lse, n_lse * 4);
+    rows_copy_t sep = copy_rows(&c);
     open_gpu_merge("in-launch", NULL, NULL, "in-launch");
     const int fills[] = {-1, 0, 0xFF, 256}, calls[] = {1, 2, 1, 3};
     for (int f = 0; f < 4; f++) {
         attend_gpu_call_t again = {.ws_fill = fills[f], .calls = calls[f]};
         attend_case_run_gpu(&c, gpu, &again);
-        for (size_t i = 0; i < n_out; i++)
-            if (c.out[i] != out_sep[i])
+        for (size_t i = 0; i < sep.n_out; i++)
+            if (c.out[i] != sep.out[i])
                 fail_msg("one launch (workspace fill %d, %d calls): nq %lld h %lld topk %lld: out[%zu] %#x, separate "
                          "merge %#x",
-                         fills[f], calls[f], (long long)nq, (long long)h, (long long)topk, i, c.out[i], out_sep[i]);
-        if (memcmp(c.lse, lse_sep, n_lse * 4))
+                         fills[f], calls[f], (long long)nq, (long long)h, (long long)topk, i, c.out[i], sep.out[i]);
+        if (!same_lse(&c, &sep))
             fail_msg("one launch (workspace fill %d): nq %lld h %lld: lse differs from the separate merge's", fills[f],
                      (long long)nq, (long long)h);
     }
@@ -336,7 +356,7 @@ static void one_launch_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout
             "PASS in-launch nq %4lld h %3lld topk %4lld %-10s ws %9llu: bit-identical to the separate merge over 4 "
             "workspace states\n",
             (long long)nq, (long long)h, (long long)topk, layout_name(&c), (unsigned long long)call.ws);
-    free(out_sep), free(lse_sep);
+    free_rows(&sep);
     attend_case_free(&c);
 }
 
@@ -361,25 +381,22 @@ static void placement_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout)
     attend_case_t c;
     const attend_case_opts_t o = layout_opts(nq, h, topk, layout);
     attend_case_make(&c, &o, cpu);
-    const size_t n_out = (size_t)(nq * h * 512), n_lse = (size_t)(nq * h);
-    uint16_t *out_plain = malloc(n_out * 2);
-    float *lse_plain = malloc(n_lse * 4);
     const int32_t quads = gpu->cuda.quad_clusters;
     gpu->cuda.quad_clusters = 0;
     attend_gpu_call_t plain = {.ws_fill = -1};
     attend_case_run_gpu(&c, gpu, &plain);
     check_case(&c, &plain, " no clusters");
     gpu->cuda.quad_clusters = quads;
-    memcpy(out_plain, c.out, n_out * 2), memcpy(lse_plain, c.lse, n_lse * 4);
+    rows_copy_t plain_rows = copy_rows(&c);
     for (int graph = 0; graph < 2; graph++) {
         attend_gpu_call_t call = {.ws_fill = -1, .graph = graph};
         attend_case_run_gpu(&c, gpu, &call);
         check_case(&c, &call, " clusters of 4");
-        if (memcmp(c.out, out_plain, n_out * 2) || memcmp(c.lse, lse_plain, n_lse * 4))
+        if (!same_out(&c, &plain_rows) || !same_lse(&c, &plain_rows))
             fail_msg("nq %lld h %lld topk %lld (%s): out or lse differs between clusters of 4 and none", (long long)nq,
                      (long long)h, (long long)topk, graph ? "graph" : "eager");
     }
-    free(out_plain), free(lse_plain);
+    free_rows(&plain_rows);
     attend_case_free(&c);
 }
 

@@ -331,26 +331,21 @@ static int placement_cluster(const nvfp4_mla_attend_kernel_args_t *a, const atte
 }
 
 /* A split attention grid (the light calls, where the chain of launches is the time) is launched
- * dependent on the stream's previous grid (nvfp4_launch): its barrier set-up and register
+ * dependent on the stream's previous grid (nvfp4_launch_clustered): its barrier set-up and register
  * reallocation overlap that grid's tail, and in a graph its node's launch does (the kernel waits,
  * pdl_wait, before it reads or writes global memory). An unsplit grid runs for tens of
  * microseconds or more and gains nothing from it: it launches as a plain kernel, as before. */
 template <int KIND, int RB>
 static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    const bool dependent = pl.splits > 1;
-    const int cluster = placement_cluster(a, pl);
+    auto kernel = nvfp4_attend_kernel<KIND, RB, false>;
     if constexpr (kind_merges_in_launch<KIND>::value) {
-        if (pl.one_launch)
-            return nvfp4_launch_clustered(nvfp4_attend_kernel<KIND, RB, true>, pl.grid, pl.threads, pl.bytes,
-                                          a->stream, dependent, cluster, *a, pl);
+        if (pl.one_launch) kernel = nvfp4_attend_kernel<KIND, RB, true>;
     }
     if constexpr (KIND == KIND_WIDE) {
-        if (pl.tiles_per_split <= ATT_ROW_Q_TILES)
-            return nvfp4_launch_clustered(nvfp4_attend_kernel<KIND, RB, false, true>, pl.grid, pl.threads, pl.bytes,
-                                          a->stream, dependent, cluster, *a, pl);
+        if (pl.tiles_per_split <= ATT_ROW_Q_TILES) kernel = nvfp4_attend_kernel<KIND, RB, false, true>;
     }
-    return nvfp4_launch_clustered(nvfp4_attend_kernel<KIND, RB, false>, pl.grid, pl.threads, pl.bytes, a->stream,
-                                  dependent, cluster, *a, pl);
+    return nvfp4_launch_clustered(kernel, pl.grid, pl.threads, pl.bytes, a->stream, pl.splits > 1,
+                                  placement_cluster(a, pl), *a, pl);
 }
 
 template <int RB>
@@ -456,9 +451,7 @@ static cudaError_t allow_smem_rb(int bytes) {
  * one an SM at the full opt-in size) the current device runs at once with `smem_per_block` bytes;
  * 0 when the count fails. */
 static int32_t count_quad_clusters(int smem_per_block) {
-    cudaLaunchAttribute dim;
-    dim.id = cudaLaunchAttributeClusterDimension;
-    dim.val.clusterDim.x = ATT_QUAD, dim.val.clusterDim.y = 1, dim.val.clusterDim.z = 1;
+    cudaLaunchAttribute dim = nvfp4_cluster_attribute(ATT_QUAD);
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(ATT_QUAD);
     config.blockDim = dim3(kind_threads<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368>::total);
