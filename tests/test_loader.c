@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -420,6 +421,106 @@ static void requirement_should_follow_the_records_rule(void **state) {
                  NVFP4_MLA_CAP_LAYOUT_FP8_ROPE_368 | NVFP4_MLA_CAP_SCALE_STATIC_OUTER));
 }
 
+/* The real plugin's bytes (read whole), and copies of it written to a private folder. */
+static unsigned char *plugin_bytes(size_t *len) {
+    FILE *f = fopen(real_plugin, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *bytes = malloc(*len);
+    assert_non_null(bytes);
+    assert_int_equal(fread(bytes, 1, *len, f), *len);
+    fclose(f);
+    return bytes;
+}
+
+static void write_copy(const char *path, const unsigned char *bytes, size_t len) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, len, f), len);
+    fclose(f);
+}
+
+/* Opens `path`, which must be refused as load_error with the path and `needle` in the message. */
+static void assert_refused_file(const char *path, const char *needle) {
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, path, msg, sizeof msg), NVFP4_MLA_LOAD_FAILED);
+    assert_contains(msg, path);
+    assert_contains(msg, needle);
+    assert_string_equal(l.reason, NVFP4_MLA_REASON_LOAD_ERROR);
+    assert_null(l.handle);
+}
+
+/* Issue 48, case 1: dlopen maps a cut-short file as if whole and raised SIGBUS inside the host (every
+ * cut from 1 KB to 1 MB crashed). Each cut of the real plugin is refused before dlopen, naming the
+ * file, its size and the part past its end; the whole file still loads. */
+static void loader_should_refuse_a_plugin_file_cut_short(void **state) {
+    (void)state;
+    size_t len;
+    unsigned char *bytes = plugin_bytes(&len);
+    char dir[] = "/tmp/nvfp4_cut_XXXXXX", path[4096];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/libnvfp4_mla.so", dir);
+    const size_t cuts[] = {0, 10, 63, 64, 1024, 4096, 20000, 65536, 262144, 1 << 20, len / 2, len - 4096, len - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        char size_words[64];
+        write_copy(path, bytes, cuts[i]);
+        snprintf(size_words, sizeof size_words, cuts[i] < 64 ? "the file is %zu bytes" : "the %zu-byte file", cuts[i]);
+        assert_refused_file(path, size_words);
+        assert_refused_file(path, "cut short: an interrupted copy or a full disk?");
+    }
+    write_copy(path, bytes, 20000);
+    assert_refused_file(path, "its loadable segment (program header 0) ends at byte");
+    write_copy(path, bytes, len - 1);
+    assert_refused_file(path, "its section headers end at byte");
+    write_copy(path, bytes, len);
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, path, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    nvfp4_mla_loader_close(&l);
+    unlink(path);
+    rmdir(dir);
+    free(bytes);
+}
+
+/* Files that are not this host's ELF shared objects: refused by name before dlopen, a FIFO without
+ * blocking. */
+static void loader_should_refuse_files_that_are_not_this_hosts_shared_objects(void **state) {
+    (void)state;
+    size_t len;
+    unsigned char *bytes = plugin_bytes(&len);
+    char dir[] = "/tmp/nvfp4_elf_XXXXXX", path[4096];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/libnvfp4_mla.so", dir);
+    struct {
+        size_t offset;
+        unsigned char value;
+        const char *needle;
+    } patches[] = {
+        {0, 'X', "not an ELF file (it does not start with \\x7fELF)"},
+        {4, 1, "a 32-bit ELF file; this host is 64-bit"},
+        {5, 2, "an ELF file of the other byte order (EI_DATA 2; this host's is 1)"},
+        {16, 2, "an ELF file of type 2, not a shared object (ET_DYN, 3)"},
+        {18, 40, "an ELF file for machine 40; this host is machine"},
+        {54, 32, "an ELF file whose program headers are 32 bytes each, not 56"},
+    };
+    for (size_t i = 0; i < sizeof patches / sizeof patches[0]; i++) {
+        const unsigned char kept = bytes[patches[i].offset];
+        bytes[patches[i].offset] = patches[i].value;
+        write_copy(path, bytes, len);
+        assert_refused_file(path, patches[i].needle);
+        bytes[patches[i].offset] = kept;
+    }
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_refused_file(path, "it is not a regular file");
+    unlink(path);
+    rmdir(dir);
+    free(bytes);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(loader_should_accept_a_current_plugin),
@@ -439,6 +540,8 @@ int main(void) {
         cmocka_unit_test(real_plugin_should_name_its_capabilities_as_the_header_does),
         cmocka_unit_test(loader_should_read_the_writer_policy_by_the_plugins_rule),
         cmocka_unit_test(requirement_should_follow_the_records_rule),
+        cmocka_unit_test(loader_should_refuse_a_plugin_file_cut_short),
+        cmocka_unit_test(loader_should_refuse_files_that_are_not_this_hosts_shared_objects),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -2,13 +2,16 @@
 #include "nvfp4_mla_loader.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "settings.h"
 
@@ -162,11 +165,109 @@ static const char *check_table(const nvfp4_mla_plugin_t *t, const char **reason,
     return NULL;
 }
 
+/* The ELF file shape of this host: dlopen maps only objects of its own class, byte order and machine. */
+#if UINTPTR_MAX > 0xFFFFFFFFu
+typedef Elf64_Ehdr elf_ehdr_t;
+typedef Elf64_Phdr elf_phdr_t;
+#define HOST_ELF_CLASS ELFCLASS64
+#else
+typedef Elf32_Ehdr elf_ehdr_t;
+typedef Elf32_Phdr elf_phdr_t;
+#define HOST_ELF_CLASS ELFCLASS32
+#endif
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define HOST_ELF_DATA ELFDATA2MSB
+#else
+#define HOST_ELF_DATA ELFDATA2LSB
+#endif
+#if defined(__x86_64__)
+#define HOST_ELF_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define HOST_ELF_MACHINE EM_AARCH64
+#elif defined(__powerpc64__)
+#define HOST_ELF_MACHINE EM_PPC64
+#else
+#define HOST_ELF_MACHINE EM_NONE /* another machine: not checked (dlopen still refuses a wrong one) */
+#endif
+
+#define CUT_SHORT "(cut short: an interrupted copy or a full disk?)"
+
+/* Why `path` is not an ELF shared object dlopen can map whole, in `why`, or 0 when it is (or when it
+ * cannot be opened: dlopen then says why, and the loader tells a missing file apart). dlopen maps a
+ * file cut short (an interrupted copy, a full disk at install time) as if it were whole, and the first
+ * touch of a page past its end raises SIGBUS inside dlopen: the host dies. So the file is read first:
+ * a regular file; the ELF header of this host's class, byte order, machine and type ET_DYN; the
+ * program headers, every loadable segment's bytes and the section header table inside the file. The
+ * Python loader makes the same checks in the same words (nvfp4_mla/loader.py, _check_elf). */
+static int check_elf(const char *path, char *why, size_t size) {
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* O_NONBLOCK: a FIFO must not block */
+    struct stat st;
+    if (fd < 0) {
+        return 0;
+    }
+    elf_ehdr_t eh;
+    int bad = 1;
+    const long long file = fstat(fd, &st) == 0 ? (long long)st.st_size : -1;
+    const unsigned long long end = (unsigned long long)file;
+    if (file < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, size, "it is not a regular file");
+    } else if (file < (long long)sizeof eh || pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) {
+        snprintf(why, size, "the file is %lld bytes, less than the %zu of an ELF header " CUT_SHORT, file,
+                 sizeof eh);
+    } else if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+        snprintf(why, size, "not an ELF file (it does not start with \\x7fELF)");
+    } else if (eh.e_ident[EI_CLASS] != HOST_ELF_CLASS) {
+        snprintf(why, size, "a %s ELF file; this host is %s", eh.e_ident[EI_CLASS] == ELFCLASS32 ? "32-bit" : "64-bit",
+                 HOST_ELF_CLASS == ELFCLASS32 ? "32-bit" : "64-bit");
+    } else if (eh.e_ident[EI_DATA] != HOST_ELF_DATA) {
+        snprintf(why, size, "an ELF file of the other byte order (EI_DATA %u; this host's is %u)", eh.e_ident[EI_DATA],
+                 HOST_ELF_DATA);
+    } else if (eh.e_type != ET_DYN) {
+        snprintf(why, size, "an ELF file of type %u, not a shared object (ET_DYN, 3)", eh.e_type);
+    } else if (HOST_ELF_MACHINE != EM_NONE && eh.e_machine != HOST_ELF_MACHINE) {
+        snprintf(why, size, "an ELF file for machine %u; this host is machine %u", eh.e_machine, HOST_ELF_MACHINE);
+    } else if (eh.e_phentsize != sizeof(elf_phdr_t)) {
+        snprintf(why, size, "an ELF file whose program headers are %u bytes each, not %zu", eh.e_phentsize,
+                 sizeof(elf_phdr_t));
+    } else if (eh.e_phoff > end || (end - eh.e_phoff) / sizeof(elf_phdr_t) < eh.e_phnum) {
+        snprintf(why, size, "its program headers end at byte %llu, past the end of the %lld-byte file " CUT_SHORT,
+                 (unsigned long long)eh.e_phoff + (unsigned long long)eh.e_phnum * sizeof(elf_phdr_t), file);
+    } else {
+        bad = 0;
+        for (unsigned i = 0; i < eh.e_phnum && !bad; i++) {
+            elf_phdr_t ph;
+            bad = pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) != (ssize_t)sizeof ph;
+            if (bad) {
+                snprintf(why, size, "its program header %u cannot be read", i);
+            } else if (ph.p_type == PT_LOAD && (ph.p_offset > end || end - ph.p_offset < ph.p_filesz)) {
+                bad = 1;
+                snprintf(why, size, "its loadable segment (program header %u) ends at byte %llu, past the end of the "
+                                    "%lld-byte file " CUT_SHORT,
+                         i, (unsigned long long)ph.p_offset + (unsigned long long)ph.p_filesz, file);
+            }
+        }
+        /* Not mapped by dlopen, but a table past the end is the same short file (it is written last). */
+        if (!bad && eh.e_shoff &&
+            (eh.e_shoff > end || (end - eh.e_shoff) / (eh.e_shentsize ? eh.e_shentsize : 1) < (eh.e_shnum ? eh.e_shnum : 1u))) {
+            bad = 1;
+            snprintf(why, size, "its section headers end at byte %llu, past the end of the %lld-byte file " CUT_SHORT,
+                     (unsigned long long)eh.e_shoff + (unsigned long long)eh.e_shnum * eh.e_shentsize, file);
+        }
+    }
+    close(fd);
+    return bad;
+}
+
 int nvfp4_mla_loader_open(nvfp4_mla_loader_t *loader, const char *selection, char *message, size_t size) {
     memset(loader, 0, sizeof *loader);
     int selected = select_plugin(loader, selection, message, size);
     if (selected != SELECTED) {
         return selected;
+    }
+    char why[512];
+    if (check_elf(loader->path, why, sizeof why)) {
+        loader->reason = NVFP4_MLA_REASON_LOAD_ERROR;
+        return say(message, size, NVFP4_MLA_LOAD_FAILED, "cannot load nvfp4-mla plugin %s: %s", loader->path, why);
     }
     void *handle = dlopen(loader->path, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {

@@ -13,6 +13,10 @@ tests/test_loading.py checks the words against the same mock plugins, host_shims
 
 import ctypes as C
 import os
+import platform
+import stat
+import struct
+import sys
 
 from . import _abi
 from .settings import SettingError, parse_path, quote
@@ -128,9 +132,79 @@ def _check_table(header_ptr):
     return None
 
 
+# The ELF file shape of this host (the C loader's HOST_ELF_*): dlopen maps only objects of its own class,
+# byte order and machine. A machine not listed here is not checked (dlopen still refuses a wrong one).
+_ELF_CLASS = 2 if struct.calcsize("P") == 8 else 1
+_ELF_DATA = 1 if sys.byteorder == "little" else 2
+_ELF_MACHINE = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "ppc64le": 21, "ppc64": 21}.get(
+    platform.machine().lower(), 0)
+_CUT_SHORT = "(cut short: an interrupted copy or a full disk?)"
+
+
+def _elf_refusal(path):
+    """Why `path` is not an ELF shared object dlopen can map whole, or None when it is (or when it cannot
+    be opened: dlopen then says why). The C loader's check_elf, in its words: dlopen maps a file cut short
+    (an interrupted copy, a full disk) as if whole, and the first touch of a page past its end raises
+    SIGBUS inside dlopen, which kills the host; so the file is read first."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO must not block
+    except OSError:
+        return None
+    try:
+        return _elf_shape(fd)
+    finally:
+        os.close(fd)
+
+
+def _elf_shape(fd):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    end, wide = st.st_size, _ELF_CLASS == 2
+    # Elf64_Ehdr / Elf32_Ehdr: e_ident[16], e_type, e_machine, e_version, e_entry, e_phoff, e_shoff, e_flags,
+    # e_ehsize, e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx.
+    order = "<" if _ELF_DATA == 1 else ">"
+    ehdr = struct.Struct(order + ("16sHHIQQQIHHHHHH" if wide else "16sHHIIIIIHHHHHH"))
+    phdr = struct.Struct(order + ("IIQQQQQQ" if wide else "IIIIIIII"))  # p_type, then per class
+    head = os.pread(fd, ehdr.size, 0)
+    if len(head) < ehdr.size:
+        return f"the file is {end} bytes, less than the {ehdr.size} of an ELF header {_CUT_SHORT}"
+    ident, e_type, machine, _v, _entry, phoff, shoff, _f, _eh, phentsize, phnum, shentsize, shnum, _s = \
+        ehdr.unpack(head)
+    if ident[:4] != b"\x7fELF":
+        return "not an ELF file (it does not start with \\x7fELF)"
+    if ident[4] != _ELF_CLASS:
+        bits = lambda c: "32-bit" if c == 1 else "64-bit"  # noqa: E731
+        return f"a {bits(ident[4])} ELF file; this host is {bits(_ELF_CLASS)}"
+    if ident[5] != _ELF_DATA:
+        return f"an ELF file of the other byte order (EI_DATA {ident[5]}; this host's is {_ELF_DATA})"
+    if e_type != 3:
+        return f"an ELF file of type {e_type}, not a shared object (ET_DYN, 3)"
+    if _ELF_MACHINE and machine != _ELF_MACHINE:
+        return f"an ELF file for machine {machine}; this host is machine {_ELF_MACHINE}"
+    if phentsize != phdr.size:
+        return f"an ELF file whose program headers are {phentsize} bytes each, not {phdr.size}"
+    if phoff > end or (end - phoff) // phdr.size < phnum:
+        return f"its program headers end at byte {phoff + phnum * phdr.size}, past the end of the {end}-byte file " \
+               f"{_CUT_SHORT}"
+    for i in range(phnum):
+        fields = phdr.unpack(os.pread(fd, phdr.size, phoff + i * phdr.size))
+        p_type, offset, filesz = fields[0], (fields[2] if wide else fields[1]), (fields[5] if wide else fields[4])
+        if p_type == 1 and (offset > end or end - offset < filesz):  # PT_LOAD
+            return f"its loadable segment (program header {i}) ends at byte {offset + filesz}, past the end of the " \
+                   f"{end}-byte file {_CUT_SHORT}"
+    if shoff and (shoff > end or (end - shoff) // (shentsize or 1) < (shnum or 1)):  # written last: the same cut
+        return f"its section headers end at byte {shoff + shnum * shentsize}, past the end of the {end}-byte file " \
+               f"{_CUT_SHORT}"
+    return None
+
+
 def load(selection=None):
     """Loads and checks the plugin; raises PluginDisabled, PluginNotSelected or PluginError."""
     path = _select(selection)
+    refusal = _elf_refusal(path)
+    if refusal:
+        raise PluginError(f"cannot load nvfp4-mla plugin {path}: {refusal}", "load_error")
     try:
         lib = C.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as exc:

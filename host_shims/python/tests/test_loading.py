@@ -138,3 +138,58 @@ def test_require_on_the_real_plugin_should_accept_both_modes_and_refuse_what_a_d
     without_readers = plugin.capability_bits() & ~_abi.CAP["read.latent_scale_per_token"]
     with pytest.raises(nvfp4_mla.PluginError, match="missing read.latent_scale_per_token"):
         nvfp4_mla.require(plugin, nvfp4_mla.CacheFormat(dynamic_scale=True, fp8_rope=True), available=without_readers)
+
+
+def _cut_copy(tmp_path, plugin_path, size, patch=None):
+    data = bytearray(open(plugin_path, "rb").read())
+    if patch:
+        data[patch[0]] = patch[1]
+    path = tmp_path / "libnvfp4_mla.so"
+    path.write_bytes(bytes(data[:size]))
+    return str(path), len(data)
+
+
+@pytest.mark.parametrize("cut", [0, 10, 64, 1024, 4096, 20000, 65536, 1 << 20, "half", "-4096", "-1"])
+def test_loader_should_refuse_a_plugin_file_cut_short(tmp_path, plugin_path, cut):
+    """Issue 48, case 1: nvfp4_mla.load() of a cut-short plugin died of SIGBUS inside dlopen; now the
+    file is refused before dlopen, in the C loader's words (tests/test_loader.c), naming the file."""
+    whole = os.path.getsize(plugin_path)
+    size = {"half": whole // 2, "-4096": whole - 4096, "-1": whole - 1}.get(cut, cut)
+    path, _ = _cut_copy(tmp_path, plugin_path, size)
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        nvfp4_mla.load(path)
+    words = str(err.value)
+    assert words.startswith(f"cannot load nvfp4-mla plugin {path}: ")
+    assert (f"the file is {size} bytes" if size < 64 else f"the {size}-byte file") in words
+    assert "cut short: an interrupted copy or a full disk?" in words
+    assert err.value.reason == "load_error"
+    if size == 20000:
+        assert "its loadable segment (program header 0) ends at byte" in words
+    if size == whole - 1:
+        assert "its section headers end at byte" in words
+
+
+@pytest.mark.parametrize("offset, value, words", [
+    (0, ord("X"), "not an ELF file (it does not start with \\x7fELF)"),
+    (4, 1, "a 32-bit ELF file; this host is 64-bit"),
+    (5, 2, "an ELF file of the other byte order (EI_DATA 2; this host's is 1)"),
+    (16, 2, "an ELF file of type 2, not a shared object (ET_DYN, 3)"),
+    (18, 40, "an ELF file for machine 40; this host is machine"),
+    (54, 32, "an ELF file whose program headers are 32 bytes each, not 56"),
+])
+def test_loader_should_refuse_files_that_are_not_this_hosts_shared_objects(tmp_path, plugin_path, offset, value,
+                                                                           words):
+    path, whole = _cut_copy(tmp_path, plugin_path, None, (offset, value))
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        nvfp4_mla.load(path)
+    assert str(err.value).startswith(f"cannot load nvfp4-mla plugin {path}: ")
+    assert words in str(err.value)
+    assert err.value.reason == "load_error"
+
+
+def test_loader_should_refuse_a_fifo_without_blocking(tmp_path):
+    path = str(tmp_path / "libnvfp4_mla.so")
+    os.mkfifo(path)
+    with pytest.raises(nvfp4_mla.PluginError, match="it is not a regular file") as err:
+        nvfp4_mla.load(path)
+    assert err.value.reason == "load_error"
