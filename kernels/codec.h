@@ -147,12 +147,13 @@ void nvfp4_mla_decode_record_f32_cpu(const uint8_t *record, int32_t record_bytes
                                      float outer_scale, float *row);
 
 /* Decode one record into 576 bf16 values (latent then RoPE): the binary32 values rounded to
- * nearest-even; the 432 layout's RoPE bits copied. */
+ * nearest-even; the 432 layout's RoPE bits copied (NaN and +-Inf as 0, nvfp4_rope_bf16_field). */
 void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
                                  float outer_scale, uint16_t *row);
 
 /* Decode one 656-byte fp8_ds_mla record into 576 bf16 values: E4M3 code times its 128-value tile's
- * f32 scale (binary32, then bf16 round-to-nearest-even), RoPE copied. */
+ * f32 scale (binary32, then bf16 round-to-nearest-even), RoPE copied; a NaN, infinite or negative
+ * tile scale reads as 0, and so does a NaN or infinite RoPE value (fp_codes.h). */
 void nvfp4_mla_decode_fp8_656_cpu(const uint8_t *record, uint16_t *row);
 
 #ifdef __cplusplus

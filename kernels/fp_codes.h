@@ -134,6 +134,22 @@ NVFP4_HD float nvfp4_e4m3_decode(uint8_t code) {
     return (code & 0x80u) ? -mag : mag;
 }
 
+/* A record's float32 scale field as every reader takes it (docs/record-format.md section 5): the 368
+ * record's RoPE scale r and per-token s_t, the 656 record's tile scales. NaN, +-Inf and negative values
+ * (the sign bit set, -0 included), which no writer stores, read as +0: the part of the record the field
+ * scales decodes to zeros, and one corrupt record cannot make a query's attention NaN. Both backends
+ * call this, so that they agree bit for bit. */
+NVFP4_HD float nvfp4_scale_field(float v) {
+    const uint32_t u = nvfp4_f32_bits(v);
+    return (u >> 31) || (u & 0x7F800000u) == 0x7F800000u ? 0.0f : v;
+}
+
+/* A stored bf16 RoPE value (432 and 656 records) as every reader takes it: NaN and +-Inf (all exponent
+ * bits set) read as +0, by the same rule as the scale fields. */
+NVFP4_HD uint16_t nvfp4_rope_bf16_field(uint16_t h) {
+    return (h & 0x7F80u) == 0x7F80u ? (uint16_t)0 : h;
+}
+
 /* E2M1 code of y / d without a division (docs/record-format.md section 4, step 4): the magnitude index
  * is the number of exact thresholds m * d passed (> at 0.25, 1.25, 2.5, 5; >= at 0.75, 1.75, 3.5).
  * The thresholds increase, so three comparisons (a binary search) find that number. d > 0 is a

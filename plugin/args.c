@@ -7,6 +7,9 @@
 
 /* Shapes and strides past this are nonsense for a KV cache and would overflow byte offsets. */
 #define NVFP4_MAX_EXTENT (INT64_C(1) << 40)
+/* No tensor spans more bytes than this from its base (256 TiB: more than any host or device addresses),
+ * so that every element offset a backend computes from shapes and strides fits an int64 with room. */
+#define NVFP4_MAX_SPAN_BYTES (UINT64_C(1) << 48)
 
 nvfp4_mla_status_t nvfp4_copy_versioned(void *dst, size_t known_size, size_t min_size, const void *src,
                                         const char *what) {
@@ -65,6 +68,84 @@ const char *nvfp4_dtype_name(int32_t dtype) {
     }
 }
 
+/* Bytes from a tensor's base to one past its last element, (sum of (shape[d] - 1) * strides[d] + 1) *
+ * element size, in checked arithmetic (each term alone may pass 2^64: shape and strides are up to 2^40);
+ * 0 for a tensor without elements. -1 when the sum overflows. */
+static int span_bytes(const nvfp4_mla_tensor_t *t, uint64_t *bytes) {
+    uint64_t last = 0, term;
+    *bytes = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 0) {
+            return 0;
+        }
+        if (__builtin_mul_overflow((uint64_t)(t->shape[d] - 1), (uint64_t)t->strides[d], &term) ||
+            __builtin_add_overflow(last, term, &last)) {
+            return -1;
+        }
+    }
+    return __builtin_add_overflow(last, 1, &last) ||
+                   __builtin_mul_overflow(last, (uint64_t)nvfp4_dtype_size(t->dtype), bytes)
+               ? -1
+               : 0;
+}
+
+nvfp4_span_t nvfp4_tensor_span(const nvfp4_mla_tensor_t *t) {
+    uint64_t bytes = 0;
+    if (!t->data || span_bytes(t, &bytes) != 0) {
+        bytes = 0; /* unreachable for a tensor nvfp4_check_tensor passed */
+    }
+    return (nvfp4_span_t){(uintptr_t)t->data, (uintptr_t)t->data + (uintptr_t)bytes};
+}
+
+nvfp4_span_t nvfp4_pointer_span(const void *p, size_t bytes) {
+    return (nvfp4_span_t){(uintptr_t)p, p ? (uintptr_t)p + bytes : (uintptr_t)p};
+}
+
+nvfp4_mla_status_t nvfp4_check_apart(const char *op, const char *name, nvfp4_span_t a, const char *other_name,
+                                     nvfp4_span_t b) {
+    if (a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "%s: %s overlaps %s (bytes [%p, %p) and [%p, %p)): an output shares no byte with another "
+                          "argument of the call", op, name, other_name, (void *)a.lo, (void *)a.hi, (void *)b.lo,
+                          (void *)b.hi);
+    }
+    return NVFP4_MLA_OK;
+}
+
+nvfp4_mla_status_t nvfp4_check_outputs_apart(const char *op, const nvfp4_named_span_t *outputs, int n_outputs,
+                                             const nvfp4_named_span_t *inputs, int n_inputs) {
+    nvfp4_mla_status_t st = NVFP4_MLA_OK;
+    for (int o = 0; o < n_outputs && !st; o++) {
+        for (int i = 0; i < n_inputs && !st; i++) {
+            st = nvfp4_check_apart(op, outputs[o].name, outputs[o].span, inputs[i].name, inputs[i].span);
+        }
+        for (int e = 0; e < o && !st; e++) {
+            st = nvfp4_check_apart(op, outputs[o].name, outputs[o].span, outputs[e].name, outputs[e].span);
+        }
+    }
+    return st;
+}
+
+/* The bytes a tensor's shape and strides address, within NVFP4_MAX_SPAN_BYTES and the address space. */
+static nvfp4_mla_status_t check_span(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *r) {
+    uint64_t bytes;
+    if (span_bytes(t, &bytes) != 0) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "%s: %s: its shape and strides address more than 2^64 bytes from its base", r->op, r->name);
+    }
+    if (bytes > NVFP4_MAX_SPAN_BYTES) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "%s: %s: its shape and strides address %llu bytes from its base, more than 2^48 (256 TiB): "
+                          "no device holds such a tensor", r->op, r->name, (unsigned long long)bytes);
+    }
+    if ((uintptr_t)t->data > UINTPTR_MAX - (uintptr_t)bytes) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "%s: %s: data %p plus the %llu bytes its shape and strides address wraps the address space",
+                          r->op, r->name, t->data, (unsigned long long)bytes);
+    }
+    return NVFP4_MLA_OK;
+}
+
 nvfp4_mla_status_t nvfp4_check_tensor(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *r) {
     const nvfp4_mla_status_t bad = NVFP4_MLA_ERR_INVALID_ARGUMENT;
     if (t->dtype != r->dtype && (r->alt_dtype == 0 || t->dtype != r->alt_dtype)) {
@@ -104,7 +185,7 @@ nvfp4_mla_status_t nvfp4_check_tensor(const nvfp4_mla_tensor_t *t, const nvfp4_t
         return nvfp4_fail(bad, "%s: %s: data %p is not aligned to its %zu-byte elements", r->op, r->name, t->data,
                           align);
     }
-    return NVFP4_MLA_OK;
+    return check_span(t, r);
 }
 
 nvfp4_mla_status_t nvfp4_check_dim(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *r, int dim, int64_t want,
@@ -120,12 +201,23 @@ int nvfp4_tensor_absent(const nvfp4_mla_tensor_t *t) {
     return t->data == NULL && t->ndim == 0;
 }
 
-/* `count` rows `stride` elements apart, each `extent` elements long, must not overlap (outputs). */
+/* `count` rows `stride` elements apart, each `extent` elements long, must not overlap (outputs); *span
+ * (may be NULL) is then the elements they cover, (count - 1) * stride + extent, in checked arithmetic
+ * (count and stride are up to 2^40 each, and a tensor without elements has no span to bound them). */
 static nvfp4_mla_status_t check_no_overlap(const char *op, const char *name, int64_t count, int64_t stride,
-                                           int64_t extent) {
+                                           int64_t extent, int64_t *span) {
+    int64_t covered;
     if (count > 1 && stride < extent) {
         return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: %s: a stride of %lld elements overlaps rows of %lld", op,
                           name, (long long)stride, (long long)extent);
+    }
+    if (__builtin_mul_overflow(count > 0 ? count - 1 : 0, stride, &covered) ||
+        __builtin_add_overflow(covered, extent, &covered)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: %s: %lld rows %lld elements apart overflow 64 bits", op,
+                          name, (long long)count, (long long)stride);
+    }
+    if (span) {
+        *span = covered;
     }
     return NVFP4_MLA_OK;
 }
@@ -144,19 +236,20 @@ nvfp4_mla_status_t nvfp4_check_head_outputs(const char *op, int32_t device_type,
         return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: out: strides[2] is %lld, must be 1", op,
                           (long long)out->strides[2]);
     }
-    if ((st = check_no_overlap(op, "out heads", heads, out->strides[1], NVFP4_MLA_LATENT_DIM)) ||
-        (st = check_no_overlap(op, "out queries", nq, out->strides[0],
-                               (heads - 1) * out->strides[1] + NVFP4_MLA_LATENT_DIM)) ||
+    int64_t head_rows;
+    if ((st = check_no_overlap(op, "out heads", heads, out->strides[1], NVFP4_MLA_LATENT_DIM, &head_rows)) ||
+        (st = check_no_overlap(op, "out queries", nq, out->strides[0], head_rows, NULL)) ||
         nvfp4_tensor_absent(lse)) {
         return st;
     }
     r = (nvfp4_tensor_rule_t){op, "lse", NVFP4_MLA_DTYPE_F32, 0, 2, device_type, device_index};
     if ((st = nvfp4_check_tensor(lse, &r)) || (st = nvfp4_check_dim(lse, &r, 0, nq, "n_q")) ||
         (st = nvfp4_check_dim(lse, &r, 1, heads, "h")) ||
-        (st = check_no_overlap(op, "lse heads", heads, lse->strides[1], 1))) {
+        (st = check_no_overlap(op, "lse heads", heads, lse->strides[1], 1, &head_rows)) ||
+        (st = check_no_overlap(op, "lse queries", nq, lse->strides[0], head_rows, NULL))) {
         return st;
     }
-    return check_no_overlap(op, "lse queries", nq, lse->strides[0], (heads - 1) * lse->strides[1] + 1);
+    return NVFP4_MLA_OK;
 }
 
 nvfp4_mla_status_t nvfp4_check_rows(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *r, int64_t cols) {
@@ -224,14 +317,16 @@ nvfp4_mla_status_t nvfp4_check_cache(const nvfp4_mla_tensor_t *c, const nvfp4_te
         return nvfp4_fail(bad, "%s: %s: block_size (shape[1]) is %lld, must be >= 1", r->op, r->name,
                           (long long)c->shape[1]);
     }
+    /* shape[1] <= 2^40 and bytes <= 656: the block's bytes fit; the capacity is checked (a cache of
+     * {147102629888, 125400505, 368} wrapped to 2^30 slots and passed). */
     if (c->shape[0] > 1 && c->strides[0] < c->shape[1] * bytes) {
         return nvfp4_fail(bad, "%s: %s: block stride (strides[0]) is %lld bytes, must be >= block_size * %d = %lld",
                           r->op, r->name, (long long)c->strides[0], bytes, (long long)(c->shape[1] * bytes));
     }
-    int64_t capacity = c->shape[0] * c->shape[1];
-    if (capacity >= (INT64_C(1) << 31)) {
-        return nvfp4_fail(bad, "%s: %s: %lld slots (num_blocks * block_size), must be below 2^31 (int32 slot ids)",
-                          r->op, r->name, (long long)capacity);
+    int64_t capacity;
+    if (__builtin_mul_overflow(c->shape[0], c->shape[1], &capacity) || capacity >= (INT64_C(1) << 31)) {
+        return nvfp4_fail(bad, "%s: %s: %lld * %lld slots (num_blocks * block_size), must be below 2^31 (int32 slot "
+                               "ids)", r->op, r->name, (long long)c->shape[0], (long long)c->shape[1]);
     }
     if (c->device_type == NVFP4_MLA_DEVICE_CUDA && (((uintptr_t)c->data % 16) || (c->strides[0] % 16))) {
         return nvfp4_fail(bad,

@@ -7,6 +7,7 @@
 #define NVFP4_MLA_PLUGIN_ARGS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nvfp4_mla.h"
 
@@ -45,7 +46,9 @@ size_t nvfp4_dtype_size(int32_t dtype);
 const char *nvfp4_dtype_name(int32_t dtype);
 
 /* dtype, rank, non-negative shape/strides, device, non-NULL and naturally aligned data (when the
- * tensor has elements). */
+ * tensor has elements), and the bytes its shape and strides address: at most 2^48 from its base
+ * (checked arithmetic), not wrapping the address space, so that no offset a backend computes
+ * overflows. */
 nvfp4_mla_status_t nvfp4_check_tensor(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *rule);
 
 /* shape[dim] == want. */
@@ -61,6 +64,30 @@ int nvfp4_tensor_absent(const nvfp4_mla_tensor_t *t);
 nvfp4_mla_status_t nvfp4_check_head_outputs(const char *op, int32_t device_type, int32_t device_index,
                                             const nvfp4_mla_tensor_t *out, const nvfp4_mla_tensor_t *lse, int64_t nq,
                                             int64_t heads);
+
+/* The bytes [lo, hi) a tensor addresses from its base (lo == hi when it has no element), for one that
+ * nvfp4_check_tensor passed; and those of a pointer to `bytes` bytes (lo == hi when NULL). */
+typedef struct nvfp4_span {
+    uintptr_t lo, hi;
+} nvfp4_span_t;
+nvfp4_span_t nvfp4_tensor_span(const nvfp4_mla_tensor_t *t);
+nvfp4_span_t nvfp4_pointer_span(const void *p, size_t bytes);
+
+/* An output must share no byte with `other`, another argument of the same call: the kernels read their
+ * inputs while they write, and two outputs in one place leave one of them garbage. INVALID_ARGUMENT
+ * naming both and their bytes. (Spans are the lowest to the highest byte: strided tensors that
+ * interleave without sharing a byte are refused too.) */
+nvfp4_mla_status_t nvfp4_check_apart(const char *op, const char *name, nvfp4_span_t output, const char *other_name,
+                                     nvfp4_span_t other);
+
+/* The one overlap rule of write, gather, attend and merge: every output apart from every input, then
+ * from every output before it (an absent argument spans nothing). */
+typedef struct nvfp4_named_span {
+    const char *name;
+    nvfp4_span_t span;
+} nvfp4_named_span_t;
+nvfp4_mla_status_t nvfp4_check_outputs_apart(const char *op, const nvfp4_named_span_t *outputs, int n_outputs,
+                                             const nvfp4_named_span_t *inputs, int n_inputs);
 
 /* A row-major matrix [rows, cols] with unit inner stride and rows that do not overlap. */
 nvfp4_mla_status_t nvfp4_check_rows(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *rule, int64_t cols);

@@ -20,7 +20,13 @@
 #include "calibration.h"
 #include "errors.h"
 
+/* A live configuration's magic (as a context's, context.h): config_destroy clears it, so that a second
+ * destroy of the same pointer is ignored instead of freeing twice, and a dead or foreign pointer is
+ * refused by the other entries. */
+#define NVFP4_CONFIG_MAGIC 0x6643344Eu /* "N4Cf" */
+
 struct nvfp4_mla_config {
+    uint32_t magic;               /* NVFP4_CONFIG_MAGIC while it lives */
     nvfp4_mla_config_info_t info; /* strings point into the arrays below */
     char identity[160];
     char source_path[4096];
@@ -259,7 +265,24 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
 }
 
 nvfp4_mla_config_t *nvfp4_config_new(void) {
-    return calloc(1, sizeof(nvfp4_mla_config_t));
+    nvfp4_mla_config_t *cfg = calloc(1, sizeof *cfg);
+    if (cfg) {
+        cfg->magic = NVFP4_CONFIG_MAGIC;
+    }
+    return cfg;
+}
+
+/* INVALID_ARGUMENT naming `op` unless cfg is a live configuration. */
+static nvfp4_mla_status_t check_config(const nvfp4_mla_config_t *cfg, const char *op) {
+    if (!cfg) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: config is NULL", op);
+    }
+    if (cfg->magic != NVFP4_CONFIG_MAGIC) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "%s: config %p is not a live configuration (destroyed already, or not one from "
+                          "config_create)", op, (const void *)cfg);
+    }
+    return NVFP4_MLA_OK;
 }
 
 nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *host_request, nvfp4_mla_config_t **out) {
@@ -285,7 +308,7 @@ nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *host_re
     if ((st = read_settings(req.environ, &settings))) {
         return st;
     }
-    nvfp4_mla_config_t *cfg = calloc(1, sizeof *cfg);
+    nvfp4_mla_config_t *cfg = nvfp4_config_new();
     if (!cfg) {
         return nvfp4_fail(NVFP4_MLA_ERR_OUT_OF_MEMORY, "config_create: cannot allocate the configuration");
     }
@@ -320,8 +343,9 @@ nvfp4_mla_status_t nvfp4_config_create(const nvfp4_mla_config_request_t *host_re
 
 nvfp4_mla_status_t nvfp4_config_info(const nvfp4_mla_config_t *cfg, nvfp4_mla_config_info_t *info) {
     nvfp4_clear_error();
-    if (!cfg || !info) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_info: %s is NULL", cfg ? "info" : "config");
+    nvfp4_mla_status_t st = check_config(cfg, "config_info");
+    if (st || !info) {
+        return st ? st : nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_info: info is NULL");
     }
     /* A 1.0 host's struct ends at scale_source_path: fill what it has, and say how much. */
     const size_t v1_0 = offsetof(nvfp4_mla_config_info_t, writer_policy);
@@ -337,9 +361,9 @@ nvfp4_mla_status_t nvfp4_config_info(const nvfp4_mla_config_t *cfg, nvfp4_mla_co
 
 nvfp4_mla_status_t nvfp4_config_layer_scale(const nvfp4_mla_config_t *cfg, uint32_t layer, float *scale_out) {
     nvfp4_clear_error();
-    if (!cfg || !scale_out) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_layer_scale: %s is NULL",
-                          cfg ? "scale_out" : "config");
+    nvfp4_mla_status_t st = check_config(cfg, "config_layer_scale");
+    if (st || !scale_out) {
+        return st ? st : nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "config_layer_scale: scale_out is NULL");
     }
     if (cfg->info.scale_mode == NVFP4_MLA_SCALE_PER_TOKEN) {
         *scale_out = 0.0f;
@@ -350,7 +374,8 @@ nvfp4_mla_status_t nvfp4_config_layer_scale(const nvfp4_mla_config_t *cfg, uint3
 }
 
 void nvfp4_config_destroy(nvfp4_mla_config_t *cfg) {
-    if (cfg) {
+    if (cfg && cfg->magic == NVFP4_CONFIG_MAGIC) { /* a dead or foreign pointer: nothing to free (never fails) */
+        cfg->magic = 0;
         nvfp4_calibration_free(&cfg->calibration);
         free(cfg);
     }

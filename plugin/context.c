@@ -83,6 +83,7 @@ nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *host_args, nv
     if (!ctx) {
         return nvfp4_fail(NVFP4_MLA_ERR_OUT_OF_MEMORY, "init: cannot allocate a context");
     }
+    ctx->magic = NVFP4_CONTEXT_MAGIC;
     ctx->device_type = args.device_type;
     ctx->device_index = args.device_index;
     if (args.host && (st = nvfp4_copy_versioned(&ctx->host, sizeof ctx->host, sizeof ctx->host, args.host,
@@ -121,13 +122,35 @@ nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *host_args, nv
 }
 
 nvfp4_mla_status_t nvfp4_context_shutdown(nvfp4_mla_context_t *ctx) {
-    free(ctx);
+    nvfp4_clear_error();
+    nvfp4_mla_status_t st = ctx ? nvfp4_context_check(ctx, "shutdown") : NVFP4_MLA_OK;
+    if (ctx && !st) {
+        ctx->magic = 0; /* a second shutdown of this pointer is refused, not a double free */
+        free(ctx);
+    }
+    return st;
+}
+
+nvfp4_mla_status_t nvfp4_context_check(const nvfp4_mla_context_t *ctx, const char *op) {
+    if (!ctx) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", op);
+    }
+    if (ctx->magic != NVFP4_CONTEXT_MAGIC) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
+                          "%s: ctx %p is not a live context (shut down already, or not a context from init)", op,
+                          (const void *)ctx);
+    }
     return NVFP4_MLA_OK;
 }
 
 nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_context_info_t *info) {
-    if (!ctx || !info) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "context_info: %s is NULL", ctx ? "info" : "ctx");
+    nvfp4_clear_error();
+    nvfp4_mla_status_t st = nvfp4_context_check(ctx, "context_info");
+    if (st) {
+        return st;
+    }
+    if (!info) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "context_info: info is NULL");
     }
     if (info->struct_size < sizeof(nvfp4_mla_context_info_t)) {
         return nvfp4_fail(NVFP4_MLA_ERR_VERSION, "context_info: info->struct_size %u is smaller than %zu",
@@ -143,8 +166,9 @@ nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_
 }
 
 nvfp4_mla_status_t nvfp4_context_require(const nvfp4_mla_context_t *ctx, const char *op, uint64_t need) {
-    if (!ctx) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", op);
+    nvfp4_mla_status_t st = nvfp4_context_check(ctx, op);
+    if (st) {
+        return st;
     }
     uint64_t missing = need & ~ctx->capability_bits;
     if (missing) {

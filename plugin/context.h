@@ -7,7 +7,14 @@
 #include "backends.h"
 #include "nvfp4_mla.h"
 
+/* A live context's first word; shutdown clears it before freeing. A pointer that is not a live context
+ * (shut down already, a configuration passed as a context, garbage) is refused by name instead of
+ * being freed twice or read as one: the check costs one comparison per call. (After free the memory is
+ * the allocator's: the check catches what the allocator leaves there, not every reuse.) */
+#define NVFP4_CONTEXT_MAGIC 0x7843344Eu /* "N4Cx" */
+
 struct nvfp4_mla_context {
+    uint32_t magic;                     /* NVFP4_CONTEXT_MAGIC while the context lives */
     int32_t device_type;                /* NVFP4_MLA_DEVICE_*, as passed to init */
     int32_t device_index;               /* CUDA ordinal; 0 for the CPU */
     uint64_t capability_bits;           /* runtime NVFP4_MLA_CAP_* bits of this device */
@@ -34,7 +41,11 @@ nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_
 nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *const *environ, int32_t *smem_per_block,
                                                int32_t *force_mma_sync, int32_t *merge_mode);
 
-/* Fails with UNSUPPORTED naming `capability` unless the context's device serves every bit of `need`. */
+/* INVALID_ARGUMENT naming `op` unless ctx is a live context (not NULL, its magic set). */
+nvfp4_mla_status_t nvfp4_context_check(const nvfp4_mla_context_t *ctx, const char *op);
+
+/* Fails with UNSUPPORTED naming `capability` unless the context's device serves every bit of `need`
+ * (and as nvfp4_context_check for a context that is not live). */
 nvfp4_mla_status_t nvfp4_context_require(const nvfp4_mla_context_t *ctx, const char *op, uint64_t need);
 
 #endif

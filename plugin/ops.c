@@ -66,6 +66,20 @@ static nvfp4_mla_status_t check_cpu_write_slots(const nvfp4_mla_write_kernel_arg
     return NVFP4_MLA_OK;
 }
 
+/* write's outputs (the cache, the optional capture and counters) apart from its inputs and each other. */
+static nvfp4_mla_status_t check_write_apart(const nvfp4_mla_write_args_t *a) {
+    const nvfp4_named_span_t outputs[] = {
+        {"cache", nvfp4_tensor_span(&a->cache)},
+        {"capture_max_abs", nvfp4_pointer_span(a->capture_max_abs, sizeof(float))},
+        {"nonfinite_count", nvfp4_pointer_span(a->nonfinite_count, sizeof(uint64_t))},
+        {"out_of_range_count", nvfp4_pointer_span(a->out_of_range_count, sizeof(uint64_t))},
+    };
+    const nvfp4_named_span_t inputs[] = {{"kv_c", nvfp4_tensor_span(&a->kv_c)},
+                                         {"k_pe", nvfp4_tensor_span(&a->k_pe)},
+                                         {"slot_mapping", nvfp4_tensor_span(&a->slot_mapping)}};
+    return nvfp4_check_outputs_apart("write", outputs, 4, inputs, 3);
+}
+
 nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *host_args,
                                      nvfp4_mla_write_kernel_args_t *k) {
     nvfp4_mla_write_args_t a;
@@ -101,7 +115,8 @@ nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4
     if ((st = nvfp4_check_cache(&a.cache, &r, a.layout, &g)) ||
         (st = check_scalar_out("write", "capture_max_abs", a.capture_max_abs, sizeof(float))) ||
         (st = check_scalar_out("write", "nonfinite_count", a.nonfinite_count, sizeof(uint64_t))) ||
-        (st = check_scalar_out("write", "out_of_range_count", a.out_of_range_count, sizeof(uint64_t)))) {
+        (st = check_scalar_out("write", "out_of_range_count", a.out_of_range_count, sizeof(uint64_t))) ||
+        (st = check_write_apart(&a))) {
         return st;
     }
     if (ctx->device_type == NVFP4_MLA_DEVICE_CUDA &&
@@ -173,6 +188,12 @@ nvfp4_mla_status_t nvfp4_lower_gather(const nvfp4_mla_context_t *ctx, const nvfp
     r = (nvfp4_tensor_rule_t){"gather", "out", NVFP4_MLA_DTYPE_BF16, 0, 2, ctx->device_type, ctx->device_index};
     if ((st = nvfp4_check_tensor(&a.out, &r)) || (st = nvfp4_check_rows(&a.out, &r, NVFP4_MLA_ROW_DIM)) ||
         (st = nvfp4_check_dim(&a.out, &r, 0, rows, "one row per slot"))) {
+        return st;
+    }
+    const nvfp4_named_span_t out = {"out", nvfp4_tensor_span(&a.out)};
+    const nvfp4_named_span_t inputs[] = {{"cache", nvfp4_tensor_span(&a.cache)},
+                                         {"slots", nvfp4_tensor_span(&a.slots)}};
+    if ((st = nvfp4_check_outputs_apart("gather", &out, 1, inputs, 2))) {
         return st;
     }
     if (ctx->device_type == NVFP4_MLA_DEVICE_CUDA && (((uintptr_t)a.out.data % 16) || a.out.strides[0] % 8)) {

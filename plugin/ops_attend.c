@@ -138,6 +138,19 @@ static nvfp4_mla_status_t check_cpu_values(const nvfp4_mla_attend_kernel_args_t 
     return NVFP4_MLA_OK;
 }
 
+/* out, lse and the workspace apart from the inputs and each other (here, not in nvfp4_lower_attend:
+ * attend_workspace_bytes reads shapes only, and the workspace is the call's). */
+static nvfp4_mla_status_t check_apart(const nvfp4_mla_attend_args_t *a) {
+    const nvfp4_named_span_t outputs[] = {{"out", nvfp4_tensor_span(&a->out)},
+                                          {"lse", nvfp4_tensor_span(&a->lse)},
+                                          {"workspace", nvfp4_tensor_span(&a->workspace)}};
+    const nvfp4_named_span_t inputs[] = {{"q", nvfp4_tensor_span(&a->q)},
+                                         {"slots", nvfp4_tensor_span(&a->slots)},
+                                         {"valid_len", nvfp4_tensor_span(&a->valid_len)},
+                                         {"cache", nvfp4_tensor_span(&a->cache)}};
+    return nvfp4_check_outputs_apart("attend", outputs, 3, inputs, 4);
+}
+
 nvfp4_mla_status_t nvfp4_op_attend_workspace_bytes(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args,
                                                    uint64_t *bytes_out) {
     nvfp4_clear_error();
@@ -175,7 +188,7 @@ nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_att
         k.workspace = a.workspace.data;
         k.workspace_bytes = (uint64_t)a.workspace.shape[0];
     }
-    if (ctx->device_type == NVFP4_MLA_DEVICE_CPU && (st = check_cpu_values(&k))) {
+    if ((st = check_apart(&a)) || (ctx->device_type == NVFP4_MLA_DEVICE_CPU && (st = check_cpu_values(&k)))) {
         return st;
     }
     nvfp4_mla_kernel_result_t res = {0, ""};

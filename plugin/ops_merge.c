@@ -8,36 +8,14 @@
 #include "errors.h"
 #include "ops.h"
 
+/* The most partials one merge takes: the work is P times the output's rows, and P is the one extent no
+ * output bounds (partial_out may repeat a part with stride 0). A decode context-parallel group, or the
+ * splits of one attention, are far fewer; 2^40 parts with stride 0 ran for minutes before any refusal. */
+#define NVFP4_MERGE_MAX_PARTS 65536
+
 static nvfp4_tensor_rule_t rule(const nvfp4_mla_context_t *ctx, const char *name, int32_t dtype, int32_t alt,
                                 int32_t ndim) {
     return (nvfp4_tensor_rule_t){"merge", name, dtype, alt, ndim, ctx->device_type, ctx->device_index};
-}
-
-/* The bytes a checked tensor spans, [lo, hi); hi == lo when it has no element. */
-static void span(const nvfp4_mla_tensor_t *t, uintptr_t *lo, uintptr_t *hi) {
-    uint64_t last = 0;
-    for (int d = 0; d < t->ndim; d++) {
-        if (t->shape[d] == 0) {
-            *lo = *hi = (uintptr_t)t->data;
-            return;
-        }
-        last += (uint64_t)(t->shape[d] - 1) * (uint64_t)t->strides[d];
-    }
-    *lo = (uintptr_t)t->data;
-    *hi = *lo + (uintptr_t)((last + 1) * nvfp4_dtype_size(t->dtype));
-}
-
-/* An output must not share a byte with `other`: the kernel reads the inputs while it writes. */
-static nvfp4_mla_status_t check_apart(const nvfp4_mla_tensor_t *output, const char *name,
-                                      const nvfp4_mla_tensor_t *other, const char *other_name) {
-    uintptr_t a0, a1, b0, b1;
-    span(output, &a0, &a1);
-    span(other, &b0, &b1);
-    if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: %s overlaps %s (bytes [%p, %p) and [%p, %p))", name,
-                          other_name, (void *)a0, (void *)a1, (void *)b0, (void *)b1);
-    }
-    return NVFP4_MLA_OK;
 }
 
 /* The struct itself, the capability, the stream. */
@@ -58,10 +36,11 @@ static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvf
         (st = nvfp4_check_dim(&a->partial_out, &r, 3, NVFP4_MLA_LATENT_DIM, "latent"))) {
         return st;
     }
-    if (a->partial_out.shape[0] < 1 || a->partial_out.strides[3] != 1) {
+    if (a->partial_out.shape[0] < 1 || a->partial_out.shape[0] > NVFP4_MERGE_MAX_PARTS || a->partial_out.strides[3] != 1) {
         return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
-                          "merge: partial_out: P = shape[0] is %lld (must be >= 1) and strides[3] %lld (must be 1)",
-                          (long long)a->partial_out.shape[0], (long long)a->partial_out.strides[3]);
+                          "merge: partial_out: P = shape[0] is %lld (must be 1..%d) and strides[3] %lld (must be 1)",
+                          (long long)a->partial_out.shape[0], NVFP4_MERGE_MAX_PARTS,
+                          (long long)a->partial_out.strides[3]);
     }
     r = rule(ctx, "partial_lse", NVFP4_MLA_DTYPE_F32, 0, 3);
     if ((st = nvfp4_check_tensor(&a->partial_lse, &r))) {
@@ -80,13 +59,10 @@ static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvf
 static nvfp4_mla_status_t check_outputs(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *a) {
     nvfp4_mla_status_t st = nvfp4_check_head_outputs("merge", ctx->device_type, ctx->device_index, &a->out, &a->lse,
                                                      a->partial_out.shape[1], a->partial_out.shape[2]);
-    if (st || (st = check_apart(&a->out, "out", &a->partial_out, "partial_out")) ||
-        (st = check_apart(&a->out, "out", &a->partial_lse, "partial_lse")) || nvfp4_tensor_absent(&a->lse) ||
-        (st = check_apart(&a->lse, "lse", &a->partial_out, "partial_out")) ||
-        (st = check_apart(&a->lse, "lse", &a->partial_lse, "partial_lse"))) {
-        return st;
-    }
-    return check_apart(&a->lse, "lse", &a->out, "out");
+    const nvfp4_named_span_t outputs[] = {{"out", nvfp4_tensor_span(&a->out)}, {"lse", nvfp4_tensor_span(&a->lse)}};
+    const nvfp4_named_span_t inputs[] = {{"partial_out", nvfp4_tensor_span(&a->partial_out)},
+                                         {"partial_lse", nvfp4_tensor_span(&a->partial_lse)}};
+    return st ? st : nvfp4_check_outputs_apart("merge", outputs, 2, inputs, 2);
 }
 
 nvfp4_mla_status_t nvfp4_lower_merge(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *host_args,

@@ -3,19 +3,31 @@
  * The oracle of the CUDA gather and of attention's dequantisation: value = (e2m1 * e4m3) * outer
  * in binary32 (the first product is exact; attention uses this binary32 value), then bf16 with
  * round-to-nearest-even for gather's rows. Slot -1 gives a row of zeros. Also the decoder of the
- * 656-byte fp8_ds_mla record, which attention reads. Tested by round trips and golden records in
- * tests/test_codec_*.c.
+ * 656-byte fp8_ds_mla record, which attention reads. Every float field of a record (r, s_t, the 656
+ * tile scales) and every stored bf16 RoPE value goes through the corrupt-field rule of fp_codes.h
+ * (nvfp4_scale_field, nvfp4_rope_bf16_field). Tested by round trips and golden records in
+ * tests/test_codec_*.c, the field rule in tests/test_corrupt_fields.c.
  */
 #include <string.h>
 
 #include "backends.h"
 #include "fp_codes.h"
 
+/* 64 stored bf16 RoPE values (432 and 656 records) by the corrupt-field rule. */
+static void copy_rope_bf16(const uint8_t *stored, uint16_t *row) {
+    for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
+        uint16_t v;
+        memcpy(&v, stored + 2 * j, sizeof v);
+        row[j] = nvfp4_rope_bf16_field(v);
+    }
+}
+
 void nvfp4_mla_decode_record_f32_cpu(const uint8_t *record, int32_t record_bytes, int32_t per_token,
                                      float outer_scale, float *row) {
-    float outer = outer_scale;
+    float outer = outer_scale; /* static: the call's scale, checked by the plugin */
     if (per_token) {
         memcpy(&outer, record + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET, sizeof outer);
+        outer = nvfp4_scale_field(outer);
     }
     for (int g = 0; g < NVFP4_MLA_GROUPS; g++) {
         float d = nvfp4_e4m3_decode(record[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g]);
@@ -29,6 +41,7 @@ void nvfp4_mla_decode_record_f32_cpu(const uint8_t *record, int32_t record_bytes
     if (record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
         float r;
         memcpy(&r, record + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET, sizeof r);
+        r = nvfp4_scale_field(r);
         for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
             rope_out[j] = nvfp4_mul_rn(nvfp4_e4m3_decode(record[NVFP4_MLA_RECORD_ROPE_OFFSET + j]), r);
         }
@@ -36,7 +49,7 @@ void nvfp4_mla_decode_record_f32_cpu(const uint8_t *record, int32_t record_bytes
         for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
             uint16_t v;
             memcpy(&v, record + NVFP4_MLA_RECORD_ROPE_OFFSET + 2 * j, sizeof v);
-            rope_out[j] = nvfp4_bf16_to_f32(v);
+            rope_out[j] = nvfp4_bf16_to_f32(nvfp4_rope_bf16_field(v));
         }
     }
 }
@@ -49,9 +62,8 @@ void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, in
     for (int i = 0; i < rounded; i++) {
         row[i] = nvfp4_f32_to_bf16(values[i]);
     }
-    if (rounded == NVFP4_MLA_LATENT_DIM) { /* 432: the stored bf16 bits, NaN payloads included */
-        memcpy(row + NVFP4_MLA_LATENT_DIM, record + NVFP4_MLA_RECORD_ROPE_OFFSET,
-               NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
+    if (rounded == NVFP4_MLA_LATENT_DIM) { /* 432: the stored bf16 bits, NaN and +-Inf read as 0 */
+        copy_rope_bf16(record + NVFP4_MLA_RECORD_ROPE_OFFSET, row + NVFP4_MLA_LATENT_DIM);
     }
 }
 
@@ -61,11 +73,12 @@ void nvfp4_mla_decode_fp8_656_cpu(const uint8_t *record, uint16_t *row) {
     for (int tile = 0; tile < NVFP4_MLA_FP8_656_TILES; tile++) {
         float scale;
         memcpy(&scale, record + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * tile, sizeof scale);
+        scale = nvfp4_scale_field(scale);
         for (int i = 0; i < TILE; i++) {
             row[tile * TILE + i] = nvfp4_f32_to_bf16(nvfp4_mul_rn(nvfp4_e4m3_decode(record[tile * TILE + i]), scale));
         }
     }
-    memcpy(row + NVFP4_MLA_LATENT_DIM, record + NVFP4_MLA_FP8_656_ROPE_OFFSET, NVFP4_MLA_ROPE_DIM * sizeof(uint16_t));
+    copy_rope_bf16(record + NVFP4_MLA_FP8_656_ROPE_OFFSET, row + NVFP4_MLA_LATENT_DIM);
 }
 
 void nvfp4_mla_gather_cpu(const nvfp4_mla_gather_kernel_args_t *a, nvfp4_mla_kernel_result_t *result) {
