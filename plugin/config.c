@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "args.h"
@@ -116,6 +117,12 @@ static nvfp4_mla_status_t sidecar_path(const char *model_dir, const char *config
     if (!realpath(joined, real_file)) {
         return nvfp4_fail(NVFP4_MLA_ERR_IO, "cannot open %s: %s", joined, strerror(errno));
     }
+    struct stat st;
+    if (strcmp(real_dir, real_file) == 0 || (stat(real_file, &st) == 0 && S_ISDIR(st.st_mode))) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: \"%s\".\"file\" = \"%s\" names %s, not a v1 scales file in it",
+                          config_path, NVFP4_CHECKPOINT_FIELD, rel,
+                          strcmp(real_dir, real_file) == 0 ? "the model folder itself" : "a folder");
+    }
     if (!inside(real_dir, real_file)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
                           "%s: \"%s\".\"file\" = \"%s\" resolves to %s, outside the model folder %s (a link on the "
@@ -137,6 +144,17 @@ static int field_count(const cJSON *root) {
     return n;
 }
 
+/* A key that is the field's name in another case ("Nvfp4_mla_outer_scales"): a checkpoint that means
+ * to carry calibration, which an exact lookup would pass over without a word. NULL when none. */
+static const char *field_in_another_case(const cJSON *root) {
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (strcasecmp(c->string, NVFP4_CHECKPOINT_FIELD) == 0 && strcmp(c->string, NVFP4_CHECKPOINT_FIELD) != 0) {
+            return c->string;
+        }
+    }
+    return NULL;
+}
+
 /* The checkpoint's field in config.json text: absent (nothing to do), an inline v1 object, or
  * {"file": "..."} naming a sidecar inside model_dir. */
 nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *cfg, const char *text, size_t len,
@@ -153,6 +171,10 @@ nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *cfg, const cha
     } else if (field_count(root) > 1) {
         st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: key \"%s\" appears more than once", config_path,
                         NVFP4_CHECKPOINT_FIELD);
+    } else if (field_in_another_case(root)) {
+        st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: key \"%s\" is \"%s\" in another case: keys are case-sensitive, "
+                                              "so it would be ignored (rename it, or remove it)",
+                        config_path, field_in_another_case(root), NVFP4_CHECKPOINT_FIELD);
     } else if (!field) {
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_NONE;
     } else if (!cJSON_IsObject(field)) {
@@ -188,11 +210,11 @@ nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *cfg, const cha
     return st;
 }
 
-/* The checkpoint's calibration: a missing folder or config.json is said as such (no checkpoint to
- * read), never as calibration that is "present but unusable". */
-static nvfp4_mla_status_t load_checkpoint(nvfp4_mla_config_t *cfg, const char *model_dir, const char *layout_name) {
-    char config_path[4096];
-    if ((size_t)snprintf(config_path, sizeof config_path, "%s/config.json", model_dir) >= sizeof config_path) {
+/* model_dir's config.json text (the caller frees), with its path in config_path: a missing folder or
+ * config.json is said as such (no checkpoint to read), never as calibration "present but unusable". */
+static nvfp4_mla_status_t read_checkpoint(const char *model_dir, char *config_path, size_t path_size, char **text,
+                                          size_t *len) {
+    if ((size_t)snprintf(config_path, path_size, "%s/config.json", model_dir) >= path_size) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "model_dir is too long");
     }
     struct stat st_dir;
@@ -204,13 +226,47 @@ static nvfp4_mla_status_t load_checkpoint(nvfp4_mla_config_t *cfg, const char *m
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "model_dir %s is not a folder (a checkpoint is the folder that holds "
                                                 "config.json)", model_dir);
     }
-    char *text;
-    size_t len;
-    nvfp4_mla_status_t st = nvfp4_read_file(config_path, NVFP4_CONFIG_JSON_MAX_BYTES, &text, &len);
+    nvfp4_mla_status_t st = nvfp4_read_file(config_path, NVFP4_CONFIG_JSON_MAX_BYTES, text, len);
     if (st) {
         return nvfp4_fail_because(st, "model_dir %s holds no readable checkpoint config.json", model_dir);
     }
-    st = nvfp4_checkpoint_from_text(cfg, text, len, model_dir, config_path, layout_name);
+    return NVFP4_MLA_OK;
+}
+
+/* The checkpoint's calibration (no field: every layer 1.0). */
+static nvfp4_mla_status_t load_checkpoint(nvfp4_mla_config_t *cfg, const char *model_dir, const char *layout_name) {
+    char config_path[4096], *text = NULL;
+    size_t len;
+    nvfp4_mla_status_t st = read_checkpoint(model_dir, config_path, sizeof config_path, &text, &len);
+    if (!st) {
+        st = nvfp4_checkpoint_from_text(cfg, text, len, model_dir, config_path, layout_name);
+        free(text);
+    }
+    return st;
+}
+
+/* A checkpoint the scales do not come from (per-token mode; the environment's file, which comes
+ * first): its folder and config.json are read all the same, so that a bad model_dir is refused in
+ * every mode (docs/integration.md), and a calibration field it carries is named in a warning instead
+ * of being passed over without a word. `unused` says why the field is not used. */
+static nvfp4_mla_status_t check_unused_checkpoint(const char *model_dir, const char *unused,
+                                                  const nvfp4_mla_host_desc_t *host) {
+    char config_path[4096], *text = NULL;
+    size_t len;
+    cJSON *root = NULL;
+    nvfp4_mla_status_t st = read_checkpoint(model_dir, config_path, sizeof config_path, &text, &len);
+    if (st || (st = nvfp4_json_parse(text, len, config_path, &root))) {
+        free(text);
+        return st;
+    }
+    if (!cJSON_IsObject(root)) {
+        st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: config.json must be a JSON object", config_path);
+    } else if (field_count(root) || field_in_another_case(root)) {
+        nvfp4_log(host, NVFP4_MLA_LOG_WARN,
+                  "nvfp4-mla: %s carries calibration (\"%s\") that is not used: %s", config_path,
+                  field_count(root) ? NVFP4_CHECKPOINT_FIELD : field_in_another_case(root), unused);
+    }
+    cJSON_Delete(root);
     free(text);
     return st;
 }
@@ -242,16 +298,22 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
     /* The identity's spelling of the layout (docs/record-format.md section 6). */
     const char *layout_name = s->fp8_rope ? "fp8-rope-368" : "bf16-rope-432";
     nvfp4_mla_status_t st = NVFP4_MLA_OK;
+    char unused[4200];
     if (s->dynamic_scale) {
         snprintf(cfg->identity, sizeof cfg->identity, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_PER_TOKEN;
+        snprintf(unused, sizeof unused, "per-token mode (%s=1) takes each token's own scale", NVFP4_ENV_DYNAMIC_SCALE);
     } else if (s->scales_file[0]) {
         if ((st = load_static_file(cfg, s->scales_file, layout_name))) {
             return nvfp4_fail_because(st, "%s=%s cannot form a cache identity", NVFP4_ENV_SCALES_FILE,
                                       s->scales_file);
         }
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_ENV_FILE;
+        snprintf(unused, sizeof unused, "%s=%s comes first", NVFP4_ENV_SCALES_FILE, s->scales_file);
     } else if (model_dir && (st = load_checkpoint(cfg, model_dir, layout_name))) {
+        return st;
+    }
+    if (model_dir && (s->dynamic_scale || s->scales_file[0]) && (st = check_unused_checkpoint(model_dir, unused, host))) {
         return st;
     }
     if (!cfg->identity[0]) {

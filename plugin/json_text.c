@@ -66,7 +66,66 @@ static void refusal(const char *text, size_t len, const char *end, char *out, si
     }
 }
 
+/* Length of the UTF-8 sequence at p (left bytes), or 0 when it is not well formed (RFC 3629: no
+ * overlong forms, no surrogates, nothing past U+10FFFF). */
+static size_t utf8_length(const unsigned char *p, size_t left) {
+    const unsigned char c = p[0];
+    size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (n == 0 || n > left) {
+        return 0;
+    }
+    const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    for (size_t i = 1; i < n; i++) {
+        if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF)) {
+            return 0;
+        }
+    }
+    return n;
+}
+
+/* What cJSON takes but JSON (RFC 8259) does not, which would change what the text means: a NUL byte
+ * (a trailing one after the value; inside a string, where C cuts the string there), a \u0000 escape
+ * ("scales\u0000evil" read as the key "scales"), a raw control character or ill-formed UTF-8 in a
+ * string (Python's json refuses the file the tool wrote), a number with a leading zero ("078" read as
+ * 78). The refusal's words in `why` and 1, else 0. */
+static int lexical_refusal(const char *text, size_t len, char *why, size_t size) {
+    const unsigned char *t = (const unsigned char *)text;
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        const unsigned char c = t[i];
+        size_t n = 1;
+        if (c == 0) {
+            snprintf(why, size, "holds a NUL byte at byte offset %zu (no JSON text has one)", i);
+        } else if (in_string && c == '\\' && i + 5 < len && t[i + 1] == 'u' && strncmp(text + i + 2, "0000", 4) == 0) {
+            snprintf(why, size, "holds \\u0000 at byte offset %zu: a key or string with a NUL in it would be cut "
+                                "there", i);
+        } else if (in_string && c < 0x20) {
+            snprintf(why, size, "holds the control character 0x%02x in a string at byte offset %zu (JSON escapes "
+                                "them)", c, i);
+        } else if (in_string && c >= 0x80 && !(n = utf8_length(t + i, len - i))) {
+            snprintf(why, size, "holds invalid UTF-8 in a string at byte offset %zu", i);
+        } else if (!in_string && (c == '-' || (c >= '0' && c <= '9')) &&
+                   (i == 0 || !strchr("0123456789.eE+-", t[i - 1]))) {
+            const size_t d = i + (c == '-'); /* a number starts: its first digit may be 0 only alone */
+            if (d + 1 < len && t[d] == '0' && t[d + 1] >= '0' && t[d + 1] <= '9') {
+                snprintf(why, size, "holds a number with a leading zero at byte offset %zu (not JSON)", i);
+                return 1;
+            }
+            continue;
+        } else {
+            in_string ^= c == '"';
+            i += (in_string && c == '\\') ? 1 : n - 1; /* an escape's second byte is never the string's end */
+            continue;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 cJSON *nvfp4_json_read(const char *text, size_t len, char *why, size_t why_size) {
+    if (lexical_refusal(text, len, why, why_size)) {
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {

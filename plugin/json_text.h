@@ -25,6 +25,12 @@
  *   "holds NaN at byte offset N: NaN and Infinity are not JSON numbers"
  *   "is malformed JSON near byte offset N"
  *   "has trailing data after its JSON value at byte offset N"
+ * and, for what cJSON would take but JSON is not (each would change what the text means):
+ *   "holds a NUL byte at byte offset N (no JSON text has one)"
+ *   "holds \u0000 at byte offset N: a key or string with a NUL in it would be cut there"
+ *   "holds the control character 0xXX in a string at byte offset N (JSON escapes them)"
+ *   "holds invalid UTF-8 in a string at byte offset N"
+ *   "holds a number with a leading zero at byte offset N (not JSON)"
  * Callers put the text's name before it ("x.json: is empty ...", or "x.json is empty ..."). */
 struct cJSON;
 struct cJSON *nvfp4_json_read(const char *text, size_t len, char *why, size_t why_size);
