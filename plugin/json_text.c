@@ -66,9 +66,7 @@ static void refusal(const char *text, size_t len, const char *end, char *out, si
     }
 }
 
-/* Length of the UTF-8 sequence at p (left bytes), or 0 when it is not well formed (RFC 3629: no
- * overlong forms, no surrogates, nothing past U+10FFFF). */
-static size_t utf8_length(const unsigned char *p, size_t left) {
+size_t nvfp4_utf8_length(const unsigned char *p, size_t left) {
     const unsigned char c = p[0];
     size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
     if (n == 0 || n > left) {
@@ -102,7 +100,7 @@ static int lexical_refusal(const char *text, size_t len, char *why, size_t size)
         } else if (in_string && c < 0x20) {
             snprintf(why, size, "holds the control character 0x%02x in a string at byte offset %zu (JSON escapes "
                                 "them)", c, i);
-        } else if (in_string && c >= 0x80 && !(n = utf8_length(t + i, len - i))) {
+        } else if (in_string && c >= 0x80 && !(n = nvfp4_utf8_length(t + i, len - i))) {
             snprintf(why, size, "holds invalid UTF-8 in a string at byte offset %zu", i);
         } else if (!in_string && (c == '-' || (c >= '0' && c <= '9')) &&
                    (i == 0 || !strchr("0123456789.eE+-", t[i - 1]))) {

@@ -35,6 +35,11 @@
 struct cJSON;
 struct cJSON *nvfp4_json_read(const char *text, size_t len, char *why, size_t why_size);
 
+/* Length of the UTF-8 sequence at p (`left` bytes there, at least 1), or 0 when it is not well formed
+ * (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF). The JSON reader's rule for
+ * strings, and the tool's for the text it writes into JSON. */
+size_t nvfp4_utf8_length(const unsigned char *p, size_t left);
+
 /* The JSON type of a parsed value, for "... is a string, not an object": "null", "a boolean",
  * "a number", "a string", "an array", "an object" (cJSON's type bits, as int). */
 const char *nvfp4_json_type_name(int cjson_type);

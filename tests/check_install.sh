@@ -3,7 +3,8 @@
 # checks that it holds nvfp4-mla.pc, the loader library and the plugin under lib.../nvfp4-mla/,
 # then builds a small C host with `pkg-config --cflags --libs nvfp4-mla` alone and runs it: it finds
 # the plugin through the .pc file's plugindir (NVFP4_MLA_PLUGIN names the folder), loads, checks
-# and requires it through the loader, and opens a CPU context. Skips (77) without pkg-config.
+# and requires it through the loader, and opens a CPU context; the installed nvfp4-mla tool finds the
+# installed plugin by itself. Skips (77) without pkg-config.
 #   usage: check_install.sh BUILD_ROOT CC
 set -eu
 build=$1
@@ -52,5 +53,12 @@ C
 # shellcheck disable=SC2046 # pkg-config's words are flags
 "$cc" -std=c11 -o "$stage/host" "$stage/host.c" $(pc --cflags --libs) || { echo "FAIL: the host does not build"; exit 1; }
 NVFP4_MLA_PLUGIN="$plugindir" "$stage/host" || { echo "FAIL: the host cannot load the installed plugin"; exit 1; }
+# The installed tool finds the plugin installed with it, with neither --plugin nor NVFP4_MLA_PLUGIN (issue 48).
+tool=$(find "$stage" -name nvfp4-mla -type f | head -1)
+[ -n "$tool" ] || { echo "FAIL: no nvfp4-mla tool in the staged install"; exit 1; }
+(cd / && env -u NVFP4_MLA_PLUGIN "$tool" probe >"$stage/probe.txt" 2>&1) || {
+    cat "$stage/probe.txt"; echo "FAIL: the installed tool does not find its installed plugin"; exit 1; }
+grep -q "^plugin  *$(realpath "$plugindir")/libnvfp4_mla.so" "$stage/probe.txt" || {
+    cat "$stage/probe.txt"; echo "FAIL: the installed tool loaded another plugin than $plugindir"; exit 1; }
 echo "ok: staged install has $(basename "$pc"), $(basename "$libdir")/libnvfp4_mla_loader.a and" \
      "$(echo "$plugindir" | sed "s|^$stage||")/libnvfp4_mla.so; a pkg-config-built host loads it"

@@ -38,7 +38,7 @@ static void tools_should_fail_with_one_clear_line(void **state) {
     make_tokens(1.0);
     write_file("short.bf16", tokens, 1000);
     assert_int_equal(run(NULL, "encode --layout 368 --mode static %s/short.bf16 %s/x.bin", tmp, tmp), 1);
-    assert_non_null(strstr(err_text, "is 1000 bytes, not a whole number of bf16 [T,576] rows (1152 bytes each)"));
+    assert_non_null(strstr(err_text, "is 1000 bytes, not a positive whole number of bf16 [T,576] rows (1152 bytes each)"));
     assert_int_equal(run(NULL, "encode --layout 368 --mode dynamic %s/in.bf16 %s/x.bin", tmp, tmp), 1);
     assert_non_null(strstr(err_text, "--mode is \"dynamic\", must be per-token or static"));
     assert_int_equal(run(NULL, "encode --layout 432 --mode per-token %s/in.bf16 %s/x.bin", tmp, tmp), 1);
@@ -48,7 +48,7 @@ static void tools_should_fail_with_one_clear_line(void **state) {
     assert_non_null(strstr(err_text, "outer_scale is 0.5, must be 0 in per-token mode (records carry s_t)"));
     assert_int_equal(run(NULL, "encode --layout 368 --mode static %s/in.bf16 %s/rec.bin", tmp, tmp), 0);
     assert_int_equal(run(NULL, "decode --layout 432 --mode static %s/rec.bin %s/x.bf16", tmp, tmp), 1);
-    assert_non_null(strstr(err_text, "not a whole number of 432-byte records (wrong --layout or a short file?)"));
+    assert_non_null(strstr(err_text, "not a positive whole number of 432-byte records (wrong --layout or a short file?)"));
     assert_int_equal(run(NULL, "inspect --layout 512 %s/rec.bin", tmp), 1);
     assert_non_null(strstr(err_text, "--layout is \"512\", must be 368 or 432"));
     assert_int_equal(run(NULL, "decode --layout 368 --mode static %s/missing.bin %s/x.bf16", tmp, tmp), 1);

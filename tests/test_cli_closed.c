@@ -174,7 +174,7 @@ static void decode_should_refuse_a_mode_the_records_contradict(void **state) {
     write_file("bad.bin", rec, T * 368);
     expect_failure(run(NULL, "decode --layout 368 --mode per-token %s/bad.bin %s/x.bf16", tmp, tmp),
                    "record 5 of ");
-    assert_non_null(strstr(err_text, "holds s_t = -1 at bytes [292,296), which is not a positive normal float"));
+    assert_non_null(strstr(err_text, "holds s_t = -1 at bytes [292,296), which is neither 0 (a static record) nor a positive normal float"));
 }
 
 /* Case 7: NaN/Inf input (the plugin's nonfinite_count) is refused by encode with the count and the

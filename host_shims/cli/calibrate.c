@@ -16,25 +16,19 @@
 #include <time.h>
 
 #include "cli.h"
+#include "json_text.h"
 
 #define MAX_LAYERS 4096
+#define V1_FORMAT "nvfp4_ds_mla_outer_scale_v1"
 
 typedef struct capture {
     double value[MAX_LAYERS];
     int layers;
 } capture_t;
 
-static int parse_json_capture(const char *path, const char *text, size_t len, capture_t *c, const char *key) {
-    cJSON *root = cli_json_parse("calibrate", path, text, len);
-    if (!root) {
-        return 1;
-    }
-    const cJSON *array = key ? cJSON_GetObjectItemCaseSensitive(root, key) : root;
+/* max_abs per layer from a JSON array (a capture), or the array `array` of a v1 file times `factor`. */
+static int capture_from_array(const char *path, const cJSON *array, double factor, capture_t *c) {
     int rc = 0;
-    if (!cJSON_IsArray(array)) {
-        rc = cli_fail("calibrate", "%s: expected a JSON array%s%s of max_abs per layer", path, key ? " under " : "",
-                      key ? key : "");
-    }
     c->layers = 0;
     for (const cJSON *item = rc ? NULL : array->child; item && !rc; item = item->next) {
         if (c->layers >= MAX_LAYERS) {
@@ -42,8 +36,48 @@ static int parse_json_capture(const char *path, const char *text, size_t len, ca
         } else if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble) || item->valuedouble <= 0) {
             rc = cli_fail("calibrate", "%s: entry %d is not a finite positive number", path, c->layers);
         } else {
-            c->value[c->layers++] = item->valuedouble;
+            c->value[c->layers++] = item->valuedouble * factor;
         }
+    }
+    if (!rc && !c->layers) {
+        rc = cli_fail("calibrate", "%s: no layers (an empty array)", path);
+    }
+    return rc;
+}
+
+static int parse_json_capture(const char *path, const char *text, size_t len, capture_t *c) {
+    cJSON *root = cli_json_parse("calibrate", path, text, len);
+    if (!root) {
+        return 1;
+    }
+    int rc = cJSON_IsArray(root) ? capture_from_array(path, root, 1.0, c)
+                                 : cli_fail("calibrate", "%s: expected a JSON array of max_abs per layer", path);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* --envelope-with: a v1 scales file (its "format" says so); its max_abs, or scales x 2688 where it has
+ * none (max_abs is optional in v1). A file the plugin refuses is refused before this when a plugin is
+ * there (calibrate checks it as it checks --out). */
+static int parse_envelope_file(const char *path, const char *text, size_t len, capture_t *c) {
+    cJSON *root = cli_json_parse("calibrate", path, text, len);
+    if (!root) {
+        return 1;
+    }
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *max_abs = cJSON_GetObjectItemCaseSensitive(root, "max_abs");
+    const cJSON *scales = cJSON_GetObjectItemCaseSensitive(root, "scales");
+    int rc;
+    if (!cJSON_IsObject(root) || !cJSON_IsString(format) || strcmp(format->valuestring, V1_FORMAT) != 0) {
+        rc = cli_fail("calibrate", "--envelope-with %s is not a v1 scales file (its \"format\" must be \"%s\")", path,
+                      V1_FORMAT);
+    } else if (max_abs) {
+        rc = cJSON_IsArray(max_abs) ? capture_from_array(path, max_abs, 1.0, c)
+                                    : cli_fail("calibrate", "%s: \"max_abs\" is %s, not an array", path,
+                                               nvfp4_json_type_name(max_abs->type));
+    } else {
+        rc = cJSON_IsArray(scales) ? capture_from_array(path, scales, 2688.0, c)
+                                   : cli_fail("calibrate", "%s: has neither a \"max_abs\" nor a \"scales\" array", path);
     }
     cJSON_Delete(root);
     return rc;
@@ -88,19 +122,47 @@ static int parse_lines_capture(const char *path, char *text, capture_t *c) {
     return 0;
 }
 
-static int load_capture(const char *path, capture_t *c, const char *json_key) {
+/* A capture (lines or a JSON array), or with `v1_file` the --envelope-with file. */
+static int load_capture(const char *path, capture_t *c, int v1_file) {
     uint8_t *text;
     size_t len;
-    if (cli_read_file("calibrate", path, json_key ? CLI_MAX_CALIBRATION_BYTES : CLI_MAX_CAPTURE_BYTES, &text, &len)) {
+    if (cli_read_file("calibrate", path, v1_file ? CLI_MAX_CALIBRATION_BYTES : CLI_MAX_CAPTURE_BYTES, &text, &len)) {
         return 1;
     }
     char *s = (char *)text; /* NUL-terminated by cli_read_file */
     size_t i = 0;
     while (i < len && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) i++;
-    int rc = (json_key || (i < len && s[i] == '[')) ? parse_json_capture(path, s, len, c, json_key)
-                                                    : parse_lines_capture(path, s, c);
+    const char *nul = memchr(s, '\0', len);
+    int rc;
+    if (!v1_file && !(i < len && s[i] == '[') && nul) {
+        /* the lines parser stops at a NUL, so every layer after it would be dropped without a word */
+        int line = 1;
+        for (const char *p = s; p < nul; p++) line += *p == '\n';
+        rc = cli_fail("calibrate", "%s:%d: holds a NUL byte at byte offset %zu: a line capture is text (is it "
+                                   "binary, or cut and joined?)", path, line, (size_t)(nul - s));
+    } else if (v1_file) {
+        rc = parse_envelope_file(path, s, len, c);
+    } else {
+        rc = i < len && s[i] == '[' ? parse_json_capture(path, s, len, c) : parse_lines_capture(path, s, c);
+    }
     free(s);
     return rc;
+}
+
+/* The --envelope-with file through the plugin's loader, as --out will be: an earlier file the plugin
+ * refuses (a bad key, scales that disagree with max_abs) is refused in its words, not folded in. */
+static int plugin_refuses_input(cli_host_t *host, const char *path) {
+    char env_file[CLI_SCALES_ENV_MAX];
+    const char *env[3];
+    cli_scales_env(path, env_file, env);
+    nvfp4_mla_config_t *cfg;
+    if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
+        char why[2048];
+        cli_scales_refusal(host, path, path, why, sizeof why);
+        return cli_fail("calibrate", "the plugin refuses --envelope-with %s, so nothing was written: %s", path, why);
+    }
+    host->table->config_destroy(cfg);
+    return 0;
 }
 
 /* Loads `path` through the plugin's configuration, as a server would. `shown` names the file in
@@ -164,15 +226,18 @@ static int parse_opts(int argc, char **argv, calibrate_opts_t *o) {
             return cli_fail("calibrate", "%s needs a value", flag);
         } else if (slot) {
             *slot = v;
+            const int text = slot == &o->model || slot == &o->dataset || slot == &o->hook || slot == &o->created_utc;
+            if (text && cli_check_text("calibrate", flag, v)) {
+                return 1;
+            }
         } else if (cli_parse_real("calibrate", flag, v, 0, 1, &o->tolerance)) {
             return 1;
         }
         i++;
     }
     if (!o->out || !o->nfiles) {
-        return cli_fail("calibrate",
-                        "usage: calibrate --out FILE [--model M] [--dataset D] [--hook H] [--created-utc T] "
-                        "[--tolerance T] [--envelope-with V1FILE] [--plugin P] [--no-check] CAPTURE...");
+        return cli_fail("calibrate", "--out FILE and at least one CAPTURE are required (nvfp4-mla calibrate --help "
+                                     "lists the flags and the capture format)");
     }
     const char *inputs[65];
     memcpy(inputs, o->files, (size_t)o->nfiles * sizeof *inputs);
@@ -187,7 +252,7 @@ static int envelope_of(const calibrate_opts_t *o, double *envelope, int *layers_
     double worst = 0;
     int worst_layer = -1, rc = ranks ? 0 : cli_fail("calibrate", "out of memory");
     for (int r = 0; r < o->nfiles && !rc; r++) {
-        rc = load_capture(o->files[r], &ranks[r], NULL);
+        rc = load_capture(o->files[r], &ranks[r], 0);
         if (!rc && ranks[r].layers != ranks[0].layers) {
             rc = cli_fail("calibrate", "%s has %d layers, %s has %d", o->files[r], ranks[r].layers, o->files[0],
                           ranks[0].layers);
@@ -217,7 +282,7 @@ static int envelope_of(const calibrate_opts_t *o, double *envelope, int *layers_
         }
     }
     if (!rc && o->envelope_with) {
-        rc = load_capture(o->envelope_with, &ranks[o->nfiles], "max_abs");
+        rc = load_capture(o->envelope_with, &ranks[o->nfiles], 1);
         if (!rc && ranks[o->nfiles].layers != layers) {
             rc = cli_fail("calibrate", "%s has %d layers, the captures %d", o->envelope_with, ranks[o->nfiles].layers,
                           layers);
@@ -237,7 +302,7 @@ static char *v1_text(const calibrate_opts_t *o, const double *envelope, int laye
     time_t now = time(NULL);
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%S+00:00", gmtime(&now));
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "format", "nvfp4_ds_mla_outer_scale_v1");
+    cJSON_AddStringToObject(root, "format", V1_FORMAT);
     cJSON_AddNumberToObject(root, "num_layers", layers);
     cJSON_AddNumberToObject(root, "latent_dim", 512);
     cJSON_AddRawToObject(root, "denominator", "2688.0");
@@ -292,7 +357,8 @@ int cli_calibrate_cmd(int argc, char **argv) {
                                      "(or --plugin), or pass --no-check to write it unchecked", o.out);
     }
     double envelope[MAX_LAYERS];
-    int layers, rc = envelope_of(&o, envelope, &layers);
+    int layers, rc = have_host && o.envelope_with ? plugin_refuses_input(&host, o.envelope_with) : 0;
+    rc = rc ? rc : envelope_of(&o, envelope, &layers);
     char *text = rc ? NULL : v1_text(&o, envelope, layers);
     if (!rc) {
         rc = !text ? cli_fail("calibrate", "out of memory") : write_checked(&o, have_host ? &host : NULL, text, layers);

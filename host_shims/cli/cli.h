@@ -30,6 +30,9 @@ typedef struct cli_host {
  * past it) and opens a CPU context. Prints one line and returns non-zero on failure.
  * cli_host_open needs CLI_NEEDS_ALL. */
 int cli_host_open_for(cli_host_t *host, const char *plugin, uint64_t need);
+/* nvfp4_mla_loader_open for the tool: `plugin` (--plugin; "" refused as such), else NVFP4_MLA_PLUGIN
+ * when set and not empty, else the plugin installed with this tool when it is there. */
+int cli_loader_open(const char *cmd, nvfp4_mla_loader_t *loader, const char *plugin, char *message, size_t size);
 int cli_host_open(cli_host_t *host, const char *plugin);
 void cli_host_close(cli_host_t *host);
 
@@ -106,6 +109,9 @@ int cli_parse_int(const char *cmd, const char *flag, const char *value, long lon
 int cli_parse_u64(const char *cmd, const char *flag, const char *value, unsigned long long *out);
 int cli_parse_real(const char *cmd, const char *flag, const char *value, double lo, double hi, double *out);
 int cli_parse_scale(const char *cmd, const char *flag, const char *value, float *out);
+/* Text the tool writes into JSON (calibrate's --model, --dataset, ...): well-formed UTF-8 without
+ * control characters, else one line naming the flag and the byte, and 1. */
+int cli_check_text(const char *cmd, const char *flag, const char *value);
 
 /* CPU tensor descriptors for the ABI. */
 /* The environment of a server that loads the static scales file `path` (VLLM_NVFP4_MLA_SCALES_FILE

@@ -1,10 +1,13 @@
 /* Loader, tensors, configurations and the codec calls shared by the subcommands (see cli.h). The
  * flags are parsed in flags.c, which calls cli_fail here; nothing here calls flags.c. */
 #include <cJSON.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "json_text.h"
@@ -28,10 +31,53 @@ cJSON *cli_json_parse(const char *cmd, const char *origin, const char *text, siz
     return root;
 }
 
+#ifndef NVFP4_MLA_INSTALLED_PLUGIN
+#define NVFP4_MLA_INSTALLED_PLUGIN "" /* none known */
+#endif
+
+/* The plugin installed with this tool: NVFP4_MLA_INSTALLED_PLUGIN, absolute or relative to the folder
+ * of this executable (host_shims/cli/meson.build), when that file is there; else NULL. */
+static const char *installed_plugin(char *path, size_t size) {
+    char exe[4096];
+    const char *rel = NVFP4_MLA_INSTALLED_PLUGIN;
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (!rel[0] || (rel[0] != '/' && n <= 0)) {
+        return NULL;
+    }
+    exe[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    char joined[8300], real[PATH_MAX];
+    const int wrote = rel[0] == '/' ? snprintf(joined, sizeof joined, "%s", rel)
+                                    : snprintf(joined, sizeof joined, "%s/%s", exe, rel);
+    struct stat st;
+    if (wrote <= 0 || (size_t)wrote >= sizeof joined || !realpath(joined, real) || stat(real, &st) != 0 ||
+        !S_ISREG(st.st_mode) || (size_t)snprintf(path, size, "%s", real) >= size) {
+        return NULL; /* "bin/../lib/..." resolved: the path the messages show is the file's */
+    }
+    return path;
+}
+
+int cli_loader_open(const char *cmd, nvfp4_mla_loader_t *loader, const char *plugin, char *message, size_t size) {
+    static char installed[4200];
+    if (plugin && !plugin[0]) { /* the loader would blame NVFP4_MLA_PLUGIN, which the user did not set */
+        memset(loader, 0, sizeof *loader);
+        loader->reason = NVFP4_MLA_REASON_INVALID_SELECTION;
+        snprintf(message, size, "--plugin is empty: give the plugin file or its folder (or none to run %s without "
+                                "one)", cmd);
+        return NVFP4_MLA_LOAD_FAILED;
+    }
+    const char *env = getenv(NVFP4_MLA_PLUGIN_ENV);
+    if (!plugin && !(env && env[0])) {
+        plugin = installed_plugin(installed, sizeof installed); /* NULL: the loader says none is selected */
+    }
+    return nvfp4_mla_loader_open(loader, plugin, message, size);
+}
+
 int cli_host_open_for(cli_host_t *host, const char *plugin, uint64_t need) {
     memset(host, 0, sizeof *host);
     char message[1024];
-    if (nvfp4_mla_loader_open(&host->loader, plugin, message, sizeof message) != NVFP4_MLA_LOAD_OK) {
+    if (cli_loader_open("plugin", &host->loader, plugin, message, sizeof message) != NVFP4_MLA_LOAD_OK) {
         fprintf(stderr, "nvfp4-mla: %s\n", message);
         return 1;
     }

@@ -143,7 +143,11 @@ int cli_out_open(const char *cmd, const char *path, cli_out_t *out) {
     char dir_copy[sizeof out->target], base_copy[sizeof out->target];
     snprintf(dir_copy, sizeof dir_copy, "%s", out->target);
     snprintf(base_copy, sizeof base_copy, "%s", out->target);
-    if ((size_t)snprintf(out->temp, sizeof out->temp, "%s/.%s.XXXXXX", dirname(dir_copy), basename(base_copy)) >=
+    /* ".NAME.XXXXXX" is 8 bytes longer than NAME: a name of 248..255 bytes (NAME_MAX) would make one the
+     * folder cannot hold, so the temporary name keeps only as much of it as fits. */
+    const char *base = basename(base_copy);
+    const int kept = (int)strnlen(base, NAME_MAX - 8);
+    if ((size_t)snprintf(out->temp, sizeof out->temp, "%s/.%.*s.XXXXXX", dirname(dir_copy), kept, base) >=
         sizeof out->temp) {
         return cli_fail(cmd, "%s: path too long", path);
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json_text.h"
 
 int cli_once(const char *cmd, cli_seen_t *seen, const char *flag) {
     for (int i = 0; i < seen->count; i++) {
@@ -106,6 +107,20 @@ int cli_parse_scale(const char *cmd, const char *flag, const char *value, float 
                         (double)FLT_MIN, (double)FLT_MAX);
     }
     *out = f;
+    return 0;
+}
+
+int cli_check_text(const char *cmd, const char *flag, const char *value) {
+    const unsigned char *p = (const unsigned char *)value;
+    const size_t len = strlen(value);
+    for (size_t i = 0, n; i < len; i += n) {
+        n = nvfp4_utf8_length(p + i, len - i);
+        if (n == 0 || p[i] < 0x20 || p[i] == 0x7F) {
+            return cli_fail(cmd, "%s holds %s at byte %zu: give printable UTF-8 text (it is written into a JSON "
+                                 "file that other readers must read)", flag,
+                            n == 0 ? "invalid UTF-8" : "a control character", i);
+        }
+    }
     return 0;
 }
 

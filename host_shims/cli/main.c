@@ -6,37 +6,65 @@
 
 #include "cli.h"
 
+#ifndef NVFP4_MLA_VERSION
+#define NVFP4_MLA_VERSION "0.0.0"
+#endif
+
+/* What `CMD --help` adds to a command's usage line: the input formats and every flag's meaning. */
+#define CALIBRATE_HELP                                                                                           \
+    "  CAPTURE  one file per rank of one capture run: lines \"layer,max_abs\" (layers 0..L-1, each once; '#'\n"  \
+    "           starts a comment; blank lines allowed), or a JSON array of max_abs indexed by layer\n"           \
+    "  --out FILE             the v1 scales file to write (replaced whole, only once the plugin accepts it)\n"   \
+    "  --tolerance T          largest relative disagreement between ranks at any layer (default 0.05)\n"        \
+    "  --envelope-with V1FILE fold an earlier v1 file in (its max_abs, else its scales x 2688)\n"               \
+    "  --model M, --dataset D, --hook H, --created-utc T  printable text recorded in the file\n"               \
+    "  --plugin P             the plugin that checks the file (else NVFP4_MLA_PLUGIN)\n"                        \
+    "  --no-check             write the file without a plugin's check\n"
+#define BENCH_HELP                                                                                               \
+    "  --quick               fewer shapes and repetitions\n"                                                     \
+    "  --only write|gather|attend  one operation's rows\n"                                                        \
+    "  --tokens T            only the rows of T tokens\n"                                                         \
+    "  --check-queries N     attend outputs checked against the CPU reference on N queries (1..128)\n"           \
+    "  --flush-l2            flush the L2 cache before each timed launch\n"                                      \
+    "  --json FILE           the rows as JSON too\n"                                                              \
+    "  --plugin P            the plugin to measure (else NVFP4_MLA_PLUGIN)\n"
+
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *usage;
+    const char *help; /* more for `CMD --help`, or NULL */
 } commands[] = {
-    {"probe", cli_probe, "probe [--plugin P] [--json] [--model-dir D] [--cache-dtype T]  load and describe a plugin"},
+    {"probe", cli_probe, "probe [--plugin P] [--json] [--model-dir D] [--cache-dtype T]  load and describe a plugin", NULL},
     {"encode", cli_encode_cmd,
      "encode --layout 368|432 --mode per-token|static [--scale S] [--policy rtn|mse] [--force] IN OUT  bf16 [T,576] -> "
-     "records (writer policy: rtn by default; NaN/Inf input refused unless --force)"},
+     "records (writer policy: rtn by default; NaN/Inf input refused unless --force)", NULL},
     {"decode", cli_decode_cmd,
      "decode --layout 368|432 --mode per-token|static [--scale S] [--force] IN OUT  records -> bf16 [T,576] (records "
-     "whose s_t contradicts --mode refused unless --force)"},
+     "whose s_t contradicts --mode refused unless --force; corrupt scale and RoPE fields decoded as 0, counted)", NULL},
     {"inspect", cli_inspect_cmd,
-     "inspect --layout 368|432 [--tokens N] IN  scales and code statistics of a record file"},
+     "inspect --layout 368|432 [--tokens N] IN  scales, code statistics and corrupt fields of a record file", NULL},
     {"quality", cli_quality_cmd,
      "quality [--scales FILE] [--tokens N] [--seed S] [--policy rtn|mse] [--json FILE]  reconstruction error per layer "
-     "and mode, rtn and the policy (mse by default; built-in GLM-5.2 profile by default)"},
+     "and mode, rtn and the policy (mse by default; built-in GLM-5.2 profile by default)", NULL},
     {"calibrate", cli_calibrate_cmd,
-     "calibrate --out FILE [--model M] ... [--no-check] CAPTURE...  envelope of captures -> v1 scales file, checked by "
-     "the plugin before it is written"},
+     "calibrate --out FILE [--tolerance T] [--envelope-with V1FILE] [--model M] [--dataset D] [--hook H] "
+     "[--created-utc T] [--plugin P] [--no-check] CAPTURE...  envelope of per-rank captures -> v1 scales file, "
+     "checked by the plugin before it is written", CALIBRATE_HELP},
     {"demo", cli_demo_cmd,
      "demo [--scales FILE] [--policy rtn|mse]  the codec end to end on generated latents, rtn and the policy (mse by "
-     "default; the README's main job; built-in profile by default)"},
-    {"bench", cli_bench_cmd, "bench [--json FILE] [--quick]  GPU benchmark against same-run memory ceilings"},
+     "default; the README's main job; built-in profile by default)", NULL},
+    {"bench", cli_bench_cmd,
+     "bench [--quick] [--only write|gather|attend] [--tokens T] [--check-queries N] [--flush-l2] [--json FILE] "
+     "[--plugin P]  GPU benchmark against same-run memory ceilings", BENCH_HELP},
 };
 
 static void usage(FILE *out) {
     fprintf(
         out,
-        "usage: nvfp4-mla COMMAND [ARGS]\n  (the plugin comes from --plugin P or NVFP4_MLA_PLUGIN; each flag at most "
-        "once; output files are replaced whole or not at all)\n");
+        "usage: nvfp4-mla COMMAND [ARGS]   (nvfp4-mla --version; nvfp4-mla COMMAND --help)\n  (the plugin comes from "
+        "--plugin P, else NVFP4_MLA_PLUGIN, else the one installed with this tool; each flag at most once; output "
+        "files are replaced whole or not at all)\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         fprintf(out, "  nvfp4-mla %s\n", commands[i].usage);
     }
@@ -59,13 +87,18 @@ static int check_stdout(int rc) {
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        return argc < 2 ? 2 : check_stdout(0);
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("nvfp4-mla %s (host ABI %d.%d, record format %s)\n", NVFP4_MLA_VERSION, NVFP4_MLA_ABI_MAJOR,
+               NVFP4_MLA_ABI_MINOR, NVFP4_MLA_RECORD_FORMAT);
+        return check_stdout(0);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
             for (int a = 2; a < argc; a++) { /* "encode --help" asks for help, not for a value of --help */
                 if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
-                    printf("usage: nvfp4-mla %s\n", commands[i].usage);
+                    printf("usage: nvfp4-mla %s\n%s", commands[i].usage, commands[i].help ? commands[i].help : "");
                     return check_stdout(0);
                 }
             }

@@ -274,7 +274,7 @@ int cli_probe(int argc, char **argv) {
         return 1;
     }
     char message[1024];
-    if (nvfp4_mla_loader_open(&p.loader, plugin, message, sizeof message) != NVFP4_MLA_LOAD_OK) {
+    if (cli_loader_open("probe", &p.loader, plugin, message, sizeof message) != NVFP4_MLA_LOAD_OK) {
         if (json) {
             print_load_failure(&p.loader, message);
         }

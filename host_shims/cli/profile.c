@@ -75,7 +75,9 @@ static int builtin_file(const char *cmd, cli_profile_t *p) {
     cli_signals_release(&held);
     if (!made) {
         p->temp_dir[0] = '\0';
-        return cli_fail(cmd, "cannot create a temporary folder for the built-in profile: %s", strerror(e));
+        return cli_fail(cmd, "cannot create a temporary folder for the built-in profile in %s (%s): %s",
+                        tmp && tmp[0] ? tmp : "/tmp", tmp && tmp[0] ? "TMPDIR" : "TMPDIR is unset: the default",
+                        strerror(e));
     }
     if (p->cleanup[0] < 0 || p->cleanup[1] < 0) {
         return cli_fail(cmd, "%s: too many temporary files to clean up on a signal", p->scales_path);

@@ -22,7 +22,13 @@ static int parse(const char *cmd, int argc, char **argv, cli_codec_flags_t *f, c
                  const char **files, int nfiles, long long *tokens, int *force) {
     int positional = 0;
     cli_seen_t seen = {0};
+    const int inspect = strcmp(cmd, "inspect") == 0;
     for (int i = 1; i < argc; i++) {
+        if (inspect && (!strcmp(argv[i], "--mode") || !strcmp(argv[i], "--scale") || !strcmp(argv[i], "--plugin"))) {
+            /* taken and ignored before: inspect reads the bytes, with neither a plugin nor a mode */
+            return cli_fail(cmd, "unknown flag %s: inspect reads the records' bytes only and takes --layout, --tokens "
+                                 "and IN", argv[i]);
+        }
         if (force && strcmp(argv[i], "--force") == 0) {
             if (cli_once(cmd, &seen, argv[i])) {
                 return 1;
@@ -105,10 +111,10 @@ int cli_encode_cmd(int argc, char **argv) {
     if (cli_read_file("encode", files[0], CLI_MAX_DATA_BYTES, &in, &len)) {
         return 1;
     }
-    if (len % ROW_BYTES) {
+    if (len % ROW_BYTES || len == 0) {
         free(in);
-        return cli_fail("encode", "%s is %zu bytes, not a whole number of bf16 [T,576] rows (%d bytes each)", files[0],
-                        len, ROW_BYTES);
+        return cli_fail("encode", "%s is %zu bytes, not a positive whole number of bf16 [T,576] rows (%d bytes each): "
+                                  "nothing was written", files[0], len, ROW_BYTES);
     }
     int64_t count = (int64_t)(len / ROW_BYTES);
     const int32_t rb = cli_record_bytes(&f);
@@ -135,11 +141,16 @@ static float read_f32(const uint8_t *p) {
  * record, and in a per-token record a positive normal float, or 0 in a zero token (every group scale
  * code zero too). Records carry no mode marker (docs/record-format.md section 6), but this field tells
  * the two apart: decoding per-token records as static multiplies them by the --scale instead of
- * their s_t (errors of 40,000 %), and the reverse decodes zeros. */
+ * their s_t (errors of 40,000 %), and the reverse decodes zeros. A value of neither kind (negative,
+ * NaN, infinite, subnormal) is a corrupt record in either mode, said as such in both. */
 static const char *mode_contradiction(const uint8_t *r, uint32_t mode) {
     uint32_t bits;
     memcpy(&bits, r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET, sizeof bits);
     const float s_t = read_f32(r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET);
+    if (bits && !(isfinite(s_t) && s_t >= FLT_MIN)) {
+        return "which is neither 0 (a static record) nor a positive normal float (a per-token record): no writer wrote "
+               "this record";
+    }
     if (mode == NVFP4_MLA_SCALE_STATIC) {
         return bits ? "where a static record holds 0: these are per-token records (decode them with --mode per-token)"
                     : NULL;
@@ -154,7 +165,73 @@ static const char *mode_contradiction(const uint8_t *r, uint32_t mode) {
         }
         return NULL;
     }
-    return isfinite(s_t) && s_t >= FLT_MIN ? NULL : "which is not a positive normal float: no writer wrote this record";
+    return NULL;
+}
+
+/* Fields the readers take as 0 (docs/record-format.md section 5): an r or s_t that is NaN, +-Inf or
+ * negative (sign bit set), a 432 record's bf16 RoPE value that is NaN or +-Inf. No writer stores them;
+ * the plugin reads them as 0 so that one corrupt record cannot make attention NaN, and the tool says
+ * how many there were (the plugin's readers count nothing: a host reading the bytes can). */
+typedef struct corrupt_count {
+    uint64_t r, s_t, rope;
+    int64_t first;          /* the first record holding one; -1 while none */
+    const char *first_what; /* its field */
+    double first_value;
+} corrupt_count_t;
+
+static int corrupt_scale(const uint8_t *p) {
+    uint32_t bits;
+    memcpy(&bits, p, sizeof bits);
+    return (bits >> 31) || (bits & 0x7F800000u) == 0x7F800000u;
+}
+
+static void note_corrupt(corrupt_count_t *c, uint64_t *counter, int64_t record, const char *what, double value) {
+    if (c->first < 0) {
+        c->first = record, c->first_what = what, c->first_value = value;
+    }
+    (*counter)++;
+}
+
+/* Counts the corrupt fields of `count` records; s_t only where it is read (`with_s_t`). */
+static corrupt_count_t count_corrupt(const uint8_t *records, int64_t count, int32_t record_bytes, int with_s_t) {
+    corrupt_count_t c = {0, 0, 0, -1, NULL, 0};
+    for (int64_t i = 0; i < count; i++) {
+        const uint8_t *r = records + i * record_bytes;
+        if (record_bytes == NVFP4_MLA_RECORD_BYTES_432) {
+            for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
+                uint16_t v;
+                memcpy(&v, r + NVFP4_MLA_RECORD_ROPE_OFFSET + 2 * j, sizeof v);
+                if ((v & 0x7F80u) == 0x7F80u) note_corrupt(&c, &c.rope, i, "a bf16 RoPE value", host_bf16_value(v));
+            }
+            continue;
+        }
+        if (corrupt_scale(r + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET))
+            note_corrupt(&c, &c.r, i, "r at bytes [288,292)", read_f32(r + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET));
+        if (with_s_t && corrupt_scale(r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET))
+            note_corrupt(&c, &c.s_t, i, "s_t at bytes [292,296)", read_f32(r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET));
+    }
+    return c;
+}
+
+/* "N r, N s_t, N RoPE values" of a count, for both commands' lines. */
+static void corrupt_words(const corrupt_count_t *c, char *out, size_t size) {
+    snprintf(out, size, "%llu r, %llu s_t, %llu bf16 RoPE values", (unsigned long long)c->r,
+             (unsigned long long)c->s_t, (unsigned long long)c->rope);
+}
+
+/* decode's report of the fields its output holds as 0 (a warning: the rule is the format's). */
+static void warn_corrupt(const uint8_t *records, int64_t count, const cli_codec_flags_t *f, const char *path) {
+    const corrupt_count_t c =
+        count_corrupt(records, count, cli_record_bytes(f), f->scale_mode == NVFP4_MLA_SCALE_PER_TOKEN);
+    if (c.first < 0) {
+        return;
+    }
+    char words[128];
+    corrupt_words(&c, words, sizeof words);
+    fprintf(stderr, "nvfp4-mla decode: warning: %s holds %llu corrupt fields (%s; the first: record %lld, %s = %g), "
+                    "decoded as 0 by the record format's rule (NaN, +-Inf or negative scales, NaN or +-Inf RoPE "
+                    "values: docs/record-format.md section 5)\n",
+            path, (unsigned long long)(c.r + c.s_t + c.rope), words, (long long)c.first, c.first_what, c.first_value);
 }
 
 /* Refuses records of another mode than --mode (unless --force), naming the first such record. */
@@ -197,11 +274,11 @@ int cli_decode_cmd(int argc, char **argv) {
         return 1;
     }
     const size_t rb = (size_t)cli_record_bytes(&f);
-    if (len % rb) {
+    if (len % rb || len == 0) {
         free(in);
         return cli_fail("decode",
-                        "%s is %zu bytes, not a whole number of %zu-byte records (wrong --layout or a short file?)",
-                        files[0], len, rb);
+                        "%s is %zu bytes, not a positive whole number of %zu-byte records (wrong --layout or a short "
+                        "file?): nothing was written", files[0], len, rb);
     }
     int64_t count = (int64_t)(len / rb);
     if (check_record_mode(&f, in, count, files[0], force)) {
@@ -215,6 +292,9 @@ int cli_decode_cmd(int argc, char **argv) {
         rc = cli_decode("decode", &host, &f, in, count, rows) ||
              cli_write_file("decode", files[1], rows, (size_t)count * ROW_BYTES);
         cli_host_close(&host);
+    }
+    if (!rc) {
+        warn_corrupt(in, count, &f, files[0]);
     }
     free(rows);
     free(in);
@@ -253,7 +333,7 @@ static void tally_record(const uint8_t *r, int32_t record_bytes, int show, tally
     t->records++;
 }
 
-static void print_tally(const tally_t *t) {
+static void print_tally(const tally_t *t, const corrupt_count_t *c) {
     const uint64_t groups = t->records * NVFP4_MLA_GROUPS, elements = t->records * NVFP4_MLA_LATENT_DIM;
     printf("group scales: %llu groups, %llu zero (%.2f%%), %llu E4M3 subnormal (%.2f%%); %llu tokens with all groups "
            "zero\n",
@@ -262,7 +342,13 @@ static void print_tally(const tally_t *t) {
            (unsigned long long)t->zero_tokens);
     printf("saturated elements (|code| = 6): %llu of %llu (%.3f%%)\n", (unsigned long long)t->saturated,
            (unsigned long long)elements, 100.0 * (double)t->saturated / (double)elements);
-    printf("group-scale code histogram (code: value count):\n");
+    char words[128];
+    corrupt_words(c, words, sizeof words);
+    printf("corrupt fields (no writer stores them; readers take them as 0): %s", words);
+    if (c->first >= 0) {
+        printf("; the first: record %lld, %s = %g", (long long)c->first, c->first_what, c->first_value);
+    }
+    printf("\ngroup-scale code histogram (code: value count):\n");
     for (int c = 0; c < 128; c++) {
         if (t->histogram[c]) {
             printf("  0x%02x: %-10.6g %llu\n", c, (double)host_e4m3_value((uint8_t)c),
@@ -296,7 +382,8 @@ int cli_inspect_cmd(int argc, char **argv) {
     for (size_t i = 0; i < len / (size_t)rb; i++) {
         tally_record(in + i * (size_t)rb, rb, (long long)i < show, &t);
     }
-    print_tally(&t);
+    const corrupt_count_t corrupt = count_corrupt(in, (int64_t)(len / (size_t)rb), rb, 1);
+    print_tally(&t, &corrupt);
     free(in);
     return 0;
 }

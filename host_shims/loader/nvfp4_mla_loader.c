@@ -68,14 +68,18 @@ static int refuse(nvfp4_mla_loader_t *loader, const char *reason, int outcome, c
 static int select_plugin(nvfp4_mla_loader_t *loader, const char *selection, char *message, size_t size) {
     const char *name = selection ? "plugin selection" : NVFP4_MLA_PLUGIN_ENV;
     char text[NVFP4_SETTING_MESSAGE_MAX + 64], checked[sizeof loader->path - sizeof NVFP4_MLA_PLUGIN_FILE - 1];
+    const int given = selection != NULL; /* the host's selection, not the variable: say which */
     selection = selection ? selection : nvfp4_setting_lookup(NULL, nvfp4_settings[NVFP4_SETTING_PLUGIN].name);
     if (!selection || !selection[0]) {
-        snprintf(text, sizeof text, "no nvfp4-mla plugin selected (set %s to the plugin file or its folder)",
+        snprintf(text, sizeof text, given ? "no nvfp4-mla plugin selected (the plugin selection is empty: give the "
+                                            "plugin file or its folder)"
+                                          : "no nvfp4-mla plugin selected (set %s to the plugin file or its folder)",
                  NVFP4_MLA_PLUGIN_ENV);
         return refuse(loader, NVFP4_MLA_REASON_NOT_SELECTED, NVFP4_MLA_LOAD_NOT_SELECTED, message, size, text);
     }
     if (strcmp(selection, "none") == 0) {
-        snprintf(text, sizeof text, "nvfp4-mla plugin disabled (%s=none)", NVFP4_MLA_PLUGIN_ENV);
+        snprintf(text, sizeof text, "nvfp4-mla plugin disabled (%s%s)", given ? "the plugin selection is " : "",
+                 given ? "\"none\"" : NVFP4_MLA_PLUGIN_ENV "=none");
         return refuse(loader, NVFP4_MLA_REASON_DISABLED, NVFP4_MLA_LOAD_DISABLED, message, size, text);
     }
     if (nvfp4_setting_path(name, selection, checked, sizeof checked, text, sizeof text)) {

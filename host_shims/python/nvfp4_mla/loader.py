@@ -47,13 +47,22 @@ _KEYWORD_LIKE = ("none", "0", "1", "false", "true", "off", "on", "no", "yes", "d
 def _select(selection):
     """The C loader's select_plugin: the file to open, or the exception it would report."""
     name = _abi.PLUGIN_ENV if selection is None else "plugin selection"
-    if selection is None:
+    given = selection is not None  # the host's selection, not the variable: say which
+    if given and not isinstance(selection, (str, os.PathLike)):
+        raise TypeError(f"plugin selection {selection!r}: expected a path (str or os.PathLike), \"none\" or None "
+                        f"(None reads {_abi.PLUGIN_ENV})")
+    if given:
+        selection = os.fsdecode(selection)
+    else:
         selection = os.environ.get(_abi.PLUGIN_ENV)  # Python has no secure_getenv; see docs/integration.md
     if not selection:
-        raise PluginNotSelected(
-            f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the plugin file or its folder)", "not_selected")
+        raise PluginNotSelected("no nvfp4-mla plugin selected (the plugin selection is empty: give the plugin file or "
+                                "its folder)" if given else
+                                f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the plugin file or its folder)",
+                                "not_selected")
     if selection == "none":
-        raise PluginDisabled(f"nvfp4-mla plugin disabled ({_abi.PLUGIN_ENV}=none)", "disabled")
+        raise PluginDisabled("nvfp4-mla plugin disabled (the plugin selection is \"none\")" if given else
+                             f"nvfp4-mla plugin disabled ({_abi.PLUGIN_ENV}=none)", "disabled")
     try:
         path = parse_path(name, selection)
     except SettingError as exc:
