@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 
 from . import _abi
-from .context import snapshot
-from .errors import ConfigError, check, member
+from .context import path_bytes, snapshot
+from .errors import ConfigError, check, integer, member
 from . import settings
 from .settings import SettingError
 
@@ -23,6 +23,18 @@ SCALES_FILE_ENV = settings.SCALES_FILE.name
 FP8_ROPE_ENV = settings.FP8_ROPE.name
 WRITER_POLICY_ENV = settings.WRITER_POLICY.name
 DEFAULT_IDENTITY = "vllm-default-v1"
+
+
+def _dtype_name(cache_dtype):
+    """A cache dtype's name as config_create takes it: a str ("nvfp4_ds_mla", "auto", ...) or a torch.dtype
+    (its str, "torch.bfloat16"); None, which str() made "None" (a dtype that does not use the plugin),
+    and other objects are refused."""
+    if isinstance(cache_dtype, str) or type(cache_dtype).__module__ == "torch":
+        name = str(cache_dtype)
+        if "\0" not in name:
+            return name.encode()
+    raise TypeError(f"cache_dtype={cache_dtype!r}: expected a cache dtype's name (a str such as \"nvfp4_ds_mla\") or "
+                    "a torch.dtype")
 
 
 class PluginConfig:
@@ -45,13 +57,22 @@ class PluginConfig:
         self.writer_policy = info.writer_policy if self.has_writer_policy else _abi.WRITER_POLICY_RTN
 
     def layer_scale(self, layer):
+        """Layer `layer`'s static outer scale (an int 0..2^32-1: a negative one wrapped to a layer past the
+        calibration and read 1.0)."""
+        layer = integer("layer", layer, 0, 2**32 - 1, "a layer index")
         value = C.c_float()
-        check(self._plugin, member(self._plugin, "config_layer_scale")(self._handle, layer, C.byref(value)),
-              "config_layer_scale")
+        check(self._plugin, member(self._plugin, "config_layer_scale")(self._live("layer_scale"), layer,
+                                                                       C.byref(value)), "config_layer_scale")
         return value.value
 
+    def _live(self, call):
+        if not self._handle:
+            raise ValueError(f"{call}: this PluginConfig is closed")
+        return self._handle
+
     def close(self):
-        if self._handle:
+        """Releases the configuration; again it does nothing."""
+        if getattr(self, "_handle", None):
             member(self._plugin, "config_destroy")(self._handle)
             self._handle = None
 
@@ -60,18 +81,39 @@ class PluginConfig:
 
 @dataclass(frozen=True)
 class CacheFormat:
+    """The settings, typed: the flags are bools (a truthy "0" or "false" was taken as on), scales_file a
+    path ("" for none), writer_policy a policy's name; anything else is refused by name at construction."""
     dynamic_scale: bool = False
     fp8_rope: bool = False
     scales_file: str = ""
     writer_policy: str = "rtn"  # a name of _abi.WRITER_POLICIES; pass PluginConfig.writer_policy to write
 
+    def __post_init__(self):
+        for name in ("dynamic_scale", "fp8_rope"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"CacheFormat: {name}={value!r}: expected True or False (CacheFormat.from_env() "
+                                "reads the variables by the plugin's rule)")
+        if not isinstance(self.scales_file, (str, os.PathLike)):
+            raise TypeError(f"CacheFormat: scales_file={self.scales_file!r}: expected a path (str or os.PathLike), "
+                            "\"\" for none")
+        object.__setattr__(self, "scales_file", os.fsdecode(self.scales_file))
+        if not isinstance(self.writer_policy, str) or self.writer_policy not in _abi.WRITER_POLICIES:
+            raise ValueError(f"CacheFormat: writer_policy={self.writer_policy!r}: expected one of "
+                             f"{', '.join(_abi.WRITER_POLICIES)}")
+
     @classmethod
     def from_env(cls, environ=None):
         """Raises ConfigError (status ERR_CONFIG) with the plugin's words for a value the rule
-        does not understand; never reads it as off."""
+        does not understand; never reads it as off. A value that is not a string (an environment holds
+        only strings) is a TypeError naming the variable."""
         env = os.environ if environ is None else environ
         def read(row):
-            return settings.parse(row, env.get(row.name))
+            value = env.get(row.name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"CacheFormat.from_env: {row.name}={value!r}: expected a str (as in os.environ) "
+                                "or no entry")
+            return settings.parse(row, value)
         try:
             return cls(dynamic_scale=read(settings.DYNAMIC_SCALE), fp8_rope=read(settings.FP8_ROPE),
                        scales_file=read(settings.SCALES_FILE), writer_policy=read(settings.WRITER_POLICY))
@@ -94,8 +136,8 @@ class CacheFormat:
         if log is not None:
             fn = _abi.LOG_FN(lambda _u, level, msg: log(level, msg.decode()))
             host = _abi.HostDesc(struct_size=C.sizeof(_abi.HostDesc), host_name=b"nvfp4_mla.py", log=fn)
-        req = _abi.ConfigRequest(struct_size=C.sizeof(_abi.ConfigRequest), cache_dtype=str(cache_dtype).encode(),
-                                 model_dir=model_dir.encode() if model_dir else None,
+        req = _abi.ConfigRequest(struct_size=C.sizeof(_abi.ConfigRequest), cache_dtype=_dtype_name(cache_dtype),
+                                 model_dir=path_bytes("model_dir", model_dir or None),
                                  environ=C.cast(env_array, C.POINTER(C.c_char_p)),
                                  host=C.pointer(host) if host else None)
         handle = C.c_void_p()
@@ -119,11 +161,15 @@ class CacheFormat:
         itself (kv_cache_abi) and the bytes one worker stores per block over all its layers
         (worker_kv_bytes_per_block = num_layers * block stride). Empty for vllm-default-v1, so
         existing namespaces stay unchanged."""
+        block_size = integer("block_size", block_size, 1, 2**40, "tokens per block")
+        num_layers = integer("num_layers", num_layers, 1, 2**32 - 1, "layers one worker holds")
         cfg = self.open(plugin, cache_dtype, model_dir)
         try:
             if cfg.identity == DEFAULT_IDENTITY:
                 return {}
-            stride = block_stride_bytes or block_size * _abi.record_bytes(cfg.layout)
+            packed = block_size * _abi.record_bytes(cfg.layout)
+            stride = packed if block_stride_bytes is None else integer(
+                "block_stride_bytes", block_stride_bytes, packed, 2**48, f"at least block_size x {packed // block_size}")
             return {"kv_cache_abi": cfg.identity, "worker_kv_bytes_per_block": num_layers * stride}
         finally:
             cfg.close()

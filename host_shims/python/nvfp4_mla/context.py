@@ -15,35 +15,39 @@ import os
 
 from . import _abi
 from .arrays import empty_bytes_like, stream_handle, tensor
-from .errors import check, member
+from .errors import check, integer, member, number, show as _show
 from .prepared import PreparedAttend, PreparedGather, PreparedMerge, PreparedWrite
 
 _LATENT, _ROPE, _ROW = _abi.LATENT_DIM, _abi.ROPE_DIM, _abi.ROW_DIM
 
 
+# ---- Scalar arguments: checked by name before they reach a ctypes field, which would wrap an integer
+# (layout=2**32+1 wrote layout 1) or take a bool as 1. Types are refused with TypeError, values out of
+# a field's range with ValueError, each naming the argument (issue 48). ----
+
+_UINT32_MAX, _INT32_MAX = 2**32 - 1, 2**31 - 1
+
+
+def _code(name, value, hint):
+    """An id of a uint32 field (layout, scale mode, writer policy): the plugin checks which ids it knows."""
+    return integer(name, value, 0, _UINT32_MAX, hint)
+
+
 def _policy(writer_policy):
-    """A writer policy's id from its id or name ("rtn", "mse"); None is rtn. Unknown ids go to the
-    plugin as given (it refuses them in its words)."""
+    """A writer policy's id from its id or name ("rtn", "mse"); None is rtn. Unknown ids within the
+    field go to the plugin as given (it refuses them in its words)."""
     if writer_policy is None:
         return _abi.WRITER_POLICY_RTN
     if isinstance(writer_policy, str):
         if writer_policy not in _abi.WRITER_POLICIES:
             raise ValueError(f"writer_policy {writer_policy!r}: expected one of {', '.join(_abi.WRITER_POLICIES)}")
         return _abi.WRITER_POLICIES[writer_policy]
-    return int(writer_policy)
+    return _code("writer_policy", writer_policy, "a policy name (\"rtn\", \"mse\") or nvfp4_mla._abi.WRITER_POLICY_*")
 
 
 def _outer(scale_mode, outer_scale):
     """The caller's outer scale, or the mode's default when it gave none."""
-    return _abi.default_outer_scale(scale_mode) if outer_scale is None else _number("outer_scale", outer_scale)
-
-
-def _code(name, value, hint):
-    """An integer argument (a layout or mode id), refused by name otherwise: ctypes' own TypeError
-    names no argument. The plugin checks the value."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}={value!r}: expected an integer, {hint}")
-    return value
+    return _abi.default_outer_scale(scale_mode) if outer_scale is None else number("outer_scale", outer_scale)
 
 
 def _mode(layout, scale_mode):
@@ -51,29 +55,46 @@ def _mode(layout, scale_mode):
             _code("scale_mode", scale_mode, "nvfp4_mla.SCALE_STATIC or nvfp4_mla.SCALE_PER_TOKEN"))
 
 
-def _number(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name}={value!r}: expected a number")
-    return value
-
-
 def _device(device):
-    """(type, index) of "cpu", "cuda" or "cuda:N" (N decimal), else ValueError naming the value."""
+    """(type, index) of "cpu", "cuda" or "cuda:N" (N decimal, below 2^31), else ValueError naming the value."""
     text = str(device)
     if text == "cpu":
         return _abi.DEVICE_CPU, 0
     kind, colon, index = text.partition(":")
     if kind == "cuda" and (not colon or (index.isascii() and index.isdigit())):
+        if int(index or 0) > _INT32_MAX:  # the int32 device_index would wrap ("cuda:4294967296" opened 0)
+            raise ValueError(f"device {device!r}: the index must be below 2^31")
         return _abi.DEVICE_CUDA, int(index or 0)
     raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N' with N a device index (0, 1, ...)")
 
 
+def path_bytes(name, value):
+    """A path argument (str, bytes or os.PathLike) as the bytes a char* field takes; None stays None."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{name}={_show(value)}: expected a path (str or os.PathLike) or None")
+    raw = os.fsencode(value)
+    if b"\0" in raw:
+        raise ValueError(f"{name}={_show(value)}: holds a NUL byte, which would cut the path there")
+    return raw
+
+
 def snapshot(environ):
     """A mapping (name -> value) as the NULL-terminated "NAME=VALUE" array the ABI's snapshots are
-    (init's environ, config_create's); None for None (the process environment)."""
+    (init's environ, config_create's); None for None (the process environment). Names and values are
+    strings (or bytes), as os.environ's."""
     if environ is None:
         return None
-    pairs = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in environ.items()]
+    pairs = []
+    for key, value in environ.items():
+        for what, text in (("name", key), ("value", value)):
+            if not isinstance(text, (str, bytes)):
+                raise TypeError(f"environ[{_show(key)}]: its {what} {_show(text)} is not a string (as in os.environ)")
+        raw_key, raw_value = os.fsencode(key), os.fsencode(value)
+        if b"=" in raw_key or b"\0" in raw_key + raw_value or not raw_key:
+            raise ValueError(f"environ[{_show(key)}]: a name holds no '=' and neither holds a NUL byte")
+        pairs.append(raw_key + b"=" + raw_value)
     return (C.c_char_p * (len(pairs) + 1))(*pairs, None)
 
 
@@ -101,9 +122,16 @@ class Context:
         self._workspace_needs = {}  # prepared attends: shape signature -> largest workspace over row counts
 
     def close(self):
+        """Releases the plugin context; again (or on a context whose init failed) it does nothing."""
         if getattr(self, "_handle", None):
             self.plugin.table.shutdown(self._handle)
             self._handle = None
+
+    def _live(self, call):
+        """The context's handle, or ValueError once it is closed (the plugin would be handed NULL)."""
+        if not getattr(self, "_handle", None):
+            raise ValueError(f"{call}: this nvfp4_mla.Context is closed")
+        return self._handle
 
     __del__ = close
 
@@ -142,12 +170,12 @@ class Context:
         alike."""
         args = self._write_args(kv_c, k_pe, slot_mapping, cache, layout, scale_mode, outer_scale, capture_max_abs,
                                 nonfinite_count, stream, writer_policy, out_of_range_count)
-        check(self.plugin, member(self.plugin, "write")(self._handle, C.byref(args)), "write")
+        check(self.plugin, member(self.plugin, "write")(self._live("write"), C.byref(args)), "write")
 
     def gather(self, cache, slots, out, *, layout, scale_mode, outer_scale=None, stream=None):
         """Dequantise the records at slots [N] (int32, -1 = zeros) into out [N,576] bf16."""
         args = self._gather_args(cache, slots, out, layout, scale_mode, outer_scale, stream)
-        check(self.plugin, member(self.plugin, "gather")(self._handle, C.byref(args)), "gather")
+        check(self.plugin, member(self.plugin, "gather")(self._live("gather"), C.byref(args)), "gather")
 
     def attend(self, q, slots, cache, out, *, layout, scale_mode, sm_scale, outer_scale=None, valid_len=None,
                lse=None, workspace=None, stream=None):
@@ -164,7 +192,7 @@ class Context:
         if workspace is None:
             workspace = self._workspace(args.stream, self.attend_workspace_bytes(args), q)
         args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, self.device, written=True)
-        check(self.plugin, member(self.plugin, "attend")(self._handle, C.byref(args)), "attend")
+        check(self.plugin, member(self.plugin, "attend")(self._live("attend"), C.byref(args)), "attend")
 
     def merge(self, partial_out, partial_lse, out, *, lse=None, stream=None):
         """Merge P partial attentions into one (ABI 1.1, capability op.merge_partials): partial_out
@@ -175,7 +203,7 @@ class Context:
         [P*n_q,h,512]: pass it viewed as [P,n_q,h,512]) and merges. Raises Unsupported where the
         plugin's table predates merge (ABI 1.0)."""
         args = self._merge_args(partial_out, partial_lse, out, lse, stream)
-        check(self.plugin, member(self.plugin, "merge")(self._handle, C.byref(args)), "merge")
+        check(self.plugin, member(self.plugin, "merge")(self._live("merge"), C.byref(args)), "merge")
 
     # ---- The prepared path (prepared.py): checked once at bind, then per call only what changes. ----
 
@@ -244,7 +272,7 @@ class Context:
                        written=True)
         lt, _ = tensor(lse, "lse", (_abi.DTYPE_F32,), 2, self.device, (qshape[0], qshape[1]), written=True)
         return _abi.AttendArgs(struct_size=C.sizeof(_abi.AttendArgs), layout=layout, scale_mode=scale_mode,
-                               outer_scale=_outer(scale_mode, outer_scale), sm_scale=_number("sm_scale", sm_scale),
+                               outer_scale=_outer(scale_mode, outer_scale), sm_scale=number("sm_scale", sm_scale),
                                q=qt, slots=st,
                                valid_len=vl, cache=self._cache(cache, layout), out=ot, lse=lt,
                                stream=self._stream(stream))
@@ -262,7 +290,8 @@ class Context:
     def attend_workspace_bytes(self, args):
         """Scratch bytes attend needs for these argument structs (shapes only)."""
         need = C.c_uint64(0)
-        check(self.plugin, member(self.plugin, "attend_workspace_bytes")(self._handle, C.byref(args), C.byref(need)),
+        check(self.plugin, member(self.plugin, "attend_workspace_bytes")(self._live("attend_workspace_bytes"),
+                                                                          C.byref(args), C.byref(need)),
               "attend_workspace_bytes")
         return need.value
 

@@ -1,4 +1,10 @@
-"""Plugin status codes as exceptions carrying the plugin's last-error text."""
+"""Plugin status codes as exceptions carrying the plugin's last-error text, and the checks of scalar
+arguments, which raise TypeError (a type the argument cannot have) or ValueError (a value outside its
+field) naming the argument before any ctypes field could wrap it (issue 48: layout=2**32+1 wrote
+layout 1, a bool passed as 1)."""
+
+import numbers
+import operator
 
 from . import _abi
 from .loader import HOST_ABI, PluginError
@@ -52,3 +58,31 @@ def member(plugin, name):
                           f"nvfp4-mla plugin {plugin.path} (ABI {plugin.abi}, host ABI {HOST_ABI}): its table "
                           f"({plugin.table.header.struct_size} bytes) has no {name} member")
     return getattr(plugin.table, name)
+
+
+def show(value):
+    """repr(value), cut for a message (10**400 has 401 digits)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def integer(name, value, lo, hi, hint):
+    """`value` as an int in [lo, hi]: a Python int or a NumPy integer (operator.index), never a bool,
+    a float or a string."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{name}={show(value)}: expected an integer, {hint}")
+    index = operator.index(value)
+    if not lo <= index <= hi:
+        raise ValueError(f"{name}={show(value)}: out of range, must be in [{lo}, {hi}] ({hint})")
+    return index
+
+
+def number(name, value):
+    """A float field's value: a real number (int, float, a NumPy scalar), never a bool or a string; one
+    too large for any float (10**400) is refused here, the plugin checks the rest (a scale's range)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}={show(value)}: expected a number")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name}={show(value)}: too large for a float") from None

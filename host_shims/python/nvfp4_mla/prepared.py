@@ -10,18 +10,19 @@ partials: shape[1], n_q, their P stays the bound one), the stream. Two forms:
     call.run(n=None, stream=...)       the bound arrays' first n rows (default: all); no Python
                                        allocation at all (the shim's tests check it with tracemalloc),
                                        what a CUDA graph or persistent buffers use;
-    call(arrays..., stream=...)        new arrays of the bound kind: reads each one's data pointer and
-                                       row count, and of each output whether it may be written
-                                       (arrays.read_only; a few temporaries: the pointer integers).
+    call(arrays..., stream=...)        new arrays of the bound kind and layout: reads each one's data
+                                       pointer, row count and layout, and of each output whether it
+                                       may be written (arrays.read_only; a few temporaries).
 
-What each call re-checks: n within [0, bound rows] (run), the presence of the optional arrays bound
-(lse, valid_len), and, in the plugin, everything the plugin always checks (struct, mode, dtypes and
-shapes of the descriptors, row counts agreeing, alignment of the pointers, workspace size). What it
-trusts: that an array passed per call has the bound array's dtype, strides, device and library, and
-at least the rows it says. A caller that breaks that gets wrong values or, where the array is smaller
-than the bound descriptor says, reads and writes outside it (a CUDA illegal-address error on the
-stream at best); a misaligned pointer is still refused by the plugin before anything is launched.
-The one-shot calls stay the checked path for everything else.
+What each call re-checks: n, an integer within [0, bound rows] (run); the presence of the optional
+arrays bound (lse, valid_len); in the array form, each array's kind (library) and, in one comparison,
+its layout: dtype, device, every stride and every dimension but the rows (issue 48: a uint8 out bound
+as bf16 was written 8 MiB into 4 MiB), so that an array of the bound layout holds exactly what the
+descriptor addresses for its row count (about 0.3 us an array with numpy); and, in the plugin,
+everything the plugin always checks (struct, mode, dtypes and shapes of the descriptors, row counts
+agreeing, outputs apart from the inputs, alignment of the pointers, workspace size). What it trusts:
+that the memory behind an array's data pointer is the array's. The one-shot calls stay the checked
+path for everything else.
 
 Stream: `stream=` at bind is the default of every call; a call may pass another (an int handle, a
 torch or CuPy stream; None = the legacy default stream). CPU contexts take None only. A prepared
@@ -42,7 +43,7 @@ import ctypes as C
 
 from . import _abi
 from .arrays import ArrayError, is_torch, read_only, stream_handle, tensor
-from .errors import check, member
+from .errors import check, integer, member
 
 BOUND = object()  # the stream given at bind time
 
@@ -53,38 +54,57 @@ def _handle(stream):
 
 
 def _readers(obj, dim=0):
-    """(data pointer, row count) readers for arrays of obj's kind, chosen once at bind; the row
-    count is the size of dimension `dim`."""
+    """(data pointer, row count, layout) readers for arrays of obj's kind, chosen once at bind; the row
+    count is the size of dimension `dim`, the layout everything else the bound descriptor fixes: the
+    dtype, the other dimensions and every stride. An array of the bound layout holds exactly the
+    elements the descriptor addresses for its row count, so one comparison per array and call keeps a
+    wrong dtype or a smaller array from being read or written past its end."""
     rows = len if dim == 0 else (lambda a: a.shape[dim])
     if is_torch(obj):
-        size = type(obj).size
-        return type(obj).data_ptr, lambda t: size(t, dim)
-    if hasattr(obj, "__cuda_array_interface__"):
-        if hasattr(getattr(obj, "data", None), "ptr"):  # CuPy: the view's own address
-            return (lambda a: a.data.ptr), rows
-        return (lambda a: a.__cuda_array_interface__["data"][0]), rows
-    return (lambda a: a.__array_interface__["data"][0]), rows
+        size, stride = type(obj).size, type(obj).stride
+        return (type(obj).data_ptr, lambda t: size(t, dim),
+                lambda t: (t.dtype, t.device, stride(t), t.shape[:dim], t.shape[dim + 1:]))
+    if hasattr(obj, "strides") and hasattr(obj, "dtype") and hasattr(obj, "shape"):  # numpy, CuPy
+        layout = lambda a: (a.dtype, getattr(a, "device", None), a.strides, a.shape[:dim], a.shape[dim + 1:])  # noqa: E731
+        if hasattr(obj, "__cuda_array_interface__"):
+            if hasattr(getattr(obj, "data", None), "ptr"):  # CuPy: the view's own address
+                return (lambda a: a.data.ptr), rows, layout
+            return (lambda a: a.__cuda_array_interface__["data"][0]), rows, layout
+        return (lambda a: a.__array_interface__["data"][0]), rows, layout
+    attr = "__cuda_array_interface__" if hasattr(obj, "__cuda_array_interface__") else "__array_interface__"
+
+    def iface_layout(a):  # any other array-interface object: the interface's own words
+        iface = getattr(a, attr)
+        return iface["typestr"], iface.get("strides"), tuple(iface["shape"][:dim]), tuple(iface["shape"][dim + 1:])
+    return (lambda a: getattr(a, attr)["data"][0]), rows, iface_layout
 
 
 class _Field:
     """One tensor field of a bound struct: its data pointer and row count (shape[dim]) as C views
     sharing the struct's memory (writing them writes the struct), and the readers of the bound
     array's kind."""
-    __slots__ = ("data", "rows", "bound_data", "bound_rows", "ptr_of", "rows_of", "kind", "name", "written")
+    __slots__ = ("data", "rows", "bound_data", "bound_rows", "ptr_of", "rows_of", "layout_of", "bound_layout", "kind",
+                 "name", "written")
 
     def __init__(self, args, name, obj, dim=0, written=False):
         offset = getattr(type(args), name).offset
         self.data = C.c_void_p.from_buffer(args, offset + _abi.Tensor.data.offset)
         self.rows = C.c_int64.from_buffer(args, offset + _abi.Tensor.shape.offset + dim * C.sizeof(C.c_int64))
         self.bound_data, self.bound_rows = self.data.value, self.rows.value
-        self.ptr_of, self.rows_of = _readers(obj, dim)
+        self.ptr_of, self.rows_of, self.layout_of = _readers(obj, dim)
+        self.bound_layout = self.layout_of(obj)
         self.kind = type(obj)
         self.name, self.written = name, written  # written: the plugin writes it, so it must be writable
 
     def set(self, obj):
-        """Point the field at `obj` (trusted to match the bound array's kind, dtype and strides)."""
+        """Point the field at `obj`, of the bound array's kind and layout (dtype, strides, the dimensions
+        but the rows): an array of another dtype or shape is refused by name before the call."""
         if type(obj) is not self.kind:
             raise ArrayError(f"prepared call bound to {self.kind.__name__} arrays got a {type(obj).__name__}")
+        if self.layout_of(obj) != self.bound_layout:
+            raise ArrayError(f"{self.name}: (dtype, strides, other dimensions) {self.layout_of(obj)} differ from "
+                             f"the bound array's {self.bound_layout}: the prepared call reads and writes the bound "
+                             "layout (bind another call for this one)")
         if self.written:
             why = read_only(obj)
             if why:
@@ -107,6 +127,7 @@ class _Prepared:
     """What every prepared call shares: the struct, its entry, the stream view, the bound arrays."""
 
     def __init__(self, ctx, op, args, keep):
+        ctx._live(f"prepare_{op}")
         self._ctx, self._plugin, self._op, self._args, self._keep = ctx, ctx.plugin, op, args, keep
         self._fn = _ENTRY(C.cast(member(ctx.plugin, op), C.c_void_p).value)
         self._ctx_arg, self._ref = C.c_void_p.from_param(ctx._handle.value), C.byref(args)
@@ -132,6 +153,8 @@ class _Prepared:
     def _rows(self, n):
         if n is None:
             return self._max_rows
+        if type(n) is not int:  # the hot path: one type test; a bool or 1.9 is not a row count
+            n = integer("n", n, 0, self._max_rows, f"the bound arrays' row count 0..{self._max_rows}")
         if not 0 <= n <= self._max_rows:
             raise ValueError(f"{self._op}: n = {n}, the bound arrays hold 0..{self._max_rows} rows")
         return n

@@ -57,7 +57,7 @@ except ImportError as exc:  # the rest of the package works without it
 
 from . import _abi
 from .arrays import tensor
-from .context import _policy
+from .context import _mode, _policy
 from .errors import member
 from .prepared import _Prepared
 
@@ -400,7 +400,8 @@ class BoundOps:
     def __init__(self, ctx, layout, scale_mode, writer_policy=_abi.WRITER_POLICY_RTN):
         self.context = ctx  # held: the ops hold it only weakly
         self.context_id = context_id(ctx)
-        self.layout, self.scale_mode, self.writer_policy = int(layout), int(scale_mode), int(writer_policy)
+        self.layout, self.scale_mode = _mode(layout, scale_mode)  # by name: int() took 1.9 as 1, wrapped nothing
+        self.writer_policy = _policy(writer_policy)
         self.default_outer_scale = float(_abi.default_outer_scale(self.scale_mode))
 
     def _outer(self, outer_scale):

@@ -184,8 +184,10 @@ class FakeTorch:
     _DTYPES = {np.uint16: "torch.bfloat16", np.int32: "torch.int32", np.int64: "torch.int64", np.uint8: "torch.uint8",
                np.float32: "torch.float32"}
 
+    _CPU = _Device()  # one device object, as torch.device("cpu") compares equal to itself
+
     def __init__(self, array):
-        self.a, self.device = array, self._Device()
+        self.a, self.device = array, self._CPU
         self.dtype, self.shape = self._DTYPES[array.dtype.type], array.shape
 
     def data_ptr(self):

@@ -279,6 +279,25 @@ def test_ops_should_refuse_a_closed_or_unknown_context(plugin, torch_ops):
 
 
 @needs_torch
+def test_ops_should_refuse_integers_their_fields_cannot_hold(plugin, torch_ops):
+    """Issue 48, case 5: layout=2**40+1 went to the uint32 field as 1. The ops' schema takes an int64;
+    the shim refuses what the field cannot hold, by name, and a wrong dtype after a kept signature is a
+    new signature, checked in full."""
+    with nvfp4_mla.Context(plugin) as ctx:
+        ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+        cache, x = sample_cache(ops, "cpu")
+        slots = torch.arange(4, dtype=torch.int32)
+        with pytest.raises(ValueError, match="layout=1099511627777: out of range, must be in \\[0, 4294967295\\]"):
+            torch.ops.nvfp4_mla.gather(cache, slots, ops.context_id, 2**40 + 1, SCALE_PER_TOKEN, 0.0)
+        with pytest.raises(ValueError, match="writer_policy=4294967297: out of range"):
+            torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, writer_policy=2**32 + 1)
+        out = torch.empty(4, 576, dtype=torch.bfloat16)
+        ops.gather(cache, slots, out=out)  # its signature is kept
+        with pytest.raises(nvfp4_mla.ArrayError, match="out: dtype u8, expected bf16"):
+            ops.gather(cache, slots, out=torch.empty(4, 576, dtype=torch.uint8))
+
+
+@needs_torch
 def test_bind_should_take_the_start_up_configuration(plugin, torch_ops):
     cfg = nvfp4_mla.CacheFormat(fp8_rope=True).open(plugin)
     with nvfp4_mla.Context(plugin) as ctx:
