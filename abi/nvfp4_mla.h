@@ -82,7 +82,9 @@ typedef struct nvfp4_mla_plugin {
     nvfp4_mla_status_t (*init)(const nvfp4_mla_init_args_t *args, nvfp4_mla_context_t **out);
 
     /* [context-thread] Release a context and everything it holds; NULL is accepted (OK). The host
-     * first finishes (or synchronises) the work it enqueued with the context. */
+     * first finishes (or synchronises) the work it enqueued with the context. A pointer that is not a
+     * live context (released already, or a configuration) is INVALID_ARGUMENT and nothing is freed, as
+     * far as a magic word in the context can tell: calling on a released context is a host bug. */
     nvfp4_mla_status_t (*shutdown)(nvfp4_mla_context_t *ctx);
 
     /* [any-thread] Runtime capabilities of a context's device; fills *info up to info->struct_size.
@@ -113,16 +115,21 @@ typedef struct nvfp4_mla_plugin {
                                              float *scale_out);
 
     /* [any-thread, not concurrently with other calls on the same config] Release a configuration;
-     * NULL is accepted. Never fails. */
+     * NULL is accepted. Never fails: a pointer that is not a live configuration (destroyed already) is
+     * ignored, as far as its magic word can tell; the other config entries refuse it
+     * (INVALID_ARGUMENT). */
     void (*config_destroy)(nvfp4_mla_config_t *config);
 
     /* [stream-ordered][context-thread] Quantise tokens into cache records (nvfp4_mla_ops.h).
      * Writes only the addressed records (and the optional capture/counter). Returns UNSUPPORTED when
-     * the context's device lacks op.write (or the requested layout/mode capability). */
+     * the context's device lacks op.write (or the requested layout/mode capability); INVALID_ARGUMENT
+     * for a bad descriptor, one addressing more than 2^48 bytes, or an output (the cache, a counter)
+     * sharing a byte with another argument. */
     nvfp4_mla_status_t (*write)(nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *args);
 
     /* [stream-ordered][context-thread] Dequantise records by slot to bf16 rows. Writes only `out`.
-     * UNSUPPORTED without op.gather. */
+     * UNSUPPORTED without op.gather; INVALID_ARGUMENT as write's, `out` overlapping the cache or slots
+     * included. */
     nvfp4_mla_status_t (*gather)(nvfp4_mla_context_t *ctx, const nvfp4_mla_gather_args_t *args);
 
     /* [context-thread] Scratch bytes `attend` needs for these shapes (0 = none). Reads shapes only,
@@ -132,7 +139,8 @@ typedef struct nvfp4_mla_plugin {
                                                  uint64_t *bytes_out);
 
     /* [stream-ordered][context-thread] Sparse MLA attention over the records (nvfp4_mla_ops.h).
-     * Writes only out, lse and workspace. UNSUPPORTED without op.attend. */
+     * Writes only out, lse and workspace. UNSUPPORTED without op.attend; INVALID_ARGUMENT as write's,
+     * out, lse or the workspace overlapping another argument included. */
     nvfp4_mla_status_t (*attend)(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args);
 
     /* ---- ABI 1.1: read only when NVFP4_MLA_TABLE_HAS(table, merge) (a 1.0 table ends above). ---- */
@@ -141,8 +149,8 @@ typedef struct nvfp4_mla_plugin {
      * combine step of decode context parallelism; the host owns the communicator. The arrays are
      * borrowed: read partial_out and partial_lse, write only out and lse, keep nothing past the work
      * enqueued. Fails before writing anything: UNSUPPORTED without op.merge_partials;
-     * INVALID_ARGUMENT for a bad descriptor, outputs that overlap each other or the inputs, or (CPU)
-     * a NaN or +inf lse; DEVICE when the launch fails. */
+     * INVALID_ARGUMENT for a bad descriptor, more than 65536 partials, outputs that overlap each other
+     * or the inputs, or (CPU) a NaN or +inf lse; DEVICE when the launch fails. */
     nvfp4_mla_status_t (*merge)(nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *args);
 } nvfp4_mla_plugin_t;
 

@@ -135,7 +135,7 @@ typedef struct nvfp4_mla_attend_args {
 typedef struct nvfp4_mla_merge_args {
     uint32_t struct_size; /* sizeof(nvfp4_mla_merge_args_t) as the host compiled it */
     uint32_t flags;       /* zero */
-    nvfp4_mla_tensor_t partial_out; /* [P, n_q, h, 512] bf16 or f32, strides[3] = 1, P >= 1; other
+    nvfp4_mla_tensor_t partial_out; /* [P, n_q, h, 512] bf16 or f32, strides[3] = 1, P in 1..65536; other
                                        strides free: all_gather_into_tensor's [P * n_q, h, 512] output
                                        viewed as [P, n_q, h, 512], or P equally spaced buffers */
     nvfp4_mla_tensor_t partial_lse; /* [P, n_q, h] f32, any strides; -inf = the part held no valid entry */

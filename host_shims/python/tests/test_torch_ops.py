@@ -298,6 +298,23 @@ def test_ops_should_refuse_integers_their_fields_cannot_hold(plugin, torch_ops):
 
 
 @needs_torch
+def test_ops_bound_to_a_calibrated_configuration_should_need_each_layers_scale(plugin, torch_ops, profile_path):
+    """Issue 48, case 10: snippets that left outer_scale out ran a calibrated deployment at 1.0."""
+    cfg = nvfp4_mla.CacheFormat(fp8_rope=True, scales_file=profile_path).open(plugin)
+    try:
+        with nvfp4_mla.Context(plugin) as ctx:
+            ops = torch_ops.bind(ctx, cfg)
+            x = torch.randn(64, 576).to(torch.bfloat16)
+            cache = torch.zeros(1, 64, 368, dtype=torch.uint8)
+            with pytest.raises(ValueError, match="write: the bound configuration is calibrated \\(78 layers"):
+                ops.write(x[:, :512], x[:, 512:], torch.arange(64), cache)
+            ops.write(x[:, :512], x[:, 512:], torch.arange(64), cache, outer_scale=cfg.layer_scale(3))
+            assert ops.gather(cache, torch.arange(4, dtype=torch.int32), outer_scale=cfg.layer_scale(3)).shape == (4, 576)
+    finally:
+        cfg.close()
+
+
+@needs_torch
 def test_bind_should_take_the_start_up_configuration(plugin, torch_ops):
     cfg = nvfp4_mla.CacheFormat(fp8_rope=True).open(plugin)
     with nvfp4_mla.Context(plugin) as ctx:
