@@ -37,19 +37,12 @@
 
 enum { SLOTS = 1024, NQ = 6, TOPK = 384 };
 
-static nvfp4_mla_context_t *cpu;
+#define cpu tu_cpu
 static char failed_rows[4096];
 
 static int setup(void **state) {
-    (void)state;
     attend_gpu_require_device();
-    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CPU, 0, 0, NULL, {0}, NULL};
-    return nvfp4_context_init(&init, &cpu);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    return nvfp4_context_shutdown(cpu);
+    return tu_setup_cpu(state);
 }
 
 /* Every third record of the case's cache gets the corruption. */
@@ -143,5 +136,5 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cuda_readers_should_take_corrupt_fields_as_the_cpu_does),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, tu_teardown_cpu);
 }

@@ -442,6 +442,21 @@ static void write_copy(const char *path, const unsigned char *bytes, size_t len)
     fclose(f);
 }
 
+/* The real plugin's bytes, and `path` = a fresh private folder (from `dir`, a mkdtemp template) / the
+ * plugin's file name, where the cases write their copies. */
+static unsigned char *copy_setup(char *dir, char *path, size_t path_size, size_t *len) {
+    unsigned char *bytes = plugin_bytes(len);
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, path_size, "%s/libnvfp4_mla.so", dir);
+    return bytes;
+}
+
+static void copy_teardown(const char *dir, const char *path, unsigned char *bytes) {
+    unlink(path);
+    rmdir(dir);
+    free(bytes);
+}
+
 /* Opens `path`, which must be refused as load_error with the path and `needle` in the message. */
 static void assert_refused_file(const char *path, const char *needle) {
     nvfp4_mla_loader_t l;
@@ -459,10 +474,8 @@ static void assert_refused_file(const char *path, const char *needle) {
 static void loader_should_refuse_a_plugin_file_cut_short(void **state) {
     (void)state;
     size_t len;
-    unsigned char *bytes = plugin_bytes(&len);
     char dir[] = "/tmp/nvfp4_cut_XXXXXX", path[4096];
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/libnvfp4_mla.so", dir);
+    unsigned char *bytes = copy_setup(dir, path, sizeof path, &len);
     const size_t cuts[] = {0, 10, 63, 64, 1024, 4096, 20000, 65536, 262144, 1 << 20, len / 2, len - 4096, len - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         char size_words[64];
@@ -480,9 +493,7 @@ static void loader_should_refuse_a_plugin_file_cut_short(void **state) {
     char msg[2048];
     assert_int_equal(nvfp4_mla_loader_open(&l, path, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
     nvfp4_mla_loader_close(&l);
-    unlink(path);
-    rmdir(dir);
-    free(bytes);
+    copy_teardown(dir, path, bytes);
 }
 
 /* Files that are not this host's ELF shared objects: refused by name before dlopen, a FIFO without
@@ -490,10 +501,8 @@ static void loader_should_refuse_a_plugin_file_cut_short(void **state) {
 static void loader_should_refuse_files_that_are_not_this_hosts_shared_objects(void **state) {
     (void)state;
     size_t len;
-    unsigned char *bytes = plugin_bytes(&len);
     char dir[] = "/tmp/nvfp4_elf_XXXXXX", path[4096];
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/libnvfp4_mla.so", dir);
+    unsigned char *bytes = copy_setup(dir, path, sizeof path, &len);
     struct {
         size_t offset;
         unsigned char value;
@@ -516,9 +525,7 @@ static void loader_should_refuse_files_that_are_not_this_hosts_shared_objects(vo
     unlink(path);
     assert_int_equal(mkfifo(path, 0600), 0);
     assert_refused_file(path, "it is not a regular file");
-    unlink(path);
-    rmdir(dir);
-    free(bytes);
+    copy_teardown(dir, path, bytes);
 }
 
 int main(void) {

@@ -152,30 +152,21 @@ static int load_capture(const char *path, capture_t *c, int v1_file) {
 /* The --envelope-with file through the plugin's loader, as --out will be: an earlier file the plugin
  * refuses (a bad key, scales that disagree with max_abs) is refused in its words, not folded in. */
 static int plugin_refuses_input(cli_host_t *host, const char *path) {
-    char env_file[CLI_SCALES_ENV_MAX];
-    const char *env[3];
-    cli_scales_env(path, env_file, env);
-    nvfp4_mla_config_t *cfg;
-    if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
-        char why[2048];
-        cli_scales_refusal(host, path, path, why, sizeof why);
-        return cli_fail("calibrate", "the plugin refuses --envelope-with %s, so nothing was written: %s", path, why);
+    nvfp4_mla_config_t *cfg = cli_scales_config(host, "calibrate", path, path,
+                                                "the plugin refuses --envelope-with %s, so nothing was written: %s");
+    if (cfg) {
+        host->table->config_destroy(cfg);
     }
-    host->table->config_destroy(cfg);
-    return 0;
+    return !cfg;
 }
 
 /* Loads `path` through the plugin's configuration, as a server would. `shown` names the file in
  * messages (the user's --out while `path` is still the temporary file). */
 static int plugin_check(cli_host_t *host, const char *path, const char *shown) {
-    char env_file[CLI_SCALES_ENV_MAX]; /* `path` may be the temporary file (cli_out_t.temp, 4200 bytes) */
-    const char *env[3];
-    cli_scales_env(path, env_file, env);
-    nvfp4_mla_config_t *cfg;
-    if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
-        char why[2048]; /* in the words of --out: the temporary file is gone by the time the user reads it */
-        cli_scales_refusal(host, path, shown, why, sizeof why);
-        return cli_fail("calibrate", "the plugin rejects the file, so %s was not written: %s", shown, why);
+    nvfp4_mla_config_t *cfg =
+        cli_scales_config(host, "calibrate", path, shown, "the plugin rejects the file, so %s was not written: %s");
+    if (!cfg) {
+        return 1;
     }
     nvfp4_mla_config_info_t info = {.struct_size = sizeof info};
     host->table->config_info(cfg, &info);

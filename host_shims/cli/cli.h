@@ -125,6 +125,11 @@ nvfp4_mla_status_t cli_config_for_env(cli_host_t *host, const char *const *env, 
  * VLLM_NVFP4_MLA_SCALES_FILE=`given`, in the user's terms: without the variable, which the user did
  * not set, and with `given` (a temporary file, say) named `shown` wherever it appears. */
 void cli_scales_refusal(cli_host_t *host, const char *given, const char *shown, char *out, size_t size);
+/* The plugin's configuration for the static scales file `path`, loaded as a server loads it; NULL
+ * after one line, `refusal` (a format with two %s: `shown`, then the plugin's words as
+ * cli_scales_refusal gives them) after "nvfp4-mla CMD: ". */
+nvfp4_mla_config_t *cli_scales_config(cli_host_t *host, const char *cmd, const char *path, const char *shown,
+                                      const char *refusal);
 
 nvfp4_mla_tensor_t cli_tensor_2d(void *data, int32_t dtype, int64_t rows, int64_t cols, int64_t row_stride);
 nvfp4_mla_tensor_t cli_tensor_1d(void *data, int32_t dtype, int64_t n);

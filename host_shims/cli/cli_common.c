@@ -140,6 +140,24 @@ nvfp4_mla_status_t cli_config_for_env(cli_host_t *host, const char *const *env, 
     return host->table->config_create(&req, cfg);
 }
 
+nvfp4_mla_config_t *cli_scales_config(cli_host_t *host, const char *cmd, const char *path, const char *shown,
+                                      const char *refusal) {
+    char env_file[CLI_SCALES_ENV_MAX]; /* `path` may be a temporary file (cli_out_t.temp, 4200 bytes) */
+    const char *env[3];
+    cli_scales_env(path, env_file, env);
+    nvfp4_mla_config_t *cfg = NULL;
+    if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
+        char why[2048]; /* in the user's words: a temporary file is gone by the time the user reads it */
+        cli_scales_refusal(host, path, shown, why, sizeof why);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral" /* the callers' literals, each with two %s (cli.h) */
+        cli_fail(cmd, refusal, shown, why);
+#pragma GCC diagnostic pop
+        return NULL;
+    }
+    return cfg;
+}
+
 void cli_scales_refusal(cli_host_t *host, const char *given, const char *shown, char *out, size_t size) {
     char prefix[CLI_SCALES_ENV_MAX + 64];
     const char *message = host->table->last_error();

@@ -23,14 +23,9 @@ static int active(int m) {
 
 /* Per-layer static scales, asked of the plugin exactly as a runtime would. */
 static int layer_scales(cli_host_t *host, const char *path, const char *shown, int layers, float *scales) {
-    char env_file[CLI_SCALES_ENV_MAX];
-    const char *env[3];
-    cli_scales_env(path, env_file, env);
-    nvfp4_mla_config_t *cfg;
-    if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
-        char why[2048];
-        cli_scales_refusal(host, path, shown, why, sizeof why);
-        return cli_fail("quality", "the plugin refuses the scales file %s: %s", shown, why);
+    nvfp4_mla_config_t *cfg = cli_scales_config(host, "quality", path, shown, "the plugin refuses the scales file %s: %s");
+    if (!cfg) {
+        return 1;
     }
     for (int l = 0; l < layers; l++) {
         host->table->config_layer_scale(cfg, (uint32_t)l, &scales[l]);
