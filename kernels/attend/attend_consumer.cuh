@@ -122,28 +122,9 @@ static __device__ __forceinline__ int latent_dim(int p) {
     return (p & ~7) + ((p & 7) >> 1) + 4 * (p & 1);
 }
 
-/* ---- the split-K workspace ----
- * splits > 1: partial O [splits, n_q, h, 512] bf16 (each split's normalised rows, rounded as an
- * output row is), partial log2-sum-exp [splits, n_q, h] f32, then, 8-byte aligned, one arrival
- * counter per (query, head group). bf16 rather than f32 partials: at small batches the partials'
- * stores and the merge's reads were the largest traffic of a call (a wide split plan wrote 16 MB
- * and read it back, ~7 us of a 20 us call; docs/performance-notes.md); the rounding adds at most
- * half a bf16 ulp of a partial to the merged row. Every place that finds a part of the layout
- * takes it from these. */
-static __host__ __device__ __forceinline__ uint64_t partial_rows(const nvfp4_mla_attend_kernel_args_t &a,
-                                                                 int splits) {
-    return (uint64_t)splits * a.num_queries * a.num_heads;
-}
-static __host__ __device__ __forceinline__ uint64_t partial_lse_offset(const nvfp4_mla_attend_kernel_args_t &a,
-                                                                       int splits) {
-    return partial_rows(a, splits) * NVFP4_MLA_LATENT_DIM * sizeof(uint16_t);
-}
-static __host__ __device__ __forceinline__ uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t &a,
-                                                                    int splits) {
-    return (partial_lse_offset(a, splits) + partial_rows(a, splits) * sizeof(float) + 7) / 8 * 8;
-}
+/* ---- the split-K workspace (its layout: attend_plan.h, partial_rows) ---- */
 static __device__ __forceinline__ float *partial_lse_of(const nvfp4_mla_attend_kernel_args_t &a, int splits) {
-    return reinterpret_cast<float *>((uint8_t *)a.workspace + partial_lse_offset(a, splits));
+    return reinterpret_cast<float *>((uint8_t *)a.workspace + partial_lse_offset(&a, splits));
 }
 
 /* Where an item's result goes: the output rows (one split) or its split's partial rows, both bf16. */

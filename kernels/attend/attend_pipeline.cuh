@@ -41,59 +41,15 @@
 
 #include <type_traits>
 
+#include "attend_plan.h"
 #include "codec.h"
 #include "decode_cuda.cuh"
 #include "sm90_cuda.cuh"
-
-#define ATT_KEYS 64          /* top-k entries per tile */
-#define ATT_BLOCK 8192       /* bytes of one operand block: 64 rows x 128 bytes */
-#define ATT_META_RING 4      /* tiles of key metadata in flight */
-
-/* The geometry of a tile's operand blocks: 64 dims each, so a 576-dim record row is the RoPE block
- * and 8 latent blocks. A resident tile is those 9 blocks; a streamed tile 17, its latent blocks
- * produced again for P.V; the largest ring holds two resident tiles. (constexpr, not macros:
- * #pragma unroll takes them.) */
-constexpr int ATT_BLOCK_DIMS = 64;                                        /* dims (bf16 columns) of a block */
-constexpr int ATT_LATENT_BLOCKS = NVFP4_MLA_LATENT_DIM / ATT_BLOCK_DIMS;  /* 8 */
-constexpr int ATT_TILE_BLOCKS = NVFP4_MLA_ROW_DIM / ATT_BLOCK_DIMS;       /* 9: RoPE, then latent 0..7 */
-constexpr int ATT_STREAM_BLOCKS = ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS;    /* 17: RoPE, latent 0..7, 0..7 */
-constexpr int ATT_RING_SLOTS = 2 * ATT_TILE_BLOCKS;                       /* 18: two whole tiles */
-static_assert(ATT_TILE_BLOCKS == 1 + ATT_LATENT_BLOCKS && NVFP4_MLA_ROPE_DIM == ATT_BLOCK_DIMS,
-              "one RoPE block beside the latent blocks");
-
-/* Threads of the roles: a warpgroup (the narrow consumer; a producer warpgroup) and the wide
- * consumer's two (kind_threads in attend_cuda.cu gives each kind's counts). */
-constexpr int ATT_WARPGROUP = 128;
-constexpr int ATT_WIDE_CONSUMERS = 2 * ATT_WARPGROUP;
 
 /* Named barriers (0 is __syncthreads). */
 /* BAR_WIDE_P: warpgroup 0 has written a tile's P and alpha (attend_wide); BAR_WIDE_P_FREE:
  * warpgroup 1 is done with them. Both warpgroups bar.sync on each (attend_wide says why). */
 enum { BAR_CONSUMER = 1, BAR_PRODUCER = 2, BAR_WIDE_P_FREE = 3, BAR_WIDE_P = 4, BAR_WIDE_ITEM = 5, BAR_MERGE = 6 };
-
-/* How one launch is tiled and where everything lives in the dynamic shared memory (byte offsets
- * from the 1024-byte aligned base). Computed on the host by attend_plan_for (attend_cuda.cu). */
-struct attend_plan {
-    int32_t wide;            /* 1: 64 heads per CTA, two consumer warpgroups (sm_90a wgmma) */
-    int32_t wgmma;           /* 1: wgmma consumers (sm_90a), 0: mma.sync consumers */
-    int32_t heads;           /* heads per item as the MMA sees them: 16, 32 (narrow) or 64 (wide) */
-    int32_t groups;          /* head groups per query: ceil(h / heads) */
-    int32_t splits;          /* top-k splits per (query, group) */
-    int32_t tiles_per_split; /* 64-entry tiles per split */
-    int32_t stages;          /* raw record stages R (paired: 0, the records pass through registers) */
-    int32_t slots;           /* operand ring slots S */
-    int32_t resident;        /* 1: 9 blocks a tile (latent kept for P.V), 0: 17 (streaming) */
-    int32_t paired;          /* 1: 18 slots = two tile buffers written from records staged in the
-                              * producers' registers (the wide kind: attend_producer_paired) */
-    int32_t contiguous;      /* block_stride == block_size * record_bytes */
-    int32_t grid;            /* persistent CTAs */
-    int32_t threads;         /* 256 (narrow mma.sync), 384 (narrow wgmma, wide 656), 512 (paired): kind_threads */
-    int32_t one_launch;      /* 1: splits > 1 merged in this launch by each group's last split */
-    uint32_t slots_magic;    /* ceil(2^32 / slots): ring positions divide by a multiply */
-    int64_t items;           /* n_q * groups * splits */
-    int32_t off_q, off_p, off_ring, off_raw, off_valid, off_meta, off_red, off_bar;
-    int32_t bytes;           /* dynamic shared memory requested (alignment slack included) */
-};
 
 /* Key metadata of one tile for the narrow consumers, written by the producer with the tile's RoPE
  * block (the wide consumer's form: wide_meta). */
@@ -124,12 +80,11 @@ struct wide_meta {
     wide_key key[ATT_KEYS];
 };
 
-/* A consumer's metadata form (the wide kind's or the narrow kinds') and its bytes a tile. */
+/* A consumer's metadata form (the wide kind's or the narrow kinds'), of the bytes the plan gives it. */
 template <bool WIDE>
 using meta_of = std::conditional_t<WIDE, wide_meta, tile_meta>;
-static __host__ __device__ constexpr int meta_bytes(bool wide) {
-    return wide ? (int)sizeof(wide_meta) : (int)sizeof(tile_meta);
-}
+static_assert(sizeof(tile_meta) == ATT_TILE_META_BYTES && sizeof(wide_meta) == ATT_WIDE_META_BYTES,
+              "meta_bytes: the plan's sizes of the metadata forms");
 
 /* The factor that takes a score to log2 units in both forms: exp2(score * it) = e^(sm_scale * score). */
 static __device__ __forceinline__ float score_scale_log2(const nvfp4_mla_attend_kernel_args_t &a) {
@@ -240,7 +195,6 @@ static __device__ __forceinline__ void wait_full(const attend_bars &bars, uint32
 
 /* A paired ring (plan.paired; attend_producer_paired, wide_tile) is two buffers of 9 blocks: tile
  * X is buffer X & 1, slots 9 (X & 1) .. +8, in phase (X >> 1) & 1 of their barriers. */
-#define ATT_PAIRED_BUFFERS 2
 static __device__ __forceinline__ uint8_t *paired_buffer(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
     return smem + pl.off_ring + (tile & 1u) * ATT_TILE_BLOCKS * ATT_BLOCK;
 }

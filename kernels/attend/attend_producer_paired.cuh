@@ -18,15 +18,7 @@
  * against the bulk copies into each buffer's tail that this replaced (which could only be issued
  * once tile X - 2's P.V had freed the tail, and then were waited for at once): 10% faster at
  * h = 64, 12% at h = 128; an L2 prefetch a tile ahead of the loads measured slower
- * (docs/performance-notes.md).
- *
- * Whether the wide kind pairs its buffers for records of record_bytes. Not for 656: a quarter
- * record would be 41 registers a thread (not tried), and the paired producer with 656-byte records
- * copied into the buffers' tails measured a third slower than the 12-slot ring at
- * h = 64). */
-static __host__ __device__ constexpr bool wide_pairs(int record_bytes) {
-    return record_bytes != 656;
-}
+ * (docs/performance-notes.md). Which layouts pair: wide_pairs (attend_plan.h). */
 
 /* A producer thread's quarter of one record (zeros for an entry that counts nothing). */
 template <int RB>

@@ -151,7 +151,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
     named_sync(BAR_MERGE, nthreads + consumers); /* the consumers' partials are stored and fenced */
     if (t == 0) {
         unsigned long long *counters =
-            reinterpret_cast<unsigned long long *>((uint8_t *)a.workspace + counters_offset(a, pl.splits));
+            reinterpret_cast<unsigned long long *>((uint8_t *)a.workspace + counters_offset(&a, pl.splits));
         const int is_last = arrive_last(counters + s.q * pl.groups + s.group, pl.splits);
         if (is_last) __threadfence();
         *last = is_last;

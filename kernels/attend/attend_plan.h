@@ -1,0 +1,223 @@
+/* The attention launch's plan, on the host (attend_plan.c): which kernel kind takes the call, how its
+ * work is cut into items (query, head group, top-k split), and where everything lives in a CTA's
+ * shared memory. Pure arithmetic on the shapes and on the device limits the context read once at
+ * init (SM count, opt-in shared memory per block after NVFP4_MLA_ATTEND_SMEM_CAP, architecture,
+ * NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE), in C, so that the workspace query and the launch
+ * agree without a device call and tests/test_attend_plan.c holds the table without a GPU.
+ *
+ * Also here, because both the plan and the kernels (kernels/attend/attend_cuda.cu and the .cuh files
+ * it includes) read them: the tile geometry, the kinds with their thread and register counts, and
+ * the split-K workspace's layout. Nothing here includes a CUDA header; under nvcc the small shared
+ * functions are also device functions.
+ */
+#ifndef NVFP4_MLA_ATTEND_PLAN_H
+#define NVFP4_MLA_ATTEND_PLAN_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "codec.h"
+
+#ifdef __CUDACC__
+#define ATT_SHARED static __host__ __device__ __forceinline__ /* plan and kernels call it */
+#define ATT_CONST static __host__ __device__ constexpr        /* also in the kernels' constant expressions */
+#else
+#define ATT_SHARED static inline
+#define ATT_CONST static inline
+#endif
+
+/* ---- tile geometry ---- */
+
+#define ATT_KEYS 64          /* top-k entries per tile */
+#define ATT_BLOCK 8192       /* bytes of one operand block: 64 rows x 128 bytes */
+#define ATT_META_RING 4      /* tiles of key metadata in flight */
+#define ATT_PAIRED_BUFFERS 2 /* tile buffers of a paired ring (attend_pipeline.cuh, paired_buffer) */
+
+/* The geometry of a tile's operand blocks: 64 dims each, so a 576-dim record row is the RoPE block
+ * and 8 latent blocks. A resident tile is those 9 blocks; a streamed tile 17, its latent blocks
+ * produced again for P.V; the largest ring holds two resident tiles. (Constants, not macros:
+ * #pragma unroll takes them.) Threads of the roles: a warpgroup (the narrow consumer; a producer
+ * warpgroup) and the wide consumer's two. */
+enum {
+    ATT_BLOCK_DIMS = 64,                                       /* dims (bf16 columns) of a block */
+    ATT_LATENT_BLOCKS = NVFP4_MLA_LATENT_DIM / ATT_BLOCK_DIMS, /* 8 */
+    ATT_TILE_BLOCKS = NVFP4_MLA_ROW_DIM / ATT_BLOCK_DIMS,      /* 9: RoPE, then latent 0..7 */
+    ATT_STREAM_BLOCKS = ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS,   /* 17: RoPE, latent 0..7, 0..7 */
+    ATT_RING_SLOTS = 2 * ATT_TILE_BLOCKS,                      /* 18: two whole tiles */
+    ATT_WARPGROUP = 128,
+    ATT_WIDE_CONSUMERS = 2 * ATT_WARPGROUP,
+};
+static_assert(ATT_TILE_BLOCKS == 1 + ATT_LATENT_BLOCKS && NVFP4_MLA_ROPE_DIM == ATT_BLOCK_DIMS,
+              "one RoPE block beside the latent blocks");
+
+/* Bytes a tile of key metadata takes in the ring: tile_meta (s, r as f32, a validity byte a key) for
+ * the narrow consumers, wide_meta (16 bytes a key) for the wide one (attend_pipeline.cuh checks the
+ * structs against these). */
+#define ATT_TILE_META_BYTES (ATT_KEYS * (4 + 4 + 1))
+#define ATT_WIDE_META_BYTES (ATT_KEYS * 16)
+ATT_SHARED int meta_bytes(bool wide) {
+    return wide ? ATT_WIDE_META_BYTES : ATT_TILE_META_BYTES;
+}
+/* The consumers' reduction arrays after the metadata: red_max and red_sum, [4 warps][32 columns]
+ * f32 each (attend_narrow.cuh); xalpha and xl, [64 rows] f32 each (attend_wide.cuh). */
+#define ATT_NARROW_RED_BYTES (2 * 4 * 32 * 4)
+#define ATT_WIDE_RED_BYTES (2 * 64 * 4)
+
+/* ---- the kinds: consumer shape and engine, thread and register counts ---- */
+
+enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, KIND_COUNT };
+
+/* Registers per thread of the roles after setmaxnreg: the threads start at 65536 / threads and
+ * trade them. Wide: warpgroup 0 x 232 (scores, softmax, half of O; at 216 it spilled O) and
+ * warpgroup 1 x 168 (half of O) with 2 paired producer warpgroups x 56 (512 threads, all 64K) or,
+ * for 656-byte records, 1 producer warpgroup x 104 (384 threads); narrow wgmma: 1 consumer x 232 +
+ * 2 producers x 136. Tuning constants, checked against the register file by the asserts below; the
+ * producers' counts are what the consumers leave (setmaxnreg takes multiples of 8). */
+#define ATT_SCORE_REGS 232           /* wide warpgroup 0: scores, softmax, half of O (at 216 it spilled O) */
+#define ATT_VALUE_REGS 168           /* wide warpgroup 1: half of O (at 152 it spilled 161 words, ptxas) */
+#define ATT_PAIRED_PRODUCER_REGS 56  /* (65536 - 128 x (232 + 168)) / 256: the rest of the register file */
+#define ATT_WIDE_PRODUCER_REGS 104   /* (384 x 168 - 128 x (232 + 168)) / 128: the rest of the launch's */
+#define ATT_NARROW_PRODUCER_REGS 136 /* (384 x 168 - 128 x 232) / 256: the rest of the launch's */
+#define ATT_NARROW_CONSUMER_REGS 232 /* the 32-head one spills a little here (kind_producers), used 255 before */
+#define ATT_LAUNCH_REGS 168          /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
+static_assert(128 * (ATT_SCORE_REGS + ATT_VALUE_REGS) + 256 * ATT_PAIRED_PRODUCER_REGS <= 65536,
+              "wide paired: over the register file");
+static_assert(128 * (ATT_SCORE_REGS + ATT_VALUE_REGS) + 128 * ATT_WIDE_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
+              "wide: over the launch's registers");
+static_assert(ATT_VALUE_REGS >= 128 && ATT_VALUE_REGS <= ATT_LAUNCH_REGS,
+              "wide warpgroup 1 raises its count in the paired kind (128 at launch), lowers it in the other (168)");
+static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
+              "narrow: over the launch's registers");
+
+/* Whether the wide kind pairs its buffers for records of record_bytes (the paired producer,
+ * attend_producer_paired.cuh). Not for 656: a quarter record would be 41 registers a thread (not
+ * tried), and the paired producer with 656-byte records copied into the buffers' tails measured a
+ * third slower than the 12-slot ring at h = 64. */
+ATT_CONST bool wide_pairs(int record_bytes) {
+    return record_bytes != NVFP4_MLA_RECORD_BYTES_656;
+}
+
+ATT_CONST bool kind_paired(int kind, int record_bytes) {
+    return kind == KIND_WIDE && wide_pairs(record_bytes);
+}
+ATT_CONST int kind_consumers(int kind) {
+    return kind == KIND_WIDE ? ATT_WIDE_CONSUMERS : ATT_WARPGROUP;
+}
+/* Producer threads of a kind (also the in-launch merge's width). The narrow wgmma kinds take two
+ * producer warpgroups: with one, the producer (one warp per scheduler, latency-bound at 0.4 issues
+ * a cycle) set the tile time and the consumer waited on it for 20% of its samples (Nsight
+ * Compute, h = 16). Two measured 8-10% faster at h = 16 and at h = 32, although the latter's
+ * consumer, which used 255 registers with 256 threads, now runs at setmaxnreg's 232 and spills
+ * (ptxas -v: a 40-byte stack frame, 56 bytes of spill stores; ptxas allocates each setmaxnreg
+ * region to its own count). The paired wide kind takes two as well: its producer holds a quarter
+ * record a thread (four threads a key, attend_producer_paired); with bulk copies, one warpgroup at
+ * 88 registers had measured 3% slower than two at 48 (docs/performance-notes.md). */
+ATT_CONST int kind_producers(int kind, int record_bytes) {
+    return kind == KIND_N16_WGMMA || kind == KIND_N32_WGMMA || kind_paired(kind, record_bytes) ? 2 * ATT_WARPGROUP
+                                                                                             : ATT_WARPGROUP;
+}
+ATT_CONST int kind_threads(int kind, int record_bytes) {
+    return kind_consumers(kind) + kind_producers(kind, record_bytes);
+}
+/* The producers' setmaxnreg count; 0: no rebalance (the mma.sync kinds). */
+ATT_CONST int kind_producer_regs(int kind, int record_bytes) {
+    return kind_paired(kind, record_bytes) ? ATT_PAIRED_PRODUCER_REGS
+           : kind == KIND_WIDE             ? ATT_WIDE_PRODUCER_REGS
+           : kind >= KIND_N16_WGMMA        ? ATT_NARROW_PRODUCER_REGS
+                                           : 0;
+}
+
+/* The instantiations of a kind (kernels/attend/attend_cuda.cu): PLAIN; MERGE_IN_LAUNCH, split-K
+ * merged in the launch (plan.one_launch, merge_if_last), the narrow kinds only; ROW_Q, Q loaded by
+ * rows (load_q_rows) for short items, the wide kind only. Each is its own instantiation so that the
+ * other calls keep the register allocation without its code. */
+enum { VARIANT_PLAIN, VARIANT_MERGE_IN_LAUNCH, VARIANT_ROW_Q, VARIANT_COUNT };
+
+/* ---- the plan ---- */
+
+/* How one launch is tiled and where everything lives in the dynamic shared memory (byte offsets
+ * from the 1024-byte aligned base). The kernels' parameter: its layout is their code's. */
+typedef struct attend_plan {
+    int32_t wide;            /* 1: 64 heads per CTA, two consumer warpgroups (sm_90a wgmma) */
+    int32_t wgmma;           /* 1: wgmma consumers (sm_90a), 0: mma.sync consumers */
+    int32_t heads;           /* heads per item as the MMA sees them: 16, 32 (narrow) or 64 (wide) */
+    int32_t groups;          /* head groups per query: ceil(h / heads) */
+    int32_t splits;          /* top-k splits per (query, group) */
+    int32_t tiles_per_split; /* 64-entry tiles per split */
+    int32_t stages;          /* raw record stages R (paired: 0, the records pass through registers) */
+    int32_t slots;           /* operand ring slots S */
+    int32_t resident;        /* 1: 9 blocks a tile (latent kept for P.V), 0: 17 (streaming) */
+    int32_t paired;          /* 1: 18 slots = two tile buffers written from records staged in the
+                              * producers' registers (the wide kind: attend_producer_paired) */
+    int32_t contiguous;      /* block_stride == block_size * record_bytes */
+    int32_t grid;            /* persistent CTAs */
+    int32_t threads;         /* 256 (narrow mma.sync), 384 (narrow wgmma, wide 656), 512 (paired): kind_threads */
+    int32_t one_launch;      /* 1: splits > 1 merged in this launch by each group's last split */
+    uint32_t slots_magic;    /* ceil(2^32 / slots): ring positions divide by a multiply */
+    int64_t items;           /* n_q * groups * splits */
+    int32_t off_q, off_p, off_ring, off_raw, off_valid, off_meta, off_red, off_bar;
+    int32_t bytes;           /* dynamic shared memory requested (alignment slack included) */
+} attend_plan;
+
+/* The most partials one CTA's in-launch merge reads (past it the merge kernel, which spreads them
+ * over a CTA a row, takes the call: attend_plan_for). */
+#define ATT_ONE_LAUNCH_MERGE_BYTES (128 << 10)
+
+/* The wide kind's items of at most this many tiles take the ROW_Q instantiation: its Q load is
+ * 1.5 us shorter, which counts in a short item's chain, while its tile loop runs 2-3% slower (an
+ * unsplit item of 32 tiles at batch 128, same-process A/B; docs/performance-notes.md). */
+#define ATT_ROW_Q_TILES 8
+
+/* ---- placement: split grids in clusters of 4 ----
+ * A split grid (one item a CTA, at most one CTA an SM) launches in clusters of 4 consecutive CTAs
+ * when the device runs all of the grid's clusters at once. The kernel does not use the cluster:
+ * the dimension only tells the scheduler to place 4 CTAs in one GPC. In graph replays on the H200
+ * this measured 0.4-0.7 us faster in 6 of 8 light cells (e.g. 4 x 64 heads 13.3 against 13.8-14.0
+ * us), slower in none (docs/performance-notes.md, "small batches, round 3"). With clusters of 16
+ * the same grid ran 0.6 us slower. The H200 runs 30 clusters of 4 at once, not 33: a grid whose
+ * clusters do not all fit would wait a wave, so it launches without them. The count of clusters
+ * the device runs at once is a device limit the context reads at init (count_quad_clusters,
+ * a->quad_clusters; 0: no clusters). */
+#define ATT_QUAD 4
+
+/* ---- the split-K workspace ----
+ * splits > 1: partial O [splits, n_q, h, 512] bf16 (each split's normalised rows, rounded as an
+ * output row is), partial log2-sum-exp [splits, n_q, h] f32, then, 8-byte aligned, one arrival
+ * counter per (query, head group). bf16 rather than f32 partials: at small batches the partials'
+ * stores and the merge's reads were the largest traffic of a call (a wide split plan wrote 16 MB
+ * and read it back, ~7 us of a 20 us call; docs/performance-notes.md); the rounding adds at most
+ * half a bf16 ulp of a partial to the merged row. Every place that finds a part of the layout
+ * takes it from these. */
+ATT_SHARED uint64_t partial_rows(const nvfp4_mla_attend_kernel_args_t *a, int splits) {
+    return (uint64_t)splits * a->num_queries * a->num_heads;
+}
+ATT_SHARED uint64_t partial_lse_offset(const nvfp4_mla_attend_kernel_args_t *a, int splits) {
+    return partial_rows(a, splits) * NVFP4_MLA_LATENT_DIM * sizeof(uint16_t);
+}
+ATT_SHARED uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t *a, int splits) {
+    return (partial_lse_offset(a, splits) + partial_rows(a, splits) * sizeof(float) + 7) / 8 * 8;
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The launch's plan; bytes == 0 when no configuration fits the device's shared memory. */
+attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a);
+
+/* Workspace bytes of a plan: the partials, then the arrival counters (every split-K plan holds them,
+ * whichever way it merges, so that the size does not depend on the setting); 0 for an unsplit one. */
+uint64_t attend_workspace_of(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan *pl);
+
+/* The kind and the instantiation (VARIANT_*) that run a plan. */
+int attend_kind_of(const attend_plan *pl);
+int attend_variant_of(const attend_plan *pl);
+
+/* CTAs a cluster of the plan's launch: ATT_QUAD or 1 (placement, above). */
+int attend_placement_cluster(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan *pl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NVFP4_MLA_ATTEND_PLAN_H */
