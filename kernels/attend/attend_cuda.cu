@@ -46,82 +46,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attend_narrow.cuh"
-#include "attend_pipeline.cuh"
-#include "attend_producer.cuh"
-#include "attend_producer_paired.cuh"
+#include "attend_kernels.cuh"
 #include "attend_split_merge.cuh"
-#include "attend_wide.cuh"
 #include "backends.h"
 #include "codec.h"
 #include "cuda_util.cuh"
 
-/* ONE_LAUNCH: VARIANT_MERGE_IN_LAUNCH; ROW_Q: VARIANT_ROW_Q (attend_plan.h). */
-template <int KIND, int RB, bool ONE_LAUNCH, bool ROW_Q = false>
-__global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
-    nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a,
-                        const __grid_constant__ attend_plan pl) {
-    constexpr bool WG = KIND >= KIND_N16_WGMMA;
-    constexpr int CONSUMERS = kind_consumers(KIND), PRODUCERS = kind_producers(KIND, RB);
-    constexpr bool PAIRED = kind_paired(KIND, RB);
-#if !NVFP4_HAVE_WGMMA
-    if constexpr (WG) { /* the planner never picks wgmma kinds off sm_90a */
-        __trap();
-        return;
-    }
-#endif
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u); /* SW128 atoms: 1024-aligned */
-    if (threadIdx.x == 0) {
-        const attend_bars bars = bars_of(smem, pl);
-        /* Every thread arrives on every barrier it signals (attend_pipeline.cuh, release_slot). */
-        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], PRODUCERS);
-        for (int s = 0; s < pl.slots; s++) {
-            mbar_init(&bars.slot_full[s], PRODUCERS);
-            /* the wide kind: each block is freed by the one warpgroup that reads it last */
-            mbar_init(&bars.slot_empty[s], KIND == KIND_WIDE ? CONSUMERS / 2 : CONSUMERS);
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();
-    pdl_wait();    /* the stream's previous grid: its writes of q, slots, the cache; its reads of out */
-    pdl_release(); /* the merge (or the stream's next grid) may start launching */
-    if (threadIdx.x >= CONSUMERS) {
-#if NVFP4_HAVE_WGMMA
-        constexpr int PRODUCER_REGS = kind_producer_regs(KIND, RB);
-        if constexpr (PRODUCER_REGS > 0) setmaxnreg_dec<PRODUCER_REGS>();
-#endif
-        if constexpr (PAIRED)
-            attend_producer_paired<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
-        else
-            attend_producer<RB, PRODUCERS, KIND != KIND_WIDE, meta_of<KIND == KIND_WIDE>>(a, pl, smem,
-                                                                                         threadIdx.x - CONSUMERS);
-        if constexpr (ONE_LAUNCH)
-            merge_if_last(a, pl, smem, threadIdx.x - CONSUMERS, PRODUCERS, CONSUMERS, BAR_PRODUCER);
-    } else {
-#if NVFP4_HAVE_WGMMA
-        if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 2 * ATT_WARPGROUP)
-            setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
-#endif
-        if constexpr (KIND == KIND_WIDE) {
-#if NVFP4_HAVE_WGMMA
-            if (threadIdx.x < ATT_WARPGROUP) {
-                setmaxnreg_inc<ATT_SCORE_REGS>();
-                attend_wide<RB, PAIRED, 0, ROW_Q>(a, pl, smem, threadIdx.x);
-            } else {
-                if constexpr (PAIRED) setmaxnreg_inc<ATT_VALUE_REGS>();
-                else setmaxnreg_dec<ATT_VALUE_REGS>();
-                attend_wide<RB, PAIRED, 1, ROW_Q>(a, pl, smem, threadIdx.x);
-            }
-#endif
-        } else {
-            attend_narrow<(KIND == KIND_N16_SYNC || KIND == KIND_N16_WGMMA) ? 16 : 32, WG>(a, pl, smem, threadIdx.x);
-        }
-        if constexpr (ONE_LAUNCH) { /* hand the stored partials to the producers, which merge */
-            __threadfence();
-            named_arrive(BAR_MERGE, CONSUMERS + PRODUCERS);
-        }
-    }
+/* The table of attention kernels: a row a record size (attend_kernels.cuh). */
+static const struct {
+    int32_t record_bytes;
+    const attend_kernel_row *kernels;
+} attend_kernel_table[] = {
+    {NVFP4_MLA_RECORD_BYTES_368, &attend_kernels_368},
+    {NVFP4_MLA_RECORD_BYTES_432, &attend_kernels_432},
+    {NVFP4_MLA_RECORD_BYTES_656, &attend_kernels_656},
+};
+
+/* The kernel for records of `record_bytes`, a kind and a variant; NULL for none. */
+static attend_kernel_t attend_kernel_for(int32_t record_bytes, int kind, int variant) {
+    for (const auto &row : attend_kernel_table)
+        if (row.record_bytes == record_bytes) return (*row.kernels)[kind][variant];
+    return NULL;
+}
+
+/* The merge kernel's instantiation for `splits` (its BATCH: the comment above). */
+typedef void (*merge_kernel_t)(const nvfp4_mla_attend_kernel_args_t, int);
+static merge_kernel_t merge_kernel_for(int splits) {
+    return splits <= 4 ? nvfp4_attend_merge_kernel<4> : splits <= 16 ? nvfp4_attend_merge_kernel<16>
+                                                                     : nvfp4_attend_merge_kernel<32>;
 }
 
 extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *a) {
@@ -136,34 +88,11 @@ extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kerne
  * reallocation overlap that grid's tail, and in a graph its node's launch does (the kernel waits,
  * pdl_wait, before it reads or writes global memory). An unsplit grid runs for tens of
  * microseconds or more and gains nothing from it: it launches as a plain kernel, as before. */
-template <int KIND, int RB>
-static cudaError_t launch_kind(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    auto kernel = nvfp4_attend_kernel<KIND, RB, false>;
-    const int variant = attend_variant_of(&pl);
-    if constexpr (KIND != KIND_WIDE) {
-        if (variant == VARIANT_MERGE_IN_LAUNCH) kernel = nvfp4_attend_kernel<KIND, RB, true>;
-    } else {
-        if (variant == VARIANT_ROW_Q) kernel = nvfp4_attend_kernel<KIND, RB, false, true>;
-    }
+static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
+    const attend_kernel_t kernel = attend_kernel_for(a->record_bytes, attend_kind_of(&pl), attend_variant_of(&pl));
+    if (!kernel) return cudaErrorInvalidDeviceFunction; /* a plan outside the table: none is (test_attend_plan) */
     return nvfp4_launch_clustered(kernel, pl.grid, pl.threads, pl.bytes, a->stream, pl.splits > 1,
                                   attend_placement_cluster(a, &pl), *a, pl);
-}
-
-template <int RB>
-static cudaError_t launch_rb(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    switch (attend_kind_of(&pl)) {
-    case KIND_WIDE: return launch_kind<KIND_WIDE, RB>(a, pl);
-    case KIND_N16_WGMMA: return launch_kind<KIND_N16_WGMMA, RB>(a, pl);
-    case KIND_N32_WGMMA: return launch_kind<KIND_N32_WGMMA, RB>(a, pl);
-    case KIND_N16_SYNC: return launch_kind<KIND_N16_SYNC, RB>(a, pl);
-    default: return launch_kind<KIND_N32_SYNC, RB>(a, pl);
-    }
-}
-
-static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    return a->record_bytes == 656   ? launch_rb<656>(a, pl)
-           : a->record_bytes == 432 ? launch_rb<432>(a, pl)
-                                    : launch_rb<368>(a, pl);
 }
 
 /* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the
@@ -229,25 +158,16 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
 
 /* ---- once per context ---- */
 
-template <int KIND, int RB>
+/* Every kernel of the table may use `bytes` of dynamic shared memory. */
 static cudaError_t allow_smem(int bytes) {
-    const cudaFuncAttribute attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    cudaError_t e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false>, attr, bytes);
-    if constexpr (KIND != KIND_WIDE)
-        if (e == cudaSuccess) e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, true>, attr, bytes);
-    if constexpr (KIND == KIND_WIDE)
-        if (e == cudaSuccess) e = cudaFuncSetAttribute(nvfp4_attend_kernel<KIND, RB, false, true>, attr, bytes);
-    return e;
-}
-
-template <int RB>
-static cudaError_t allow_smem_rb(int bytes) {
     cudaError_t e = cudaSuccess;
-    if (e == cudaSuccess) e = allow_smem<KIND_N16_SYNC, RB>(bytes);
-    if (e == cudaSuccess) e = allow_smem<KIND_N32_SYNC, RB>(bytes);
-    if (e == cudaSuccess) e = allow_smem<KIND_N16_WGMMA, RB>(bytes);
-    if (e == cudaSuccess) e = allow_smem<KIND_N32_WGMMA, RB>(bytes);
-    if (e == cudaSuccess) e = allow_smem<KIND_WIDE, RB>(bytes);
+    for (const auto &row : attend_kernel_table)
+        for (int kind = 0; kind < KIND_COUNT; kind++)
+            for (int variant = 0; variant < VARIANT_COUNT; variant++) {
+                const attend_kernel_t kernel = (*row.kernels)[kind][variant];
+                if (kernel && e == cudaSuccess)
+                    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+            }
     return e;
 }
 
@@ -263,8 +183,8 @@ static int32_t count_quad_clusters(int smem_per_block) {
     config.attrs = &dim;
     config.numAttrs = 1;
     int count = 0;
-    if (cudaOccupancyMaxActiveClusters(&count, nvfp4_attend_kernel<KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368, false, true>,
-                                       &config) != cudaSuccess) {
+    const attend_kernel_t wide = attend_kernel_for(NVFP4_MLA_RECORD_BYTES_368, KIND_WIDE, VARIANT_ROW_Q);
+    if (cudaOccupancyMaxActiveClusters(&count, wide, &config) != cudaSuccess) {
         (void)cudaGetLastError();
         count = 0;
     }
@@ -275,9 +195,7 @@ static int32_t count_quad_clusters(int smem_per_block) {
  * device (called by the context's init with its device selected; a per-function attribute), and
  * counts its clusters of 4 into *quad_clusters (count_quad_clusters; 0 when the attributes fail). */
 extern "C" int nvfp4_mla_attend_cuda_prepare(int smem_per_block, int32_t *quad_clusters) {
-    cudaError_t e = allow_smem_rb<368>(smem_per_block);
-    if (e == cudaSuccess) e = allow_smem_rb<432>(smem_per_block);
-    if (e == cudaSuccess) e = allow_smem_rb<656>(smem_per_block);
+    cudaError_t e = allow_smem(smem_per_block);
     /* Loads the merge kernel now as the attribute calls load the others (lazy module loading):
      * under NVFP4_MLA_ATTEND_MERGE=auto eager calls with small merges do not launch it, so its
      * first launch could otherwise fall inside a graph capture, which drivers before CUDA 12.3

@@ -5,8 +5,8 @@
  * NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE), in C, so that the workspace query and the launch
  * agree without a device call and tests/test_attend_plan.c holds the table without a GPU.
  *
- * Also here, because both the plan and the kernels (kernels/attend/attend_cuda.cu and the .cuh files
- * it includes) read them: the tile geometry, the kinds with their thread and register counts, and
+ * Also here, because both the plan and the kernels (kernels/attend/attend_kernel.cuh and the .cuh
+ * files it includes) read them: the tile geometry, the kinds with their thread and register counts, and
  * the split-K workspace's layout. Nothing here includes a CUDA header; under nvcc the small shared
  * functions are also device functions.
  */
@@ -128,11 +128,14 @@ ATT_CONST int kind_producer_regs(int kind, int record_bytes) {
                                            : 0;
 }
 
-/* The instantiations of a kind (kernels/attend/attend_cuda.cu): PLAIN; MERGE_IN_LAUNCH, split-K
- * merged in the launch (plan.one_launch, merge_if_last), the narrow kinds only; ROW_Q, Q loaded by
- * rows (load_q_rows) for short items, the wide kind only. Each is its own instantiation so that the
- * other calls keep the register allocation without its code. */
+/* The instantiations of a kind (the table of kernels/attend/attend_kernels.cuh): PLAIN;
+ * MERGE_IN_LAUNCH, split-K merged in the launch (plan.one_launch, merge_if_last), the narrow kinds
+ * only; ROW_Q, Q loaded by rows (load_q_rows) for short items, the wide kind only. Each is its own
+ * instantiation so that the other calls keep the register allocation without its code. */
 enum { VARIANT_PLAIN, VARIANT_MERGE_IN_LAUNCH, VARIANT_ROW_Q, VARIANT_COUNT };
+ATT_CONST bool kind_has_variant(int kind, int variant) {
+    return variant == VARIANT_PLAIN || variant == (kind == KIND_WIDE ? VARIANT_ROW_Q : VARIANT_MERGE_IN_LAUNCH);
+}
 
 /* ---- the plan ---- */
 

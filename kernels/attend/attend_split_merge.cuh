@@ -83,7 +83,7 @@ static __device__ __forceinline__ float merged_lse(float m, float sum) {
  * flight take registers (with f32 partials, BATCH 16 took 96 registers: five CTAs an SM, and the
  * 2048-4096 rows of a wide split plan took 3-6 waves); 16 up to 16 splits (8 measured slower than
  * 16 at 8 splits); 32 above, one round trip where 16 took two (docs/performance-notes.md; the
- * instantiation for a call: merge_kernel_for, after the kernel). (One
+ * instantiation for a call: merge_kernel_for, attend_cuda.cu, the one unit that instantiates them). (One
  * warp a row, walking the splits one load after another, was the largest part of a light call.)
  * Launched dependent on the attention grid (nvfp4_launch), so its launch overlaps that grid's
  * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
@@ -123,13 +123,6 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     store_merged_run(a.out + qi * a.out_stride_token + head * a.out_stride_head + 4 * c, acc,
                      sum > 0.0f ? 1.0f / sum : 0.0f);
     if (a.lse && c == 0) a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] = merged_lse(m, sum);
-}
-
-/* The merge kernel's instantiation for `splits` (its BATCH: the comment above). */
-typedef void (*merge_kernel_t)(const nvfp4_mla_attend_kernel_args_t, int);
-static merge_kernel_t merge_kernel_for(int splits) {
-    return splits <= 4 ? nvfp4_attend_merge_kernel<4> : splits <= 16 ? nvfp4_attend_merge_kernel<16>
-                                                                     : nvfp4_attend_merge_kernel<32>;
 }
 
 /* The in-launch merge (plan.one_launch), run by the producer threads (t < nthreads of them), idle
