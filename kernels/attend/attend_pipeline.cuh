@@ -43,7 +43,7 @@
 
 #include "attend_plan.h"
 #include "codec.h"
-#include "decode_cuda.cuh"
+#include "record_read.cuh"
 #include "sm90_cuda.cuh"
 
 /* Named barriers (0 is __syncthreads). */

@@ -16,8 +16,8 @@
 
 #include "backends.h"
 #include "cuda_util.cuh"
-#include "decode_cuda.cuh"
 #include "fp_codes.h"
+#include "record_read.cuh"
 
 #define WARPS_PER_BLOCK 8
 
@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp
     const uint32_t slot32 = (uint32_t)slot, bs = (uint32_t)a.block_size, block = slot32 / bs;
     const uint8_t *rec = a.cache + (int64_t)block * a.block_stride + (int64_t)(slot32 - block * bs) * a.record_bytes;
 
-    const float outer = a.per_token ? __ldg((const float *)(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET)) : a.outer_scale;
+    const float outer =
+        a.per_token ? stored_token_scale(__ldg((const float *)(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET))) : a.outer_scale;
     const float half_d = 0.5f * nvfp4_e4m3_decode(__ldg(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + lane));
     const uint2 codes = __ldg((const uint2 *)rec + lane);
     uint4 v[2];
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp
     if (lane < 8) {
         uint4 rope;
         if (a.record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
-            const float r = __ldg((const float *)(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET));
+            const float r = stored_rope_scale(__ldg((const float *)(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET)));
             const uint2 c = __ldg((const uint2 *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET) + lane);
             uint32_t *w = (uint32_t *)&rope;
 #pragma unroll
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp
                                  nvfp4_mul_rn(nvfp4_e4m3_decode((uint8_t)(pair >> 8)), r));
             }
         } else {
-            rope = __ldg((const uint4 *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET) + lane);
+            rope = stored_rope_bf16(__ldg((const uint4 *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET) + lane));
         }
         out[64 + lane] = rope;
     }
