@@ -1,14 +1,10 @@
-/* Reading a record on the device: everything the CUDA readers (kernels/codec/gather_cuda.cu, the
- * attention producers under kernels/attend/) know about a record's bytes. Their values equal the
- * CPU twins' (kernels/codec/gather_cpu.c, attend_cpu.c): products in binary32, bf16 round-to-
- * nearest-even, or exact bit moves.
- *  - record_layout<RB>: where a layout keeps each field (the offsets of abi/nvfp4_mla_record.h),
- *    how its latent and RoPE are coded, the paired producer's quarter of it, its key metadata;
- *  - stored_*: the value a reader takes for a stored scale or bf16 RoPE chunk, the one place each
- *    for a rule on stored values;
- *  - conversions: E2M1 and E4M3 codes to binary32 and bf16 (gather's exact products; attention's
- *    bit-move dequantisation into bf16 MMA operands, whose latent chunks hold elements in the
- *    order (0,4,1,5,2,6,3,7): kernels/attend/attend_pipeline.cuh).
+/* Reading a record on the device: what the CUDA readers (kernels/codec/gather_cuda.cu, the attention
+ * producers under kernels/attend/) know about a record's bytes, with values equal to the CPU twins'
+ * (products in binary32, bf16 round-to-nearest-even, or exact bit moves): record_layout<RB> (where
+ * a layout keeps each field, how it codes them, the paired producer's quarter, the key metadata);
+ * stored_* (the value a reader takes for a stored scale or bf16 RoPE chunk); the conversions of
+ * E2M1 and E4M3 codes (gather's exact products; attention's bit moves into bf16 MMA operands, latent
+ * chunks in the order (0,4,1,5,2,6,3,7): kernels/attend/attend_pipeline.cuh).
  */
 #ifndef NVFP4_MLA_RECORD_READ_CUH
 #define NVFP4_MLA_RECORD_READ_CUH
@@ -132,8 +128,8 @@ static __device__ __forceinline__ uint4 e2m1x8_block(uint32_t w, __nv_bfloat162 
 /* One 16-value latent group (codes w0, w1; scale d2) into its key's row of a latent block: chunk
  * offset `off` and the next chunk, which differs from it in bit 4 alone (the SW128 swizzle XORs a
  * row's chunk index with row % 8, and a group's chunks are 2j and 2j + 1). `row` is the key's row
- * offset without the swizzle, `off` = (2j * 16) ^ ((key % 8) << 4) plus any whole block: 2 + 5
- * instructions for both stores, where two swizzle_off took about 10. */
+ * offset without the swizzle, `off` = (2j * 16) ^ ((key % 8) << 4) plus any whole block: fewer
+ * instructions than two swizzle_off (docs/performance-notes.md, store_e2m1_group). */
 static __device__ __forceinline__ void store_e2m1_group(uint8_t *row, uint32_t off, uint32_t w0, uint32_t w1,
                                                         __nv_bfloat162 d2) {
     *reinterpret_cast<uint4 *>(row + off) = e2m1x8_block(w0, d2);
@@ -162,8 +158,9 @@ static __device__ __forceinline__ void store_latent_groups8(uint8_t *row, BlockO
 
 /* Four E4M3 codes (one word) as two bf16 pairs, exactly: each code's bits moved into a bf16 whose
  * exponent is 120 short, then times 2^120 (subnormal codes become bf16 subnormals, which the
- * multiply takes exactly, as e2m1x8_block's do). 12 instructions where the conversion through f32
- * took about 20. The NaN codes 0x7F / 0xFF, which no writer stores, read as -+480. */
+ * multiply takes exactly, as e2m1x8_block's do), in fewer instructions than a conversion through
+ * f32 (docs/performance-notes.md, e4m3x4_bf16). The NaN codes 0x7F / 0xFF, which no writer
+ * stores, read as -+480. */
 static __device__ __forceinline__ uint2 e4m3x4_bf16(uint32_t w) {
     const __nv_bfloat162 two120 = as_bf162(0x7B807B80u);
     const uint32_t t0 = __byte_perm(w, 0, 0x4140), t1 = __byte_perm(w, 0, 0x4342); /* codes 0, 1 | 2, 3 in the halves */

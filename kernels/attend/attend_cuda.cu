@@ -1,43 +1,23 @@
-/* Sparse MLA attention over records on CUDA, checked against kernels/attend/attend_cpu.c
- * (tests/test_gpu_attend.c).
+/* Sparse MLA attention over records on CUDA: the launchers. Checked against
+ * kernels/attend/attend_cpu.c (tests/test_gpu_attend.c).
  *
- * One warp-specialised, persistent kernel family (kernels/attend/attend_pipeline.cuh):
- *  - producer warps (two warpgroups for the narrow wgmma kinds and the paired wide kind, else
- *    one) keep bulk copies of raw records in flight (one copy per record, completing on an
- *    mbarrier; the paired wide kind loads records into registers instead) and dequantise each
- *    tile once per CTA into 8 KB operand blocks of bf16 (64
- *    keys x 64 dims, 128-byte swizzle) handed over through a ring: R raw stages beside the ring,
- *    or, in the paired wide kind (368 and 432 bytes), a ring of two whole-tile buffers written from
- *    records the producer threads hold in registers (attend_producer_paired);
- *  - consumer warpgroups read the blocks straight from shared memory with wgmma (sm_90a) or
- *    mma.sync (other targets): the narrow consumer (attend_narrow.cuh) for 16 or 32 heads, the
- *    wide one (attend_wide.cuh) for 64 heads with two warpgroups;
- *  - online softmax with the outer and RoPE scales folded into score columns and P; split-K over
- *    the top-k when queries x head groups cannot fill the GPU (down to one or two tiles a split), merged
- *    by a second kernel, one CTA a (query, head) row, launched dependent on the attention grid
- *    (programmatic dependent launch: its launch overlaps the attention's tail), or, for small
- *    merges, in the same launch by the producer warps of the last split of each (query, head
- *    group) to arrive on a tagged counter in the workspace (one launch: less host time, more GPU
- *    time, since one SM reads all of a group's partials). NVFP4_MLA_ATTEND_MERGE picks; its
- *    default, auto, merges in the launch on an eager stream when the merge reads at most
- *    ATT_ONE_LAUNCH_MERGE_BYTES, and with the second kernel on a capturing one
- *    (stream_capturing).
- * CTAs walk work items (query, head group, top-k split) in a static round robin, so the producer
- * streams the next item's records while the consumers finish the current one.
- *
- * The plan (kernels/attend/attend_plan.h, host C) is pure arithmetic on the shapes and the device
- * limits the context read once at init: the launch path makes no device query and sets no
- * attribute (under NVFP4_MLA_ATTEND_MERGE=auto a split call reads the stream's capture state,
- * stream_capturing). Shared memory picks the configuration: wide needs about 220 KB, narrow 32
- * heads with whole tiles resident about 120 KB+, narrow 16 heads streams its tiles through 3 slots
- * in under 99 KB (sm_120 parts), dequantising the latent twice.
+ * The kernels (attend_kernel.cuh) are one warp-specialised, persistent family: producer warps
+ * dequantise each 64-key tile of records once per CTA into bf16 operand blocks, consumer
+ * warpgroups run wgmma (sm_90a) or mma.sync on them with an online softmax (attend_pipeline.cuh
+ * says how). The plan (attend_plan.c, host C) picks the kind, the split-K and the shared-memory
+ * map from the shapes and the limits the context read at init: the launch path makes no device
+ * query and sets no attribute. This file holds the table of kernels every chooser reads, and the
+ * merge of split-K partials: a second kernel, one CTA a (query, head) row, launched dependent on
+ * the attention grid, or, for small merges, the producer warps of each group's last split inside
+ * the launch (merge_if_last: one launch, less host time, more GPU time). NVFP4_MLA_ATTEND_MERGE
+ * picks; auto merges in the launch on an eager stream, with the kernel on a capturing one.
  *
  * Differences from the CPU reference (attention in double over the same binary32 values): scales
  * applied to f32 sums instead of elements, P rounded to bf16 for the tensor cores (against a
  * running maximum that may trail the scores by up to 2^8: advance_max), f32 sums, and split-K
- * partial rows rounded to bf16 before the merge (the workspace, attend_consumer.cuh).
- * Entries with slot -1, past valid_len, or outside the cache count for nothing (the CPU entry
- * rejects out-of-range ids; a CUDA entry cannot read them without a sync).
+ * partial rows rounded to bf16 before the merge. Entries with slot -1, past valid_len, or outside
+ * the cache count for nothing (the CPU entry rejects out-of-range ids; a CUDA entry cannot read
+ * them without a sync).
  */
 #include <cuda_runtime.h>
 #include <math.h>

@@ -92,12 +92,17 @@ constexpr attend_kernel_t attend_kernel_entry() {
         return nullptr;
 }
 #define ATT_KIND_ENTRIES(KIND, RB)                                                                                     \
-    {attend_kernel_entry<KIND, RB, VARIANT_PLAIN>(), attend_kernel_entry<KIND, RB, VARIANT_MERGE_IN_LAUNCH>(),       \
-     attend_kernel_entry<KIND, RB, VARIANT_ROW_Q>()}
+    {                                                                                                                  \
+        attend_kernel_entry<KIND, RB, VARIANT_PLAIN>(), attend_kernel_entry<KIND, RB, VARIANT_MERGE_IN_LAUNCH>(),      \
+            attend_kernel_entry<KIND, RB, VARIANT_ROW_Q>()                                                             \
+    }
 static_assert(KIND_COUNT == 5 && VARIANT_COUNT == 3, "ATTEND_KERNELS_OF lists every kind and variant");
 /* The kernels of records of RB bytes, [kind][variant], in the order of KIND_*. */
 #define ATTEND_KERNELS_OF(RB)                                                                                          \
-    {ATT_KIND_ENTRIES(KIND_N16_SYNC, RB), ATT_KIND_ENTRIES(KIND_N32_SYNC, RB), ATT_KIND_ENTRIES(KIND_N16_WGMMA, RB),     \
-     ATT_KIND_ENTRIES(KIND_N32_WGMMA, RB), ATT_KIND_ENTRIES(KIND_WIDE, RB)}
+    {                                                                                                                  \
+        ATT_KIND_ENTRIES(KIND_N16_SYNC, RB), ATT_KIND_ENTRIES(KIND_N32_SYNC, RB),                                      \
+            ATT_KIND_ENTRIES(KIND_N16_WGMMA, RB), ATT_KIND_ENTRIES(KIND_N32_WGMMA, RB),                                \
+            ATT_KIND_ENTRIES(KIND_WIDE, RB)                                                                            \
+    }
 
 #endif

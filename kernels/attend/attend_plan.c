@@ -63,9 +63,8 @@ static void split_items(attend_plan *p, const nvfp4_mla_attend_kernel_args_t *a,
     const int64_t base_items = a->num_queries * p->groups;
     int64_t splits = base_items >= sms || base_items == 0 ? 1 : sms / base_items;
     /* Down to one tile a split while the call stays within half the SMs, else two: one-tile splits
-     * on every SM cost more in partials and in Q re-reads than their shorter chain saves (graph
-     * replays on the H200: 4 queries x 64 heads 15.5 us at 32 splits of one tile, 14.9 at 16 of two;
-     * 1 x 64 heads, 32 CTAs: 11.7 against 13.5; docs/performance-notes.md). */
+     * on every SM cost more in partials and in Q re-reads than their shorter chain saves
+     * (docs/performance-notes.md, split_items). */
     const int64_t least = base_items * tiles > sms / 2 && tiles >= 2 ? 2 : 1;
     splits = splits <= tiles / least || tiles == 0 ? splits : tiles / least;
     splits = splits < 64 ? splits : 64;
@@ -84,14 +83,11 @@ attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     attend_plan p;
     bool ok = false;
     /* Heads a CTA, by the call's size (queries x heads), every kind split over the top-k until the
-     * CTAs fill the SMs: h > 32 on 368 and 432 records, 64 heads at every batch (the wide
-     * consumer: the most heads a tile, a record dequantised once per 64 heads; with bf16 split
-     * partials it beat 16- and 32-head groups at every light shape, e.g. 4 x 128 heads 17.9 against
-     * 21.3 us); on 656 records from 32 queries x 64-head groups. Otherwise below 256 query-heads
-     * 16-head groups (the most CTAs at work: more, shorter chains), from there 32 (fewer copies of
-     * the dequantisation, half the items: 8 queries x 32 heads 16.5 against 18.0 us). The
-     * thresholds are where the kinds cross in graph replays on the H200 (docs/performance-notes.md,
-     * "plan by call size" and "small batches, round 2"). */
+     * CTAs fill the SMs: h > 32 on 368 and 432 records, 64 heads at every batch (the wide consumer:
+     * a record dequantised once per 64 heads); on 656 records from 32 queries x 64-head groups.
+     * Otherwise below 256 query-heads 16-head groups (the most CTAs at work: more, shorter chains),
+     * from there 32 (fewer copies of the dequantisation, half the items). The thresholds are where
+     * the kinds cross in graph replays on the H200 (docs/performance-notes.md, attend_plan_for). */
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
     const bool wide_groups = wide_pairs(rb) || a->num_queries * ((a->num_heads + 63) / 64) >= 32;

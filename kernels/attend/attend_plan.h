@@ -69,17 +69,14 @@ ATT_SHARED int meta_bytes(bool wide) {
 enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, KIND_COUNT };
 
 /* Registers per thread of the roles after setmaxnreg: the threads start at 65536 / threads and
- * trade them. Wide: warpgroup 0 x 232 (scores, softmax, half of O; at 216 it spilled O) and
- * warpgroup 1 x 168 (half of O) with 2 paired producer warpgroups x 56 (512 threads, all 64K) or,
- * for 656-byte records, 1 producer warpgroup x 104 (384 threads); narrow wgmma: 1 consumer x 232 +
- * 2 producers x 136. Tuning constants, checked against the register file by the asserts below; the
- * producers' counts are what the consumers leave (setmaxnreg takes multiples of 8). */
-#define ATT_SCORE_REGS 232           /* wide warpgroup 0: scores, softmax, half of O (at 216 it spilled O) */
-#define ATT_VALUE_REGS 168           /* wide warpgroup 1: half of O (at 152 it spilled 161 words, ptxas) */
+ * trade them; the producers get what the consumers leave (setmaxnreg takes multiples of 8). Tuning
+ * constants, checked against the register file below (docs/performance-notes.md, ATT_SCORE_REGS). */
+#define ATT_SCORE_REGS 232           /* wide warpgroup 0: scores, softmax, half of O */
+#define ATT_VALUE_REGS 168           /* wide warpgroup 1: half of O */
 #define ATT_PAIRED_PRODUCER_REGS 56  /* (65536 - 128 x (232 + 168)) / 256: the rest of the register file */
 #define ATT_WIDE_PRODUCER_REGS 104   /* (384 x 168 - 128 x (232 + 168)) / 128: the rest of the launch's */
 #define ATT_NARROW_PRODUCER_REGS 136 /* (384 x 168 - 128 x 232) / 256: the rest of the launch's */
-#define ATT_NARROW_CONSUMER_REGS 232 /* the 32-head one spills a little here (kind_producers), used 255 before */
+#define ATT_NARROW_CONSUMER_REGS 232 /* the narrow consumer (the 32-head one spills a little here) */
 #define ATT_LAUNCH_REGS 168          /* 65536 / 384, rounded down to setmaxnreg's multiple of 8 */
 static_assert(128 * (ATT_SCORE_REGS + ATT_VALUE_REGS) + 256 * ATT_PAIRED_PRODUCER_REGS <= 65536,
               "wide paired: over the register file");
@@ -91,9 +88,8 @@ static_assert(128 * ATT_NARROW_CONSUMER_REGS + 256 * ATT_NARROW_PRODUCER_REGS <=
               "narrow: over the launch's registers");
 
 /* Whether the wide kind pairs its buffers for records of record_bytes (the paired producer,
- * attend_producer_paired.cuh). Not for 656: a quarter record would be 41 registers a thread (not
- * tried), and the paired producer with 656-byte records copied into the buffers' tails measured a
- * third slower than the 12-slot ring at h = 64. */
+ * attend_producer_paired.cuh). Not for 656: a quarter record would not fit a producer thread's
+ * registers (docs/performance-notes.md, wide_pairs). */
 ATT_CONST bool wide_pairs(int record_bytes) {
     return record_bytes != NVFP4_MLA_RECORD_BYTES_656;
 }
@@ -104,15 +100,10 @@ ATT_CONST bool kind_paired(int kind, int record_bytes) {
 ATT_CONST int kind_consumers(int kind) {
     return kind == KIND_WIDE ? ATT_WIDE_CONSUMERS : ATT_WARPGROUP;
 }
-/* Producer threads of a kind (also the in-launch merge's width). The narrow wgmma kinds take two
- * producer warpgroups: with one, the producer (one warp per scheduler, latency-bound at 0.4 issues
- * a cycle) set the tile time and the consumer waited on it for 20% of its samples (Nsight
- * Compute, h = 16). Two measured 8-10% faster at h = 16 and at h = 32, although the latter's
- * consumer, which used 255 registers with 256 threads, now runs at setmaxnreg's 232 and spills
- * (ptxas -v: a 40-byte stack frame, 56 bytes of spill stores; ptxas allocates each setmaxnreg
- * region to its own count). The paired wide kind takes two as well: its producer holds a quarter
- * record a thread (four threads a key, attend_producer_paired); with bulk copies, one warpgroup at
- * 88 registers had measured 3% slower than two at 48 (docs/performance-notes.md). */
+/* Producer threads of a kind (also the in-launch merge's width). Two warpgroups for the narrow
+ * wgmma kinds, whose single latency-bound producer warpgroup set the tile time, and for the paired
+ * wide kind (a quarter record a thread, four threads a key); one otherwise
+ * (docs/performance-notes.md, kind_producers). */
 ATT_CONST int kind_producers(int kind, int record_bytes) {
     return kind == KIND_N16_WGMMA || kind == KIND_N32_WGMMA || kind_paired(kind, record_bytes) ? 2 * ATT_WARPGROUP
                                                                                              : ATT_WARPGROUP;
@@ -168,30 +159,26 @@ typedef struct attend_plan {
 #define ATT_ONE_LAUNCH_MERGE_BYTES (128 << 10)
 
 /* The wide kind's items of at most this many tiles take the ROW_Q instantiation: its Q load is
- * 1.5 us shorter, which counts in a short item's chain, while its tile loop runs 2-3% slower (an
- * unsplit item of 32 tiles at batch 128, same-process A/B; docs/performance-notes.md). */
+ * shorter, which counts in a short item's chain, but its tile loop is slower, which counts in a
+ * long one (docs/performance-notes.md, ATT_ROW_Q_TILES). */
 #define ATT_ROW_Q_TILES 8
 
 /* ---- placement: split grids in clusters of 4 ----
  * A split grid (one item a CTA, at most one CTA an SM) launches in clusters of 4 consecutive CTAs
- * when the device runs all of the grid's clusters at once. The kernel does not use the cluster:
- * the dimension only tells the scheduler to place 4 CTAs in one GPC. In graph replays on the H200
- * this measured 0.4-0.7 us faster in 6 of 8 light cells (e.g. 4 x 64 heads 13.3 against 13.8-14.0
- * us), slower in none (docs/performance-notes.md, "small batches, round 3"). With clusters of 16
- * the same grid ran 0.6 us slower. The H200 runs 30 clusters of 4 at once, not 33: a grid whose
- * clusters do not all fit would wait a wave, so it launches without them. The count of clusters
- * the device runs at once is a device limit the context reads at init (count_quad_clusters,
- * a->quad_clusters; 0: no clusters). */
+ * when the device runs all of the grid's clusters at once (a grid whose clusters do not all fit
+ * would wait a wave). The kernel does not use the cluster: the dimension only tells the scheduler
+ * to place 4 CTAs in one GPC, which measured faster in the light calls (docs/performance-notes.md,
+ * attend_placement_cluster). The count is a device limit the context reads at init
+ * (count_quad_clusters, a->quad_clusters; 0: no clusters). */
 #define ATT_QUAD 4
 
 /* ---- the split-K workspace ----
  * splits > 1: partial O [splits, n_q, h, 512] bf16 (each split's normalised rows, rounded as an
  * output row is), partial log2-sum-exp [splits, n_q, h] f32, then, 8-byte aligned, one arrival
- * counter per (query, head group). bf16 rather than f32 partials: at small batches the partials'
- * stores and the merge's reads were the largest traffic of a call (a wide split plan wrote 16 MB
- * and read it back, ~7 us of a 20 us call; docs/performance-notes.md); the rounding adds at most
- * half a bf16 ulp of a partial to the merged row. Every place that finds a part of the layout
- * takes it from these. */
+ * counter per (query, head group). bf16 rather than f32 partials: at small batches the partials
+ * were the largest traffic of a call (docs/performance-notes.md, partial_rows); the rounding adds
+ * at most half a bf16 ulp of a partial to the merged row. Every place that finds a part of the
+ * layout takes it from these. */
 ATT_SHARED uint64_t partial_rows(const nvfp4_mla_attend_kernel_args_t *a, int splits) {
     return (uint64_t)splits * a->num_queries * a->num_heads;
 }

@@ -63,10 +63,9 @@ struct producer_shape {
 
 /* Key and part of producer thread t in the whole-tile dequantisation passes. The 8 lanes of each
  * quarter warp take 8 consecutive keys of one part: their 16-byte stores then fall in 8 different
- * swizzled chunks of one block, and their raw loads (record strides of 368, 432 and 656 bytes) in
- * 8 different bank groups. With the lanes of one key spread over the parts, the parts' stores hit
- * the same chunk of 4 different blocks (Nsight Compute, h = 16: 2112 store wavefronts a tile
- * against 576 ideal, and twice the ideal on the raw loads). */
+ * swizzled chunks of one block, and their raw loads (every record stride) in 8 different bank
+ * groups. With the lanes of one key spread over the parts, the parts' stores hit the same chunk of
+ * 4 different blocks (docs/performance-notes.md, key_part). */
 template <int PT>
 static __device__ __forceinline__ void key_part(int t, int &key, int &part) {
     constexpr int P = producer_shape<PT>::parts;
@@ -77,7 +76,8 @@ static __device__ __forceinline__ void key_part(int t, int &key, int &part) {
 
 /* Lane l (< entries) of producer warp w: the raw slot of entry entries * w + l of the cursor's
  * tile (-1 past its end), loaded a tile ahead of the copies and sanitised only when they are
- * issued (sane_slot): a test right after the load made the producer wait for it (4% of samples). */
+ * issued (sane_slot): a test right after the load made the producer wait for it
+ * (docs/performance-notes.md, load_tile_slot). */
 template <int PT>
 static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_kernel_args_t &a,
                                                          const tile_cursor &c, int warp, int lane) {
@@ -89,11 +89,9 @@ static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_
 /* Every producer warp: bulk copies of its entries of a tile (16 or 8) to `raw` (64 records), one
  * record per valid entry (entries past the end, -1 or outside the cache are not read and count
  * nothing), their validity flags to `valid`; lane 0 announces the warp's bytes on `landed`, every
- * thread arrives (after its own validity flag). Spread
- * over the producer warps because one warp issuing all 64 copies held the others at the tile barrier.
- * The compiler issues the copies one lane at a time (the address goes through uniform registers),
- * 12% of the samples at h = 16; whole-warp cp.async copies (one instruction per record) measured
- * 12% slower all the same at h = 16 (docs/performance-notes.md). */
+ * thread arrives (after its own validity flag). Spread over the producer warps because one warp
+ * issuing all 64 copies held the others at the tile barrier (docs/performance-notes.md,
+ * issue_records). */
 template <int RB, int PT>
 static __device__ __forceinline__ void issue_records(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                      uint8_t *raw, uint8_t *valid, uint64_t *landed, int32_t raw_slot,
@@ -135,14 +133,16 @@ static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, cons
         const bool v = valid[k] != 0;
         uint4 lo, hi;
         if (L::fp8_latent) {
-            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + L::payload_offset + BLOCK * b + GROUP * gq) : make_uint4(0, 0, 0, 0);
+            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + L::payload_offset + BLOCK * b + GROUP * gq)
+                              : make_uint4(0, 0, 0, 0);
             const float scale =
                 v ? stored_tile_scale(*reinterpret_cast<const float *>(rec + L::tile_scale_offset + 4 * (b >> 1)))
                   : 0.0f;
             lo = e4m3x8_scaled(c.x, c.y, scale, true);
             hi = e4m3x8_scaled(c.z, c.w, scale, true);
         } else {
-            const uint2 c = v ? *reinterpret_cast<const uint2 *>(rec + L::payload_offset + BLOCK * b + GROUP * gq) : make_uint2(0, 0);
+            const uint2 c = v ? *reinterpret_cast<const uint2 *>(rec + L::payload_offset + BLOCK * b + GROUP * gq)
+                              : make_uint2(0, 0);
             const __nv_bfloat162 d2 = group_scale_x2(v ? rec[L::group_scale_offset + 4 * b + gq] : 0u);
             lo = e2m1x8_block(c.x, d2);
             hi = e2m1x8_block(c.y, d2);
@@ -168,7 +168,8 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
     const bool v = valid[k] != 0;
     const uint4 z = make_uint4(0, 0, 0, 0);
     if (L::fp8_latent) {
-        const float4 tiles = v ? *reinterpret_cast<const float4 *>(rec + L::tile_scale_offset) : make_float4(0, 0, 0, 0);
+        const float4 tiles =
+            v ? *reinterpret_cast<const float4 *>(rec + L::tile_scale_offset) : make_float4(0, 0, 0, 0);
 #pragma unroll
         for (int i = 0; i < G; i++) { /* 16 bytes = chunks 2i, 2i+1 of this part = group i */
             const uint4 c =
@@ -189,18 +190,20 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
                 v ? *reinterpret_cast<const uint4 *>(rec + L::group_scale_offset + 16 * half) : z;
             scw[0] = sc.x, scw[1] = sc.y, scw[2] = sc.z, scw[3] = sc.w;
         } else {
-            const uint2 sc = v ? *reinterpret_cast<const uint2 *>(rec + L::group_scale_offset + 8 * half) : make_uint2(0, 0);
+            const uint2 sc =
+                v ? *reinterpret_cast<const uint2 *>(rec + L::group_scale_offset + 8 * half) : make_uint2(0, 0);
             scw[0] = sc.x, scw[1] = sc.y, scw[2] = scw[3] = 0;
         }
-        /* Passes of 8 groups (store_latent_groups8's shape; 16 a pass measured no faster). The codes
-         * are read whatever the entry: an invalid entry's zero scale codes make its values zeros. */
+        /* Passes of 8 groups (store_latent_groups8's shape; performance-notes.md, dequant_latent_tile).
+         * The codes are read whatever the entry: an invalid entry's zero scale codes make zeros. */
         const uint32_t r16 = ((uint32_t)k & 7u) << 4, row = swizzle_off(k, 0) - r16;
 #pragma unroll
         for (int pass = 0; pass < G / 8; pass++) {
             uint4 codes[4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                codes[i] = *reinterpret_cast<const uint4 *>(rec + L::payload_offset + 8 * G * half + 64 * pass + 16 * i);
+                codes[i] =
+                    *reinterpret_cast<const uint4 *>(rec + L::payload_offset + 8 * G * half + 64 * pass + 16 * i);
             store_latent_groups8(base + row, blk_off, r16, (uint32_t)(G * half + 8 * pass), codes, scw[2 * pass],
                                  scw[2 * pass + 1]);
             __syncwarp(); /* keeps the second pass's loads after the first pass's stores */

@@ -14,11 +14,10 @@
  * (key_part: key k, part p of 4) loads its quarter of key k's record of tile X + 1 (64 code bytes,
  * 8 group-scale codes, 16 RoPE codes or 32 RoPE bytes, and for part 0 the two scales) right after
  * writing tile X, so the loads are in flight while it waits for tile X - 1's consumers to free
- * the buffer, and the buffer is then written from registers in one pass. Measured on the H200
- * against the bulk copies into each buffer's tail that this replaced (which could only be issued
- * once tile X - 2's P.V had freed the tail, and then were waited for at once): 10% faster at
- * h = 64, 12% at h = 128; an L2 prefetch a tile ahead of the loads measured slower
- * (docs/performance-notes.md). Which layouts pair: wide_pairs (attend_plan.h). */
+ * the buffer, and the buffer is then written from registers in one pass, where bulk copies into
+ * each buffer's tail could only be issued once tile X - 2's P.V had freed it
+ * (docs/performance-notes.md, attend_producer_paired). Which layouts pair: wide_pairs
+ * (attend_plan.h). */
 
 /* A producer thread's quarter of one record (zeros for an entry that counts nothing). */
 template <int RB>

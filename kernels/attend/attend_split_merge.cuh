@@ -79,12 +79,10 @@ static __device__ __forceinline__ float merged_lse(float m, float sum) {
  * plans whose merge one CTA would read too slowly): one CTA of 128 threads a (query, head) row,
  * thread c owning columns 4c .. 4c + 3. Each thread issues its loads before it uses any: the
  * row's split lse values (threads < splits) and its partials, BATCH splits at a time, so a row
- * costs about one L2 round trip a batch. BATCH (merge_batch_for) is 4 up to 4 splits: the loads in
- * flight take registers (with f32 partials, BATCH 16 took 96 registers: five CTAs an SM, and the
- * 2048-4096 rows of a wide split plan took 3-6 waves); 16 up to 16 splits (8 measured slower than
- * 16 at 8 splits); 32 above, one round trip where 16 took two (docs/performance-notes.md; the
- * instantiation for a call: merge_kernel_for, attend_cuda.cu, the one unit that instantiates them). (One
- * warp a row, walking the splits one load after another, was the largest part of a light call.)
+ * costs about one L2 round trip a batch. BATCH is 4 up to 4 splits (the loads in flight take
+ * registers, and a wide split plan's rows must fit one wave), 16 up to 16 splits, 32 above (one
+ * round trip where 16 took two): docs/performance-notes.md, nvfp4_attend_merge_kernel; the
+ * instantiation for a call: merge_kernel_for, attend_cuda.cu, the one unit that instantiates them.
  * Launched dependent on the attention grid (nvfp4_launch), so its launch overlaps that grid's
  * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
  * merge_if_last's: the outputs are bit-identical to the in-launch merge's. */

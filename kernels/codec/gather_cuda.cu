@@ -3,9 +3,8 @@
  * One warp per row: lane g decodes latent group g (8 payload bytes, one scale code, the outer scale)
  * into 16 bf16 values, two 16-byte stores; lanes 0..7 also write the RoPE chunk g (8 codes times
  * the RoPE scale for 368, a 16-byte copy for 432). The slot, address and outer scale are worked out
- * once per lane instead of once per 8 values (the kernel is instruction-bound: Nsight Compute).
- * Two rows per warp with all loads issued first measured 4-9% slower at N = 256k (more
- * registers, lower occupancy), so one row per warp it is.
+ * once per lane instead of once per 8 values: the kernel is instruction-bound, and two rows a warp
+ * cost more in occupancy than they saved (docs/performance-notes.md, nvfp4_gather_kernel).
  * E2M1 values come from a nibble table, products are binary32 in the CPU twin's order, bf16 pairs
  * come from the hardware round-to-nearest-even conversion. Slot -1, and any slot outside
  * [0, capacity) (which the plugin cannot check on the host without a sync), give zeros.
@@ -38,8 +37,9 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp
     const uint32_t slot32 = (uint32_t)slot, bs = (uint32_t)a.block_size, block = slot32 / bs;
     const uint8_t *rec = a.cache + (int64_t)block * a.block_stride + (int64_t)(slot32 - block * bs) * a.record_bytes;
 
-    const float outer =
-        a.per_token ? stored_token_scale(__ldg((const float *)(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET))) : a.outer_scale;
+    const float outer = a.per_token
+                            ? stored_token_scale(__ldg((const float *)(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET)))
+                            : a.outer_scale;
     const float half_d = 0.5f * nvfp4_e4m3_decode(__ldg(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + lane));
     const uint2 codes = __ldg((const uint2 *)rec + lane);
     uint4 v[2];
