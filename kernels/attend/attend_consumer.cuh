@@ -9,10 +9,8 @@
 /* ---- consumers: shared pieces ---- */
 
 /* v as lane 0 holds it, which the compiler knows to be the same in every lane: values built from
- * it (wgmma descriptors) then live in uniform registers, where a k-step is one UIADD3.64. Derived
- * from the dynamic shared memory's base, they were per-thread 64-bit sums moved in by R2UR, two
- * a wgmma (Nsight Compute, h = 16 and 64). For values every lane holds alike, with the whole warp
- * converged (the consumers' warps are). */
+ * it (wgmma descriptors) then live in uniform registers (docs/performance-notes.md, warp_uniform).
+ * For values every lane holds alike, with the whole warp converged (the consumers' warps are). */
 static __device__ __forceinline__ uint32_t warp_uniform(uint32_t v) {
     return __shfl_sync(0xFFFFFFFFu, v, 0);
 }
@@ -24,11 +22,9 @@ static __device__ __forceinline__ uint32_t warp_uniform(uint32_t v) {
 /* Moves a row's running maximum m to cover the tile's maximum and returns alpha, the factor for
  * the row's sums and outputs so far. m moves only when the tile passes it by more than
  * ATT_MAX_SLACK (or from -inf): P then stays below 2^ATT_MAX_SLACK, which bf16 and the f32 sums
- * carry, and the outputs are rescaled only on those jumps. Moved on every rise, the maxima
- * rescaled O (128 multiplies a thread in the wide kind) in 98% of the tiles of random data. alpha
- * is exactly 1 when m stays, not ex2.approx(0): a caller skips the rescale on alpha == 1, and with
- * alpha from the exponential the wide kind's rescale still ran in 98% of the tiles (Nsight
- * Compute, h = 64). */
+ * carry, and the outputs are rescaled only on those jumps, not on every rise. alpha is exactly 1
+ * when m stays, not ex2.approx(0), so that a caller can skip the rescale on alpha == 1
+ * (docs/performance-notes.md, advance_max). */
 static __device__ __forceinline__ float advance_max(float &m, float tile_max) {
     float m_new = fmaxf(m, tile_max);
     if (m_new - m <= ATT_MAX_SLACK) m_new = m; /* false from -inf (inf, or NaN for -inf - -inf) */
@@ -55,9 +51,9 @@ static __device__ __forceinline__ uint4 from_operand_order(uint4 v) {
  * layout (one per 64 dims, `block_bytes` apart, local rows from row0), rows past the query's heads
  * as zeros, then permutes the latent chunks in place to the operand order. Thread t of a warpgroup
  * copies chunk t % 8 of every block row of rows row0 + t / 8 + 16k: each copy's addresses are the
- * row's base plus constants. (A walk over chunk indices, dividing each by 72, spent more issue
- * slots on addresses than on copies: 3.4 us for a wide item's 72 KB at batch 2.) The caller
- * synchronises the threads that read Q afterwards. */
+ * row's base plus constants, where a walk over chunk indices spends more issue slots on addresses
+ * than on copies (docs/performance-notes.md, load_q_rows). The caller synchronises the threads
+ * that read Q afterwards. */
 template <int ROWS>
 static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel_args_t &a, int64_t qi, int64_t head0,
                                                    int row0, uint8_t *qs, int block_bytes, int t) {
@@ -91,8 +87,7 @@ static __device__ __forceinline__ void load_q_rows(const nvfp4_mla_attend_kernel
 /* load_q_rows's work by a walk over chunk indices: thread `t` of `nthreads` copies every
  * nthreads-th chunk of rows [row0, row0 + rows_here), then permutes its latent chunks in place.
  * Slower to issue than load_q_rows (a division a chunk), but the wide kind keeps it for long
- * items: with load_q_rows ptxas allocated that kernel differently (8 more bytes of spill), and its
- * 32-tile loop ran 2-3% slower at batch 128 (same-process A/B; docs/performance-notes.md). */
+ * items, whose tile loop ran slower beside load_q_rows (ATT_ROW_Q_TILES). */
 static __device__ __forceinline__ void load_q_chunks(const nvfp4_mla_attend_kernel_args_t &a, int64_t qi, int64_t head0,
                                                    int row0, int rows_here, uint8_t *qs, int block_bytes, int t,
                                                    int nthreads) {
@@ -122,28 +117,9 @@ static __device__ __forceinline__ int latent_dim(int p) {
     return (p & ~7) + ((p & 7) >> 1) + 4 * (p & 1);
 }
 
-/* ---- the split-K workspace ----
- * splits > 1: partial O [splits, n_q, h, 512] bf16 (each split's normalised rows, rounded as an
- * output row is), partial log2-sum-exp [splits, n_q, h] f32, then, 8-byte aligned, one arrival
- * counter per (query, head group). bf16 rather than f32 partials: at small batches the partials'
- * stores and the merge's reads were the largest traffic of a call (a wide split plan wrote 16 MB
- * and read it back, ~7 us of a 20 us call; docs/performance-notes.md); the rounding adds at most
- * half a bf16 ulp of a partial to the merged row. Every place that finds a part of the layout
- * takes it from these. */
-static __host__ __device__ __forceinline__ uint64_t partial_rows(const nvfp4_mla_attend_kernel_args_t &a,
-                                                                 int splits) {
-    return (uint64_t)splits * a.num_queries * a.num_heads;
-}
-static __host__ __device__ __forceinline__ uint64_t partial_lse_offset(const nvfp4_mla_attend_kernel_args_t &a,
-                                                                       int splits) {
-    return partial_rows(a, splits) * NVFP4_MLA_LATENT_DIM * sizeof(uint16_t);
-}
-static __host__ __device__ __forceinline__ uint64_t counters_offset(const nvfp4_mla_attend_kernel_args_t &a,
-                                                                    int splits) {
-    return (partial_lse_offset(a, splits) + partial_rows(a, splits) * sizeof(float) + 7) / 8 * 8;
-}
+/* ---- the split-K workspace (its layout: attend_plan.h, partial_rows) ---- */
 static __device__ __forceinline__ float *partial_lse_of(const nvfp4_mla_attend_kernel_args_t &a, int splits) {
-    return reinterpret_cast<float *>((uint8_t *)a.workspace + partial_lse_offset(a, splits));
+    return reinterpret_cast<float *>((uint8_t *)a.workspace + partial_lse_offset(&a, splits));
 }
 
 /* Where an item's result goes: the output rows (one split) or its split's partial rows, both bf16. */
@@ -180,12 +156,10 @@ static __device__ __forceinline__ item_out item_out_of(const nvfp4_mla_attend_ke
 /* ---- the item's outputs ----
  *
  * bf16 outputs pass through the item's Q region (free once its last Q.K^T is done) so that the
- * global stores are whole 16-byte runs: a 2-byte store per value (the accumulators hold dims in
- * operand order, heads across lanes) cost the 16-head consumer ~1900 instructions a warp, 4% of
- * the kernel's time at h = 16, exposed after the last tile. Staged rows are 1040 bytes: 512 bf16
- * and 16 bytes of padding, which put consecutive heads 4 banks apart. Split partials are bf16 rows
- * too and take the same path (the wide kind's f32 partials, stored straight from the accumulators
- * at 16 bytes a row and instruction, took 13 us of a 26 us call at 8 tiles a split). */
+ * global stores are whole 16-byte runs, not a 2-byte store per value (the accumulators hold dims
+ * in operand order, heads across lanes), exposed after the last tile. Staged rows are 1040 bytes:
+ * 512 bf16 and 16 bytes of padding, which put consecutive heads 4 banks apart. Split partials are
+ * bf16 rows too and take the same path (docs/performance-notes.md, stage_flush). */
 #define ATT_STAGE_ROW 1040
 static_assert(ATT_STAGE_ROW % 16 == 0 && ATT_STAGE_ROW >= 1024, "staged rows: 512 bf16, 16-byte aligned");
 static_assert(ATT_STAGE_ROW <= ATT_TILE_BLOCKS * 128,

@@ -74,11 +74,9 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
     } else {
         release_slot(bars, pos0, pl);
     }
-    /* wgmma: unrolled. The loop's branch and uniform-register bookkeeping per block were ~4% of
-     * the h = 32 kernel's samples (ncu, on resident tiles, which this loop served then); unrolled,
-     * ptxas keeps the descriptors in uniform registers without spills: h = 32, batch 128, 12%
-     * faster (docs/performance-notes.md). Unrolled by 2 or 4 it gained less. mma.sync keeps the
-     * loop (more spills unrolled). */
+    /* wgmma: unrolled, so that ptxas keeps the descriptors in uniform registers without the loop's
+     * bookkeeping; mma.sync keeps the loop, which spills less (docs/performance-notes.md,
+     * narrow_qk). */
 #pragma unroll (WG ? ATT_LATENT_BLOCKS : 1)
     for (int i = 1; i < ATT_TILE_BLOCKS; i++) {
         if (WG || !pl.resident) wait_full(bars, pos0 + i, pl);
@@ -341,9 +339,8 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
         for (int c = 0; c < N / 4; c++) st.m[c] = -INFINITY, st.l[c] = 0.0f;
 #if NVFP4_HAVE_WGMMA
         /* Two whole tiles of slots: tile T+1 is waited for before P.V of tile T is issued, so it
-         * must not need T's slots. (Overlapped at 17 slots, 32 heads measured 13-19% slower:
-         * tile T+1 then takes T's RoPE slot, so it is written only once T's
-         * scores are done, and P.V of T waits for all of it.) */
+         * must not need T's slots (at 17 slots, T+1 takes T's RoPE slot: docs/performance-notes.md,
+         * narrow_tiles_overlapped). */
         /* (an empty item has no tile to wait for) */
         if (WG && N == 16 && pl.resident && pl.slots >= ATT_RING_SLOTS && tiles > 0) {
             if constexpr (WG && N == 16)

@@ -1,8 +1,7 @@
-/* The attention kernel's shared parts (kernels/attend/attend_cuda.cu): the launch plan and its
- * shared-memory map, the walk over work items and the ring's hand-over. The roles are in
- * attend_producer.cuh (copies, dequantisation) and attend_producer_paired.cuh (the paired wide
- * kind's register-staged records), attend_narrow.cuh (with its engines in
- * attend_narrow_engines.cuh) and attend_wide.cuh (the consumers, sharing attend_consumer.cuh).
+/* The attention kernel's shared parts (kernels/attend/attend_kernel.cuh; its plan and shared-memory
+ * map: attend_plan.h): the key metadata, the walk over work items and the ring's hand-over. The
+ * roles: attend_producer.cuh, attend_producer_paired.cuh, attend_narrow.cuh (engines in
+ * attend_narrow_engines.cuh) and attend_wide.cuh (sharing attend_consumer.cuh).
  *
  * Pipeline of one CTA (persistent: it takes items blockIdx.x, blockIdx.x + gridDim.x, ...; an
  * item is one query's top-k split for one group of heads):
@@ -11,26 +10,20 @@
  *   raw stage --(dequantisation, the 4 or 8 producer warps)--> operand ring [S slots of 8 KB]
  *   operand ring --(wgmma / mma.sync, the consumer warpgroups)--> S, softmax, P.V
  *
- * The paired wide kind (368 and 432 records) has no raw stages: its ring is two whole-tile buffers,
- * written from records each producer thread loads into its registers a tile ahead
- * (attend_producer_paired).
+ * The paired wide kind has no raw stages: its ring is two whole-tile buffers, written from records
+ * each producer thread holds in registers a tile ahead. An operand block is 64 keys x 64 dims of
+ * bf16 (SW128, sm90_cuda.cuh); a tile is the RoPE block, then latent blocks 0..7 ("resident": kept
+ * for P.V, 9 blocks) or those and latent blocks 0..7 again ("streaming", 17 blocks: for shared
+ * memory that cannot hold a whole tile). Slots pass by full/empty mbarriers in FIFO order; the key
+ * metadata rides in a ring of 4 tiles beside them, safe because the producer is at most two tiles
+ * ahead (slots <= 2 tiles' blocks, the plan's bound).
  *
- * An operand block is 64 keys x 64 dims of bf16 in the SW128 layout of sm90_cuda.cuh; a tile of 64
- * top-k entries is produced as the RoPE block, then latent blocks 0..7 ("resident": the consumer
- * keeps the latent blocks for P.V, 9 blocks a tile) or those followed by latent blocks 0..7 again
- * ("streaming", 17 blocks a tile: for shared memory that cannot hold a whole tile, the 99 KB
- * parts). Slots are handed over with full/empty mbarriers in FIFO order; per-tile key metadata
- * (validity, outer scale, RoPE scale: tile_meta, or the wide kind's wide_meta) rides in a ring of 4
- * beside them, which is safe because the
- * producer can be at most two tiles ahead (slots <= 2 blocks-per-tile, checked by the planner).
- *
- * Values in the operand blocks (why the scales are folded, not applied): NVFP4 latent values are
- * e2m1 * d * 2^-9 (exact in bf16: one multiply of bit-moved nibbles by d * 2^117, which cannot
- * overflow), RoPE values the bare E4M3 values (368) or the stored bf16 (432, 656); the outer scale
- * (s_t or the static s) times 2^9 and the RoPE scale r are applied per key to the score columns
- * and to P. The 656 baseline stores bf16(e4m3 * tile scale) as its readers do. The latent's
- * 8-element chunks hold elements in the order (0,4,1,5,2,6,3,7), which is what the bit moves
- * give; Q is permuted the same way when it is loaded and output columns are mapped back.
+ * Why the scales are folded, not applied: a latent operand value is e2m1 * d * 2^-9, exact in bf16
+ * (record_read.cuh, e2m1x8_block), a 656 latent value bf16(e4m3 x tile scale) as its readers
+ * compute it, a RoPE value the bare E4M3 value (368) or the stored bf16; the outer scale (s_t or s)
+ * times 2^9 and the RoPE scale r multiply each key's score column and P. The
+ * latent's 8-element chunks hold elements in the order (0,4,1,5,2,6,3,7), which the bit moves give;
+ * Q is permuted the same way when it is loaded, and output columns are mapped back.
  */
 #ifndef NVFP4_MLA_ATTEND_PIPELINE_CUH
 #define NVFP4_MLA_ATTEND_PIPELINE_CUH
@@ -41,77 +34,28 @@
 
 #include <type_traits>
 
+#include "attend_plan.h"
 #include "codec.h"
-#include "decode_cuda.cuh"
+#include "record_read.cuh"
 #include "sm90_cuda.cuh"
-
-#define ATT_KEYS 64          /* top-k entries per tile */
-#define ATT_BLOCK 8192       /* bytes of one operand block: 64 rows x 128 bytes */
-#define ATT_META_RING 4      /* tiles of key metadata in flight */
-
-/* The geometry of a tile's operand blocks: 64 dims each, so a 576-dim record row is the RoPE block
- * and 8 latent blocks. A resident tile is those 9 blocks; a streamed tile 17, its latent blocks
- * produced again for P.V; the largest ring holds two resident tiles. (constexpr, not macros:
- * #pragma unroll takes them.) */
-constexpr int ATT_BLOCK_DIMS = 64;                                        /* dims (bf16 columns) of a block */
-constexpr int ATT_LATENT_BLOCKS = NVFP4_MLA_LATENT_DIM / ATT_BLOCK_DIMS;  /* 8 */
-constexpr int ATT_TILE_BLOCKS = NVFP4_MLA_ROW_DIM / ATT_BLOCK_DIMS;       /* 9: RoPE, then latent 0..7 */
-constexpr int ATT_STREAM_BLOCKS = ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS;    /* 17: RoPE, latent 0..7, 0..7 */
-constexpr int ATT_RING_SLOTS = 2 * ATT_TILE_BLOCKS;                       /* 18: two whole tiles */
-static_assert(ATT_TILE_BLOCKS == 1 + ATT_LATENT_BLOCKS && NVFP4_MLA_ROPE_DIM == ATT_BLOCK_DIMS,
-              "one RoPE block beside the latent blocks");
-
-/* Threads of the roles: a warpgroup (the narrow consumer; a producer warpgroup) and the wide
- * consumer's two (kind_threads in attend_cuda.cu gives each kind's counts). */
-constexpr int ATT_WARPGROUP = 128;
-constexpr int ATT_WIDE_CONSUMERS = 2 * ATT_WARPGROUP;
 
 /* Named barriers (0 is __syncthreads). */
 /* BAR_WIDE_P: warpgroup 0 has written a tile's P and alpha (attend_wide); BAR_WIDE_P_FREE:
  * warpgroup 1 is done with them. Both warpgroups bar.sync on each (attend_wide says why). */
 enum { BAR_CONSUMER = 1, BAR_PRODUCER = 2, BAR_WIDE_P_FREE = 3, BAR_WIDE_P = 4, BAR_WIDE_ITEM = 5, BAR_MERGE = 6 };
 
-/* How one launch is tiled and where everything lives in the dynamic shared memory (byte offsets
- * from the 1024-byte aligned base). Computed on the host by attend_plan_for (attend_cuda.cu). */
-struct attend_plan {
-    int32_t wide;            /* 1: 64 heads per CTA, two consumer warpgroups (sm_90a wgmma) */
-    int32_t wgmma;           /* 1: wgmma consumers (sm_90a), 0: mma.sync consumers */
-    int32_t heads;           /* heads per item as the MMA sees them: 16, 32 (narrow) or 64 (wide) */
-    int32_t groups;          /* head groups per query: ceil(h / heads) */
-    int32_t splits;          /* top-k splits per (query, group) */
-    int32_t tiles_per_split; /* 64-entry tiles per split */
-    int32_t stages;          /* raw record stages R (paired: 0, the records pass through registers) */
-    int32_t slots;           /* operand ring slots S */
-    int32_t resident;        /* 1: 9 blocks a tile (latent kept for P.V), 0: 17 (streaming) */
-    int32_t paired;          /* 1: 18 slots = two tile buffers written from records staged in the
-                              * producers' registers (the wide kind: attend_producer_paired) */
-    int32_t contiguous;      /* block_stride == block_size * record_bytes */
-    int32_t grid;            /* persistent CTAs */
-    int32_t threads;         /* 256 (narrow mma.sync), 384 (narrow wgmma, wide 656), 512 (paired): kind_threads */
-    int32_t one_launch;      /* 1: splits > 1 merged in this launch by each group's last split */
-    uint32_t slots_magic;    /* ceil(2^32 / slots): ring positions divide by a multiply */
-    int64_t items;           /* n_q * groups * splits */
-    int32_t off_q, off_p, off_ring, off_raw, off_valid, off_meta, off_red, off_bar;
-    int32_t bytes;           /* dynamic shared memory requested (alignment slack included) */
-};
-
 /* Key metadata of one tile for the narrow consumers, written by the producer with the tile's RoPE
- * block (the wide consumer's form: wide_meta). */
+ * block (the wide consumer's form: wide_meta; docs/performance-notes.md, tile_meta). */
 struct tile_meta {
     float s[ATT_KEYS];       /* latent score/P scale: (s_t or s) * 2^9 (NVFP4), 1 (656), 0 if unused */
     float r[ATT_KEYS];       /* RoPE score scale: r (368), 1 (432, 656) */
-    uint8_t valid[ATT_KEYS]; /* 1 when the entry counts (bytes: at 32 heads the 768 bytes that int32
-                              * flags took over 4 tiles kept the ring one slot short of 17) */
+    uint8_t valid[ATT_KEYS]; /* 1 when the entry counts (bytes: int32 flags cost the 32-head ring a slot) */
 };
 
 /* The wide kind's key metadata: what its softmax multiplies by, precomputed once a key by the
- * producer. The consumer then forms a score in two FFMA from one 16-byte load a key, where the
- * (s, r, valid) form took three loads, two scale multiplies, a compare and a -inf move. With
- * one -inf select a row instead of one a score (wide_softmax), the softmax went from 480 to 331
- * static SASS instructions, and warpgroup 0 from 837 to 732 executed a warp-tile (Nsight
- * Compute, h = 64). Measured: 656 records 1-2.5% faster at h = 64 / 128, 368
- * the same (their producer sets the pace; docs/performance-notes.md). 1 KB a tile
- * against tile_meta's 576 bytes: the wide kind has the room, the narrow rings at 32 heads do not. */
+ * producer, so that the consumer forms a score in two FFMA from one 16-byte load a key
+ * (docs/performance-notes.md, wide_meta). 1 KB a tile against tile_meta's 576 bytes: the wide kind
+ * has the room, the narrow rings at 32 heads do not. */
 struct alignas(16) wide_key {
     float ls;   /* latent score scale: tile_meta's s * sm_scale * log2(e) */
     float rs;   /* RoPE score scale: tile_meta's r * sm_scale * log2(e) */
@@ -124,12 +68,11 @@ struct wide_meta {
     wide_key key[ATT_KEYS];
 };
 
-/* A consumer's metadata form (the wide kind's or the narrow kinds') and its bytes a tile. */
+/* A consumer's metadata form (the wide kind's or the narrow kinds'), of the bytes the plan gives it. */
 template <bool WIDE>
 using meta_of = std::conditional_t<WIDE, wide_meta, tile_meta>;
-static __host__ __device__ constexpr int meta_bytes(bool wide) {
-    return wide ? (int)sizeof(wide_meta) : (int)sizeof(tile_meta);
-}
+static_assert(sizeof(tile_meta) == ATT_TILE_META_BYTES && sizeof(wide_meta) == ATT_WIDE_META_BYTES,
+              "meta_bytes: the plan's sizes of the metadata forms");
 
 /* The factor that takes a score to log2 units in both forms: exp2(score * it) = e^(sm_scale * score). */
 static __device__ __forceinline__ float score_scale_log2(const nvfp4_mla_attend_kernel_args_t &a) {
@@ -193,8 +136,8 @@ static __device__ __forceinline__ attend_bars bars_of(uint8_t *smem, const atten
 }
 
 /* Ring position -> slot and phase parity. The quotient pos / slots is umulhi(pos, ceil(2^32 /
- * slots)), exact while pos * slots < 2^32 (a CTA walks at most items x tiles x 17 positions);
- * an integer division here cost the consumers ~20 instructions a block. */
+ * slots)), exact while pos * slots < 2^32 (a CTA walks at most items x tiles x 17 positions): an
+ * integer division cost the consumers about 20 instructions a block. */
 static __device__ __forceinline__ uint32_t pos_round(uint32_t pos, const attend_plan &pl) {
     return __umulhi(pos, pl.slots_magic);
 }
@@ -206,8 +149,7 @@ static __device__ __forceinline__ uint32_t pos_parity(uint32_t pos, const attend
 }
 
 /* The slot of ring position pos0 + i from s0 = pos_slot(pos0), i < slots: a compare where pos_slot
- * takes a multiply-high and a multiply (for a tile's nine slots, ~60 instructions a thread a tile
- * in the producer's arrivals alone). */
+ * takes a multiply-high and a multiply (docs/performance-notes.md, slot_after). */
 static __device__ __forceinline__ uint32_t slot_after(uint32_t s0, uint32_t i, const attend_plan &pl) {
     const uint32_t s = s0 + i;
     return s >= (uint32_t)pl.slots ? s - (uint32_t)pl.slots : s;
@@ -240,7 +182,6 @@ static __device__ __forceinline__ void wait_full(const attend_bars &bars, uint32
 
 /* A paired ring (plan.paired; attend_producer_paired, wide_tile) is two buffers of 9 blocks: tile
  * X is buffer X & 1, slots 9 (X & 1) .. +8, in phase (X >> 1) & 1 of their barriers. */
-#define ATT_PAIRED_BUFFERS 2
 static __device__ __forceinline__ uint8_t *paired_buffer(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
     return smem + pl.off_ring + (tile & 1u) * ATT_TILE_BLOCKS * ATT_BLOCK;
 }

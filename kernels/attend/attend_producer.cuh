@@ -63,10 +63,9 @@ struct producer_shape {
 
 /* Key and part of producer thread t in the whole-tile dequantisation passes. The 8 lanes of each
  * quarter warp take 8 consecutive keys of one part: their 16-byte stores then fall in 8 different
- * swizzled chunks of one block, and their raw loads (record strides of 368, 432 and 656 bytes) in
- * 8 different bank groups. With the lanes of one key spread over the parts, the parts' stores hit
- * the same chunk of 4 different blocks (Nsight Compute, h = 16: 2112 store wavefronts a tile
- * against 576 ideal, and twice the ideal on the raw loads). */
+ * swizzled chunks of one block, and their raw loads (every record stride) in 8 different bank
+ * groups. With the lanes of one key spread over the parts, the parts' stores hit the same chunk of
+ * 4 different blocks (docs/performance-notes.md, key_part). */
 template <int PT>
 static __device__ __forceinline__ void key_part(int t, int &key, int &part) {
     constexpr int P = producer_shape<PT>::parts;
@@ -77,7 +76,8 @@ static __device__ __forceinline__ void key_part(int t, int &key, int &part) {
 
 /* Lane l (< entries) of producer warp w: the raw slot of entry entries * w + l of the cursor's
  * tile (-1 past its end), loaded a tile ahead of the copies and sanitised only when they are
- * issued (sane_slot): a test right after the load made the producer wait for it (4% of samples). */
+ * issued (sane_slot): a test right after the load made the producer wait for it
+ * (docs/performance-notes.md, load_tile_slot). */
 template <int PT>
 static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_kernel_args_t &a,
                                                          const tile_cursor &c, int warp, int lane) {
@@ -89,11 +89,9 @@ static __device__ __forceinline__ int32_t load_tile_slot(const nvfp4_mla_attend_
 /* Every producer warp: bulk copies of its entries of a tile (16 or 8) to `raw` (64 records), one
  * record per valid entry (entries past the end, -1 or outside the cache are not read and count
  * nothing), their validity flags to `valid`; lane 0 announces the warp's bytes on `landed`, every
- * thread arrives (after its own validity flag). Spread
- * over the producer warps because one warp issuing all 64 copies held the others at the tile barrier.
- * The compiler issues the copies one lane at a time (the address goes through uniform registers),
- * 12% of the samples at h = 16; whole-warp cp.async copies (one instruction per record) measured
- * 12% slower all the same at h = 16 (docs/performance-notes.md). */
+ * thread arrives (after its own validity flag). Spread over the producer warps because one warp
+ * issuing all 64 copies held the others at the tile barrier (docs/performance-notes.md,
+ * issue_records). */
 template <int RB, int PT>
 static __device__ __forceinline__ void issue_records(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                      uint8_t *raw, uint8_t *valid, uint64_t *landed, int32_t raw_slot,
@@ -120,59 +118,13 @@ static __device__ __forceinline__ void issue_tile(const nvfp4_mla_attend_kernel_
 
 /* ---- producer: dequantisation of one 8 KB operand block ---- */
 
-/* bf16x2 of E4M3 code `code` times 2^117 (exact: at most 4 significant bits, at most 448 * 2^117). */
-static __device__ __forceinline__ __nv_bfloat162 group_scale_x2(uint32_t code) {
-    const float d = __fmul_rn(e4m3x2_to_float2(code).x, 0x1p117f);
-    return __floats2bfloat162_rn(d, d);
-}
-
-/* Eight E2M1 codes (one word) times d2 = d * 2^117: bf16 pairs (0,4),(1,5),(2,6),(3,7) holding
- * e2m1 * d * 2^-9 exactly (bit moves give e2m1 * 2^-126, the E2M1 subnormal 0.5 included). */
-static __device__ __forceinline__ uint4 e2m1x8_block(uint32_t w, __nv_bfloat162 d2) {
-    const uint32_t p0 = ((w << 12) & 0x80008000u) | ((w << 6) & 0x01C001C0u);
-    const uint32_t p1 = ((w << 8) & 0x80008000u) | ((w << 2) & 0x01C001C0u);
-    const uint32_t p2 = ((w << 4) & 0x80008000u) | ((w >> 2) & 0x01C001C0u);
-    const uint32_t p3 = (w & 0x80008000u) | ((w >> 6) & 0x01C001C0u);
-    return make_uint4(as_u32(__hmul2(as_bf162(p0), d2)), as_u32(__hmul2(as_bf162(p1), d2)),
-                      as_u32(__hmul2(as_bf162(p2), d2)), as_u32(__hmul2(as_bf162(p3), d2)));
-}
-
-/* One 16-value latent group (codes w0, w1; scale d2) into its key's row of a latent block: chunk
- * offset `off` and the next chunk, which differs from it in bit 4 alone (the SW128 swizzle XORs a
- * row's chunk index with row % 8, and a group's chunks are 2j and 2j + 1). `row` is the key's row
- * offset without the swizzle, `off` = (2j * 16) ^ ((key % 8) << 4) plus any whole block: 2 + 5
- * instructions for both stores, where two swizzle_off took about 10. */
-static __device__ __forceinline__ void store_e2m1_group(uint8_t *row, uint32_t off, uint32_t w0, uint32_t w1,
-                                                        __nv_bfloat162 d2) {
-    *reinterpret_cast<uint4 *>(row + off) = e2m1x8_block(w0, d2);
-    *reinterpret_cast<uint4 *>(row + (off ^ 16u)) = e2m1x8_block(w1, d2);
-}
-
-/* Latent groups g0 .. g0 + 7 of one key (g0 a multiple of 8) into their blocks, from their 64
- * code bytes and their 8 scale codes (two words, group g0 in the low byte). `row` = base +
- * swizzle_off(key, 0) - r16 (the key's row, swizzle removed), blk_off(b) = latent block b's offset
- * from base, r16 = (key % 8) << 4 (store_e2m1_group's addressing). The resident raw-stage
- * dequantisation (dequant_latent_tile) and the register-staged paired producer write through
- * here; dequant_latent (the streaming rings, one group a thread) keeps its own loop. */
-template <typename BlockOff>
-static __device__ __forceinline__ void store_latent_groups8(uint8_t *row, BlockOff blk_off, uint32_t r16, uint32_t g0,
-                                                            const uint4 *codes, uint32_t scales_lo,
-                                                            uint32_t scales_hi) {
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const uint32_t g = g0 + (uint32_t)j;
-        const uint32_t code = ((j < 4 ? scales_lo : scales_hi) >> (8 * (j & 3))) & 0xFFu;
-        const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
-        const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
-        store_e2m1_group(row, blk_off(g >> 2) + (((g & 3u) << 5) ^ r16), w0, w1, group_scale_x2(code));
-    }
-}
-
 /* Latent block b (dims 64b..64b+63) of the stage's 64 records. Thread t: group t % 4 of the block
  * (two 8-element chunks) of keys t / 4 (+ 32 with 128 threads); unused entries are written as zeros. */
 template <int RB, int PT>
 static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, const uint8_t *valid, uint8_t *blk, int b,
                                                       int t) {
+    using L = record_layout<RB>;
+    constexpr int BLOCK = L::latent_block_bytes, GROUP = BLOCK / 4; /* code bytes of a block, of a thread's part */
     const int gq = t & 3;
 #pragma unroll
     for (int i = 0; i < 4 * ATT_KEYS / PT; i++) {
@@ -180,15 +132,18 @@ static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, cons
         const uint8_t *rec = stage + k * RB;
         const bool v = valid[k] != 0;
         uint4 lo, hi;
-        if (RB == 656) {
-            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + 64 * b + 16 * gq) : make_uint4(0, 0, 0, 0);
+        if (L::fp8_latent) {
+            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + L::payload_offset + BLOCK * b + GROUP * gq)
+                              : make_uint4(0, 0, 0, 0);
             const float scale =
-                v ? *reinterpret_cast<const float *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET + 4 * (b >> 1)) : 0.0f;
+                v ? stored_tile_scale(*reinterpret_cast<const float *>(rec + L::tile_scale_offset + 4 * (b >> 1)))
+                  : 0.0f;
             lo = e4m3x8_scaled(c.x, c.y, scale, true);
             hi = e4m3x8_scaled(c.z, c.w, scale, true);
         } else {
-            const uint2 c = v ? *reinterpret_cast<const uint2 *>(rec + 32 * b + 8 * gq) : make_uint2(0, 0);
-            const __nv_bfloat162 d2 = group_scale_x2(v ? rec[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 4 * b + gq] : 0u);
+            const uint2 c = v ? *reinterpret_cast<const uint2 *>(rec + L::payload_offset + BLOCK * b + GROUP * gq)
+                              : make_uint2(0, 0);
+            const __nv_bfloat162 d2 = group_scale_x2(v ? rec[L::group_scale_offset + 4 * b + gq] : 0u);
             lo = e2m1x8_block(c.x, d2);
             hi = e2m1x8_block(c.y, d2);
         }
@@ -208,19 +163,22 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
     constexpr int P = producer_shape<PT>::parts, G = 32 / P;
     int k, half; /* `half`: the part (a half with 128 threads) */
     key_part<PT>(t, k, half);
+    using L = record_layout<RB>;
     const uint8_t *rec = stage + k * RB;
     const bool v = valid[k] != 0;
     const uint4 z = make_uint4(0, 0, 0, 0);
-    if (RB == 656) {
+    if (L::fp8_latent) {
         const float4 tiles =
-            v ? *reinterpret_cast<const float4 *>(rec + NVFP4_MLA_FP8_656_TILE_SCALE_OFFSET) : make_float4(0, 0, 0, 0);
+            v ? *reinterpret_cast<const float4 *>(rec + L::tile_scale_offset) : make_float4(0, 0, 0, 0);
 #pragma unroll
         for (int i = 0; i < G; i++) { /* 16 bytes = chunks 2i, 2i+1 of this part = group i */
             const uint4 c =
-                v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 16 * G * half + 16 * i)
-                  : z;
+                v ? *reinterpret_cast<const uint4 *>(rec + L::payload_offset + 16 * G * half + 16 * i) : z;
             const int gl = G * half + i, b = gl >> 2, gq = gl & 3;
-            const float scale = (b >> 1) == 0 ? tiles.x : (b >> 1) == 1 ? tiles.y : (b >> 1) == 2 ? tiles.z : tiles.w;
+            const float scale = stored_tile_scale((b >> 1) == 0   ? tiles.x
+                                                  : (b >> 1) == 1 ? tiles.y
+                                                  : (b >> 1) == 2 ? tiles.z
+                                                                  : tiles.w);
             uint8_t *blk = base + blk_off((uint32_t)b);
             *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq)) = e4m3x8_scaled(c.x, c.y, scale, true);
             *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq + 8)) = e4m3x8_scaled(c.z, c.w, scale, true);
@@ -229,47 +187,28 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
         uint32_t scw[4];
         if (G == 16) {
             const uint4 sc =
-                v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 16 * half) : z;
+                v ? *reinterpret_cast<const uint4 *>(rec + L::group_scale_offset + 16 * half) : z;
             scw[0] = sc.x, scw[1] = sc.y, scw[2] = sc.z, scw[3] = sc.w;
         } else {
-            const uint2 sc = v ? *reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * half)
-                               : make_uint2(0, 0);
+            const uint2 sc =
+                v ? *reinterpret_cast<const uint2 *>(rec + L::group_scale_offset + 8 * half) : make_uint2(0, 0);
             scw[0] = sc.x, scw[1] = sc.y, scw[2] = scw[3] = 0;
         }
-        /* Passes of 8 groups (store_latent_groups8's shape; 16 a pass measured no faster). The codes
-         * are read whatever the entry: an invalid entry's zero scale codes make its values zeros. */
+        /* Passes of 8 groups (store_latent_groups8's shape; performance-notes.md, dequant_latent_tile).
+         * The codes are read whatever the entry: an invalid entry's zero scale codes make zeros. */
         const uint32_t r16 = ((uint32_t)k & 7u) << 4, row = swizzle_off(k, 0) - r16;
 #pragma unroll
         for (int pass = 0; pass < G / 8; pass++) {
             uint4 codes[4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                codes[i] = *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 8 * G * half +
-                                                             64 * pass + 16 * i);
+                codes[i] =
+                    *reinterpret_cast<const uint4 *>(rec + L::payload_offset + 8 * G * half + 64 * pass + 16 * i);
             store_latent_groups8(base + row, blk_off, r16, (uint32_t)(G * half + 8 * pass), codes, scw[2 * pass],
                                  scw[2 * pass + 1]);
             __syncwarp(); /* keeps the second pass's loads after the first pass's stores */
         }
     }
-}
-
-/* Four E4M3 codes (one word) as two bf16 pairs, exactly: each code's bits moved into a bf16 whose
- * exponent is 120 short, then times 2^120 (subnormal codes become bf16 subnormals, which the
- * multiply takes exactly, as e2m1x8_block's do). 12 instructions where the conversion through f32
- * took about 20. The NaN codes 0x7F / 0xFF, which no writer stores, read as -+480. */
-static __device__ __forceinline__ uint2 e4m3x4_bf16(uint32_t w) {
-    const __nv_bfloat162 two120 = as_bf162(0x7B807B80u);
-    const uint32_t t0 = __byte_perm(w, 0, 0x4140), t1 = __byte_perm(w, 0, 0x4342); /* codes 0, 1 | 2, 3 in the halves */
-    const uint32_t b0 = ((t0 << 8) & 0x80008000u) | ((t0 << 4) & 0x07F007F0u);
-    const uint32_t b1 = ((t1 << 8) & 0x80008000u) | ((t1 << 4) & 0x07F007F0u);
-    return make_uint2(as_u32(__hmul2(as_bf162(b0), two120)), as_u32(__hmul2(as_bf162(b1), two120)));
-}
-
-/* Sixteen E4M3 RoPE codes as two 8-value chunks of bf16 (e4m3x4_bf16: exact). */
-static __device__ __forceinline__ void e4m3x16_bf16(uint4 c, uint4 &lo, uint4 &hi) {
-    const uint2 a0 = e4m3x4_bf16(c.x), a1 = e4m3x4_bf16(c.y), a2 = e4m3x4_bf16(c.z), a3 = e4m3x4_bf16(c.w);
-    lo = make_uint4(a0.x, a0.y, a1.x, a1.y);
-    hi = make_uint4(a2.x, a2.y, a3.x, a3.y);
 }
 
 /* The RoPE block (dims 512..575) of the stage's records: thread t writes the C = 8 / P chunks of
@@ -278,45 +217,47 @@ static __device__ __forceinline__ void e4m3x16_bf16(uint4 c, uint4 &lo, uint4 &h
 template <int RB, int PT>
 static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const uint8_t *valid, uint8_t *blk, int t) {
     constexpr int P = producer_shape<PT>::parts, C = 8 / P;
+    using L = record_layout<RB>;
     int k, part;
     key_part<PT>(t, k, part);
     const uint8_t *rec = stage + k * RB;
     const bool v = valid[k] != 0;
     const uint4 z = make_uint4(0, 0, 0, 0);
     uint4 out[C];
-    if (RB == NVFP4_MLA_RECORD_BYTES_368) {
+    if (L::fp8_rope) {
 #pragma unroll
         for (int i = 0; i < C / 2; i++) { /* 16 E4M3 codes = two chunks */
-            const uint4 c =
-                v ? *reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET + 8 * C * part + 16 * i) : z;
+            const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + L::rope_offset + 8 * C * part + 16 * i) : z;
             e4m3x16_bf16(c, out[2 * i], out[2 * i + 1]);
         }
     } else {
-        const int off = RB == 656 ? NVFP4_MLA_FP8_656_ROPE_OFFSET : NVFP4_MLA_RECORD_ROPE_OFFSET;
 #pragma unroll
         for (int i = 0; i < C; i++)
-            out[i] = v ? *reinterpret_cast<const uint4 *>(rec + off + 16 * C * part + 16 * i) : z;
+            out[i] =
+                v ? stored_rope_bf16(*reinterpret_cast<const uint4 *>(rec + L::rope_offset + 16 * C * part + 16 * i))
+                  : z;
     }
 #pragma unroll
     for (int i = 0; i < C; i++) *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 8 * C * part + 8 * i)) = out[i];
 }
 
 /* Key k's metadata (tile_meta, or the wide kind's wide_meta: put_key_meta) for an entry that
- * counts (v) or not. The record's s_t and RoPE scale r come from token_scale() and rope_scale(),
- * called only when the rule needs them: s is (s_t or the static scale) * 2^9 for NVFP4 records
- * and 1 for 656; r is the stored r (368) or 1; s = r = 0 for an entry that counts nothing. */
+ * counts (v) or not, by the layout's key metadata (record_layout: outer_scaled, latent_unit,
+ * rope_scaled). The record's s_t and RoPE scale r come from token_scale() and rope_scale(), called
+ * only when the rule needs them; s = r = 0 for an entry that counts nothing. */
 template <int RB, typename TokenScale, typename RopeScale, typename Meta>
 static __device__ __forceinline__ void write_key_meta(const nvfp4_mla_attend_kernel_args_t &a, bool v,
                                                       TokenScale token_scale, RopeScale rope_scale, Meta *m, int k) {
+    using L = record_layout<RB>;
     float s = 0.0f, r = 0.0f;
     if (v) {
-        if (RB == 656) {
+        if (!L::outer_scaled) {
             s = 1.0f;
         } else {
-            const float outer = a.per_token ? token_scale() : a.outer_scale;
-            s = __fmul_rn(outer, 512.0f);
+            const float outer = a.per_token ? stored_token_scale(token_scale()) : a.outer_scale;
+            s = __fmul_rn(outer, L::latent_unit);
         }
-        r = RB == NVFP4_MLA_RECORD_BYTES_368 ? rope_scale() : 1.0f;
+        r = L::rope_scaled ? stored_rope_scale(rope_scale()) : 1.0f;
     }
     put_key_meta(a, m, k, s, r, v);
 }
@@ -328,8 +269,8 @@ static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_
     if (t >= ATT_KEYS) return;
     const uint8_t *rec = stage + t * RB;
     write_key_meta<RB>(
-        a, valid[t] != 0, [&] { return *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET); },
-        [&] { return *reinterpret_cast<const float *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET); }, m, t);
+        a, valid[t] != 0, [&] { return *reinterpret_cast<const float *>(rec + record_layout<RB>::token_scale_offset); },
+        [&] { return *reinterpret_cast<const float *>(rec + record_layout<RB>::rope_scale_offset); }, m, t);
 }
 
 /* The producer (thread t = 0..PT-1 of its PT / 128 warpgroups): keeps R stages of copies in

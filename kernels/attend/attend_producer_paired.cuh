@@ -14,24 +14,15 @@
  * (key_part: key k, part p of 4) loads its quarter of key k's record of tile X + 1 (64 code bytes,
  * 8 group-scale codes, 16 RoPE codes or 32 RoPE bytes, and for part 0 the two scales) right after
  * writing tile X, so the loads are in flight while it waits for tile X - 1's consumers to free
- * the buffer, and the buffer is then written from registers in one pass. Measured on the H200
- * against the bulk copies into each buffer's tail that this replaced (which could only be issued
- * once tile X - 2's P.V had freed the tail, and then were waited for at once): 10% faster at
- * h = 64, 12% at h = 128; an L2 prefetch a tile ahead of the loads measured slower
- * (docs/performance-notes.md).
- *
- * Whether the wide kind pairs its buffers for records of record_bytes. Not for 656: a quarter
- * record would be 41 registers a thread (not tried), and the paired producer with 656-byte records
- * copied into the buffers' tails measured a third slower than the 12-slot ring at
- * h = 64). */
-static __host__ __device__ constexpr bool wide_pairs(int record_bytes) {
-    return record_bytes != 656;
-}
+ * the buffer, and the buffer is then written from registers in one pass, where bulk copies into
+ * each buffer's tail could only be issued once tile X - 2's P.V had freed it
+ * (docs/performance-notes.md, attend_producer_paired). Which layouts pair: wide_pairs
+ * (attend_plan.h). */
 
 /* A producer thread's quarter of one record (zeros for an entry that counts nothing). */
 template <int RB>
 struct record_quarter {
-    static constexpr int rope_chunks = RB == NVFP4_MLA_RECORD_BYTES_368 ? 1 : 2;
+    static constexpr int rope_chunks = record_layout<RB>::quarter_rope_chunks;
     uint4 codes[4];          /* payload bytes 64p .. 64p + 63: latent groups 8p .. 8p + 7 */
     uint2 scales;            /* their E4M3 group-scale codes */
     uint4 rope[rope_chunks]; /* RoPE dims 16p .. 16p + 15: 16 E4M3 codes (368) or 16 bf16 (432) */
@@ -43,7 +34,8 @@ struct record_quarter {
 template <int RB>
 static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                     const tile_cursor &c, int k, int part, record_quarter<RB> &q) {
-    static_assert(wide_pairs(RB), "quarters of 368 and 432 byte records");
+    using L = record_layout<RB>;
+    static_assert(L::pairs, "quarters of the layouts that pair");
     const int64_t e = c.entry + k;
     const int32_t slot = c.valid && e < c.span.end ? sane_slot(a, __ldg(a.slots + c.span.q * a.slot_stride + e)) : -1;
     const uint4 z = make_uint4(0, 0, 0, 0);
@@ -57,15 +49,13 @@ static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kerne
     const uint8_t *rec = record_src<RB>(a, pl, slot);
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        q.codes[i] = __ldg(reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_PAYLOAD_OFFSET + 64 * part + 16 * i));
-    q.scales = __ldg(reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + 8 * part));
+        q.codes[i] = __ldg(reinterpret_cast<const uint4 *>(rec + L::payload_offset + 64 * part + 16 * i));
+    q.scales = __ldg(reinterpret_cast<const uint2 *>(rec + L::group_scale_offset + 8 * part));
 #pragma unroll
     for (int i = 0; i < q.rope_chunks; i++)
-        q.rope[i] = __ldg(reinterpret_cast<const uint4 *>(rec + NVFP4_MLA_RECORD_ROPE_OFFSET +
-                                                          16 * q.rope_chunks * part + 16 * i));
-    static_assert(NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET == NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET + 4,
-                  "scales_rs: r, then s_t, in one 8-byte load");
-    if (part == 0) q.scales_rs = __ldg(reinterpret_cast<const uint2 *>(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET));
+        q.rope[i] = __ldg(reinterpret_cast<const uint4 *>(rec + L::rope_offset + 16 * q.rope_chunks * part + 16 * i));
+    static_assert(L::token_scale_offset == L::rope_scale_offset + 4, "scales_rs: r, then s_t, in one 8-byte load");
+    if (part == 0) q.scales_rs = __ldg(reinterpret_cast<const uint2 *>(rec + L::rope_scale_offset));
 }
 
 /* Key k's quarter q into tile buffer `buf`: the RoPE chunks 2p, 2p + 1 (368: the bare E4M3 values,
@@ -79,8 +69,9 @@ static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kern
         write_key_meta<RB>(
             a, q.valid, [&] { return __uint_as_float(q.scales_rs.y); }, [&] { return __uint_as_float(q.scales_rs.x); },
             m, k);
-    uint4 lo = q.rope[0], hi = q.rope[q.rope_chunks - 1];
-    if (RB == NVFP4_MLA_RECORD_BYTES_368) e4m3x16_bf16(q.rope[0], lo, hi);
+    uint4 lo, hi;
+    if (record_layout<RB>::fp8_rope) e4m3x16_bf16(q.rope[0], lo, hi);
+    else lo = stored_rope_bf16(q.rope[0]), hi = stored_rope_bf16(q.rope[q.rope_chunks - 1]);
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part)) = lo;
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part + 8)) = hi;
     /* An invalid entry's zero codes and scale codes write zeros. */

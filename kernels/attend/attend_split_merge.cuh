@@ -79,12 +79,10 @@ static __device__ __forceinline__ float merged_lse(float m, float sum) {
  * plans whose merge one CTA would read too slowly): one CTA of 128 threads a (query, head) row,
  * thread c owning columns 4c .. 4c + 3. Each thread issues its loads before it uses any: the
  * row's split lse values (threads < splits) and its partials, BATCH splits at a time, so a row
- * costs about one L2 round trip a batch. BATCH (merge_batch_for) is 4 up to 4 splits: the loads in
- * flight take registers (with f32 partials, BATCH 16 took 96 registers: five CTAs an SM, and the
- * 2048-4096 rows of a wide split plan took 3-6 waves); 16 up to 16 splits (8 measured slower than
- * 16 at 8 splits); 32 above, one round trip where 16 took two (docs/performance-notes.md; the
- * instantiation for a call: merge_kernel_for, after the kernel). (One
- * warp a row, walking the splits one load after another, was the largest part of a light call.)
+ * costs about one L2 round trip a batch. BATCH is 4 up to 4 splits (the loads in flight take
+ * registers, and a wide split plan's rows must fit one wave), 16 up to 16 splits, 32 above (one
+ * round trip where 16 took two): docs/performance-notes.md, nvfp4_attend_merge_kernel; the
+ * instantiation for a call: merge_kernel_for, attend_cuda.cu, the one unit that instantiates them.
  * Launched dependent on the attention grid (nvfp4_launch), so its launch overlaps that grid's
  * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
  * merge_if_last's: the outputs are bit-identical to the in-launch merge's. */
@@ -125,13 +123,6 @@ __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     if (a.lse && c == 0) a.lse[qi * a.lse_stride_token + head * a.lse_stride_head] = merged_lse(m, sum);
 }
 
-/* The merge kernel's instantiation for `splits` (its BATCH: the comment above). */
-typedef void (*merge_kernel_t)(const nvfp4_mla_attend_kernel_args_t, int);
-static merge_kernel_t merge_kernel_for(int splits) {
-    return splits <= 4 ? nvfp4_attend_merge_kernel<4> : splits <= 16 ? nvfp4_attend_merge_kernel<16>
-                                                                     : nvfp4_attend_merge_kernel<32>;
-}
-
 /* The in-launch merge (plan.one_launch), run by the producer threads (t < nthreads of them), idle
  * once their item's tiles are written: with splits > 1 the plan has no more items than CTAs, so
  * each CTA holds one. The `consumers` consumer threads store the item's partials, fence them
@@ -151,7 +142,7 @@ static __device__ void merge_if_last(const nvfp4_mla_attend_kernel_args_t &a, co
     named_sync(BAR_MERGE, nthreads + consumers); /* the consumers' partials are stored and fenced */
     if (t == 0) {
         unsigned long long *counters =
-            reinterpret_cast<unsigned long long *>((uint8_t *)a.workspace + counters_offset(a, pl.splits));
+            reinterpret_cast<unsigned long long *>((uint8_t *)a.workspace + counters_offset(&a, pl.splits));
         const int is_last = arrive_last(counters + s.q * pl.groups + s.group, pl.splits);
         if (is_last) __threadfence();
         *last = is_last;

@@ -9,12 +9,12 @@
  *
  * Why this split: 64 heads x 512 dims of f32 accumulators fill half the register file, so O must
  * be split by dims across the two warpgroups. Scores for all 64 keys in one warpgroup read Q once
- * a tile (two warpgroups of 32 keys read it twice: about 216 against 144 KB of operand reads a
- * tile), keep whole rows in one warpgroup (no maxima cross warpgroups), and let warpgroup 0 go
- * on to the next tile's Q.K^T while warpgroup 1 runs this tile's P.V (in the paired kind; in the
- * 656 kind's 12-slot ring the next tile needs slots that warpgroup 1 frees last). Warpgroup 1
- * then needs far fewer registers, which go to the producers. FlashMLA's Hopper FP8 decode splits its consumers
- * the same way. Each record is dequantised once per 64 heads.
+ * a tile (two warpgroups of 32 keys read it twice), keep whole rows in one warpgroup (no maxima
+ * cross warpgroups), and let warpgroup 0 go on to the next tile's Q.K^T while warpgroup 1 runs
+ * this tile's P.V (in the paired kind; in the 656 kind's 12-slot ring the next tile needs slots
+ * that warpgroup 1 frees last). Warpgroup 1 then needs far fewer registers, which go to the
+ * producers. FlashMLA's Hopper FP8 decode splits its consumers the same way
+ * (docs/performance-notes.md, attend_wide).
  */
 #ifndef NVFP4_MLA_ATTEND_WIDE_CUH
 #define NVFP4_MLA_ATTEND_WIDE_CUH
@@ -180,8 +180,7 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
     uint64_t vd[4];
 #pragma unroll
     for (int b = 0; b < 4; b++) vd[b] = sw128_desc(warp_uniform(tl.block(smem, pl, first + b)), 1024, ATT_BLOCK);
-    if constexpr (PAIRED) { /* the blocks contiguous: two n128 wgmma a k-step (1-2% faster than four
-                             * n64; the ring's blocks need not be) */
+    if constexpr (PAIRED) { /* contiguous blocks: two n128 wgmma a k-step (performance-notes.md, wide_pv) */
         float *o = &st.o[0][0]; /* o + 64h = st.o[2h], st.o[2h + 1]: block b's columns at o + 32b */
         const uint64_t pd = sw128_desc(warp_uniform(smem_addr(pbuf)), 1024, 16);
 #pragma unroll
@@ -236,9 +235,9 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
     float inv[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) inv[h] = xl[16 * warp + g + 8 * h];
-    /* Staged in operand order, a bf16 pair a 4-byte store (positions 2c, 2c + 1 of chunk j);
-     * stage_flush puts each chunk back in dim order. Scattered 2-byte stores of
-     * dims c and c + 4 took twice the instructions (0.8 us of a 2.3 us epilogue at batch 1). */
+    /* Staged in operand order, a bf16 pair a 4-byte store (positions 2c, 2c + 1 of chunk j), half
+     * the instructions of 2-byte stores of dims c and c + 4; stage_flush puts each chunk back in dim
+     * order (docs/performance-notes.md, wide_epilogue). */
     uint8_t *stage = smem + pl.off_q; /* 64 rows of ATT_STAGE_ROW <= the 9 Q blocks */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -263,12 +262,12 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
  * They meet twice a tile: BAR_WIDE_P (P and alpha written) and BAR_WIDE_P_FREE (warpgroup 1 done
  * with them, before the next tile's are written). Both sides bar.sync on both, although each
  * barrier only needs the other side's bar.arrive: the side that would only arrive reaches the
- * other barrier next and waits there anyway (measured on the H200: no slower), and
- * compute-sanitizer racecheck orders no accesses across a bar.arrive (with
- * arrivals it reported the WAR hazards of alpha and of the next item's Q over the staged outputs,
- * which the barriers do order). PAIRED: the ring is two tile buffers, P in each tile's RoPE block;
- * else the shared P tile. ROW_Q: Q loaded with load_q_rows (short items: launch_kind picks), else
- * with load_q_chunks (attend_consumer.cuh says why). */
+ * other barrier next and waits there anyway (no slower on the H200), and compute-sanitizer
+ * racecheck orders no accesses across a bar.arrive (with arrivals it reported the WAR hazards of
+ * alpha and of the next item's Q over the staged outputs, which the barriers do order). PAIRED:
+ * the ring is two tile buffers, P in each tile's RoPE block; else the shared P tile. ROW_Q: Q
+ * loaded with load_q_rows (short items: attend_variant_of picks), else with load_q_chunks
+ * (attend_consumer.cuh says why). */
 template <int RB, bool PAIRED, int CW, bool ROW_Q>
 static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
                                    int t) {

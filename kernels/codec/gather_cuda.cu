@@ -3,9 +3,8 @@
  * One warp per row: lane g decodes latent group g (8 payload bytes, one scale code, the outer scale)
  * into 16 bf16 values, two 16-byte stores; lanes 0..7 also write the RoPE chunk g (8 codes times
  * the RoPE scale for 368, a 16-byte copy for 432). The slot, address and outer scale are worked out
- * once per lane instead of once per 8 values (the kernel is instruction-bound: Nsight Compute).
- * Two rows per warp with all loads issued first measured 4-9% slower at N = 256k (more
- * registers, lower occupancy), so one row per warp it is.
+ * once per lane instead of once per 8 values: the kernel is instruction-bound, and two rows a warp
+ * cost more in occupancy than they saved (docs/performance-notes.md, nvfp4_gather_kernel).
  * E2M1 values come from a nibble table, products are binary32 in the CPU twin's order, bf16 pairs
  * come from the hardware round-to-nearest-even conversion. Slot -1, and any slot outside
  * [0, capacity) (which the plugin cannot check on the host without a sync), give zeros.
@@ -16,8 +15,8 @@
 
 #include "backends.h"
 #include "cuda_util.cuh"
-#include "decode_cuda.cuh"
 #include "fp_codes.h"
+#include "record_read.cuh"
 
 #define WARPS_PER_BLOCK 8
 
@@ -38,7 +37,9 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp
     const uint32_t slot32 = (uint32_t)slot, bs = (uint32_t)a.block_size, block = slot32 / bs;
     const uint8_t *rec = a.cache + (int64_t)block * a.block_stride + (int64_t)(slot32 - block * bs) * a.record_bytes;
 
-    const float outer = a.per_token ? __ldg((const float *)(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET)) : a.outer_scale;
+    const float outer = a.per_token
+                            ? stored_token_scale(__ldg((const float *)(rec + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET)))
+                            : a.outer_scale;
     const float half_d = 0.5f * nvfp4_e4m3_decode(__ldg(rec + NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + lane));
     const uint2 codes = __ldg((const uint2 *)rec + lane);
     uint4 v[2];
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp
     if (lane < 8) {
         uint4 rope;
         if (a.record_bytes == NVFP4_MLA_RECORD_BYTES_368) {
-            const float r = __ldg((const float *)(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET));
+            const float r = stored_rope_scale(__ldg((const float *)(rec + NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET)));
             const uint2 c = __ldg((const uint2 *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET) + lane);
             uint32_t *w = (uint32_t *)&rope;
 #pragma unroll
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32) nvfp4_gather_kernel(nvfp
                                  nvfp4_mul_rn(nvfp4_e4m3_decode((uint8_t)(pair >> 8)), r));
             }
         } else {
-            rope = __ldg((const uint4 *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET) + lane);
+            rope = stored_rope_bf16(__ldg((const uint4 *)(rec + NVFP4_MLA_RECORD_ROPE_OFFSET) + lane));
         }
         out[64 + lane] = rope;
     }

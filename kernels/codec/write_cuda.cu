@@ -1,20 +1,19 @@
-/* The record writer on CUDA: byte-identical to kernels/codec/write_cpu.c for every input.
+/* The record writer on CUDA: byte-identical to kernels/codec/write_cpu.c for every input (tested
+ * byte for byte for every policy in tests/test_gpu_codec.c, under compute-sanitizer too).
  *
  * One warp per token: lane g owns latent group g (16 values, two 16-byte loads) and RoPE values
- * 2g, 2g+1. The per-token amax and the RoPE amax are warp reductions; every arithmetic step is the
- * one of kernels/fp_codes.h (shared with the CPU twin) with __fmul_rn/__frcp_rn, so nothing is
- * contracted into an FMA (-fmad=false as well). Hopper has no E2M1 conversion instruction: the
- * threshold encoder (three comparisons) is used everywhere; E4M3 codes use the hardware
- * round-to-nearest-even saturating conversion, which equals the spec's E4M3_RN_SATFINITE on finite
- * input. A token with any NaN/Inf input (rare) takes the general path (encode_group<POLICY, false>),
- * which filters non-finite values out of every maximum and counts them; the warp decides together, so the branch is
- * uniform. The record is assembled in shared memory and stored as 16-byte words (368 = 23 x 16, 432 = 27 x 16). The
- * writer policy is a template parameter of the kernel: `mse` picks each group's scale code with write_policy.h's
- * functions, which the CPU writer compiles too (bit-identical by construction; its c6/c4 come from the hardware
- * conversion on the all-finite path, which equals nvfp4_e4m3_magnitude_code there). A slot >= capacity writes nothing
- * and is counted in the optional out_of_range_count (the slot rule of abi/nvfp4_mla_ops.h; the CPU refuses such a call
- * instead). Tested byte-for-byte against the CPU writer for every policy in tests/test_gpu_codec.c, under
- * compute-sanitizer too; timed by `nvfp4-mla bench`.
+ * 2g, 2g+1; the per-token and RoPE amax are warp reductions. Every arithmetic step is one of
+ * kernels/fp_codes.h (shared with the CPU twin) with __fmul_rn/__frcp_rn, so nothing is contracted
+ * into an FMA (-fmad=false as well). Hopper has no E2M1 conversion instruction: the threshold
+ * encoder (three comparisons) runs everywhere; E4M3 codes come from the hardware round-to-nearest-
+ * even saturating conversion, which equals the spec's E4M3_RN_SATFINITE on finite input. A token
+ * with any NaN/Inf input takes the general path (encode_group<POLICY, false>), which filters them
+ * out of every maximum and counts them; the warp decides together, so the branch is uniform. The
+ * record is assembled in shared memory and stored as 16-byte words. The writer policy is a template
+ * parameter: `mse` picks each group's scale code with write_policy.h's functions, which the CPU
+ * writer compiles too (its c6/c4 come from the hardware conversion on the all-finite path, which
+ * equals nvfp4_e4m3_magnitude_code there). A slot >= capacity writes nothing and is counted in the
+ * optional out_of_range_count (abi/nvfp4_mla_ops.h; the CPU refuses such a call instead).
  */
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -26,8 +25,8 @@
 #include "write_policy.h"
 
 #define WARPS_PER_BLOCK 8
-/* Blocks per SM the register budget is cut for: rtn's tuned 5 (48 registers, no spill); the mse
- * candidates' search spills at 48 and 64 registers, not at 80 (3 blocks; ptxas -v, sm_90). */
+/* Blocks per SM the register budget is cut for: rtn's tuned 5 (48 registers); 3 for the mse
+ * candidates' search, which spills at fewer (docs/performance-notes.md, MIN_BLOCKS). */
 #define MIN_BLOCKS(policy) ((policy) == NVFP4_MLA_WRITER_POLICY_RTN ? 5 : 3)
 #define FULL 0xFFFFFFFFu
 
