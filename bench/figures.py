@@ -213,17 +213,18 @@ def decode_section(cmp):
                   "checks"], rows)
 
 
+def prefill_kinds(cmp):
+    """(row, "alone" or "interleaved", its figures) of every prefill row and measure the file has."""
+    return [(r, kind, r[kind]) for r in cmp["prefill"] for kind in ("alone", "interleaved") if kind in r]
+
+
 def prefill_section(cmp):
     rows = []
-    for r in cmp["prefill"]:
-        for kind in ("alone", "interleaved"):
-            if kind not in r:
-                continue
-            v = r[kind]
-            rows.append([r["h"], kind, f"{med(v['flashmla_bf16_us']) / 1e3:.2f} ms",
-                         f"{med(v['attend368_us']) / 1e3:.2f} ms ({ratio(v['ratio'])})",
-                         f"{med(v['gather_flashmla_us']) / 1e3:.2f} ms ({ratio(v['ratio_vs_gather'])})",
-                         pct(v["peer_drift"]), checks_word(r)])
+    for r, kind, v in prefill_kinds(cmp):
+        rows.append([r["h"], kind, f"{med(v['flashmla_bf16_us']) / 1e3:.2f} ms",
+                     f"{med(v['attend368_us']) / 1e3:.2f} ms ({ratio(v['ratio'])})",
+                     f"{med(v['gather_flashmla_us']) / 1e3:.2f} ms ({ratio(v['ratio_vs_gather'])})",
+                     pct(v["peer_drift"]), checks_word(r)])
     return table(["h", "timed", "FlashMLA bf16", "attend 368 (vs FlashMLA)", "gather + FlashMLA (vs attend)",
                   "FlashMLA's drift", "check"], rows)
 
@@ -377,14 +378,11 @@ def _grid_targets(cmp):
 
 def _prefill_targets(cmp):
     rows = []
-    for r in cmp["prefill"]:
-        for kind in ("alone", "interleaved"):
-            if kind not in r:
-                continue
-            v, want = r[kind], (2.0 if r["h"] == 16 else 1.0)
-            rows.append([f"prefill h = {r['h']} ({kind}): >= {want:g}x FlashMLA's bf16 prefill, faster than gather + "
-                         "FlashMLA (issue 18)", f"{ratio(v['ratio'])}; {ratio(v['ratio_vs_gather'])} over gather + FlashMLA",
-                         _verdict(med(v["ratio"]) >= want and med(v["ratio_vs_gather"]) > 1)])
+    for r, kind, v in prefill_kinds(cmp):
+        want = 2.0 if r["h"] == 16 else 1.0
+        rows.append([f"prefill h = {r['h']} ({kind}): >= {want:g}x FlashMLA's bf16 prefill, faster than gather + "
+                     "FlashMLA (issue 18)", f"{ratio(v['ratio'])}; {ratio(v['ratio_vs_gather'])} over gather + FlashMLA",
+                     _verdict(med(v["ratio"]) >= want and med(v["ratio_vs_gather"]) > 1)])
     return rows
 
 
@@ -457,8 +455,7 @@ def readme_section(res):
                    + " / ".join(str(r["h"]) for r in d) + "; on FlashMLA's own 656-byte records "
                    + " / ".join(ratio(r["ratio656"]) for r in d) + " (median over rounds, range in brackets).")
     if cmp and cmp["prefill"]:
-        parts = [f"h = {r['h']} {ratio(r[k]['ratio'])} {k}" for r in cmp["prefill"] for k in ("alone", "interleaved")
-                 if k in r]
+        parts = [f"h = {r['h']} {ratio(v['ratio'])} {k}" for r, k, v in prefill_kinds(cmp)]
         out.append("- Prefill, 4096 queries, against FlashMLA's bf16 prefill: " + "; ".join(parts) + ".")
     if b:
         w, g = bench_row(b, "write per-token", 262144), bench_row(b, "gather per-token", 262144)

@@ -29,7 +29,6 @@ static const struct {
     {"demo", cli_demo_cmd,
      "demo [--scales FILE] [--policy rtn|mse]  the codec end to end on generated latents, rtn and the policy (mse by "
      "default; the README's main job; built-in profile by default)"},
-    {"bench", cli_bench_cmd, "bench [--json FILE] [--quick]  GPU benchmark against same-run memory ceilings"},
 };
 
 static void usage(FILE *out) {
