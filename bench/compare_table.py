@@ -86,10 +86,10 @@ def main(argv=None):
         return 2
     stale = []
     for path, text in documents(args.root, res).items():
-        with open(path) as f:
-            same = f.read() == text
-        if same:
-            continue
+        if os.path.exists(path):
+            with open(path) as f:
+                if f.read() == text:
+                    continue
         stale.append(os.path.relpath(path, args.root))
         if not args.check:
             with open(path, "w") as f:

@@ -8,7 +8,7 @@ GRID_CLAIM_MODE = "after_gemm"  # the small-batch claims: a call after an ordina
 MODE_WORDS = {"after_gemm": "after a GEMM (a call as in a model; the GEMM's own time subtracted)",
               "back_to_back": "back to back (each call may start in the previous call's tail)",
               "after_flush": "after a 256 MB write (L2 flushed; its own time subtracted)"}
-LEGACY = "from before issue 47: one round, no provenance inside (git history of results/PROVENANCE)"
+LEGACY = "from before issue 47: no provenance inside; one run, no rounds (git history of results/PROVENANCE)"
 WHAT = {  # file: (what it holds, the command that makes it on the GPU machine)
     "bench.json": ("writer, gather and attend against same-run ceilings, each timed call's output checked",
                    "build-gpu/bench/nvfp4-mla-bench --json bench.json"),
@@ -280,7 +280,7 @@ def _timed_check(r):
     """A row's check: the first call against the CPU, then every timed call (issue 47's bench)."""
     word = {"pass": "PASS", "fail": "FAIL"}.get(r["check"], r["check"])
     if "timed_calls" in r:
-        return f"{word} ({r['timed_calls']} timed calls, {r['timed_calls_bad']} bad)"
+        return f"{word} ({r['timed_calls']} timed calls checked, {r['timed_bad_elements']} bad)"
     return word
 
 
@@ -430,7 +430,8 @@ def summary_section(res):
         if res.get(name) is None:
             rows.append([f"(the targets of `{name}`)", "no file", "-", "-"])
             continue
-        rows += [r + [f"`{name}`"] for r in part()]
+        one_run = " (one run)" if res[name].get("legacy") and name == "flashmla_compare.json" else ""
+        rows += [r[:2] + [r[2] + one_run, f"`{name}`"] for r in part()]
     files = "; ".join(caption(res, n) for n in ("flashmla_compare.json", "bench.json", "bench-99kb.json",
                                                 "hot_path.json") if n in res)
     return table(["target (issue)", "measured (median; range over rounds)", "", "file"], rows) + "\n\nFiles: " + files + "."
@@ -453,7 +454,7 @@ def readme_section(res):
         d = cmp["decode"]
         out.append("- Batch 128, eager: " + " / ".join(ratio(r["ratio368"]) for r in d) + " FlashMLA's speed at h = "
                    + " / ".join(str(r["h"]) for r in d) + "; on FlashMLA's own 656-byte records "
-                   + " / ".join(ratio(r["ratio656"]) for r in d) + " (median over rounds, range in brackets).")
+                   + " / ".join(ratio(r["ratio656"]) for r in d) + ".")
     if cmp and cmp["prefill"]:
         parts = [f"h = {r['h']} {ratio(v['ratio'])} {k}" for r, k, v in prefill_kinds(cmp)]
         out.append("- Prefill, 4096 queries, against FlashMLA's bf16 prefill: " + "; ".join(parts) + ".")

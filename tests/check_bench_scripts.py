@@ -164,9 +164,44 @@ def made_up_report(check):
     refused = dict(report, headline=fc.headline([("x", 0.05)], 3, 0.03))
     expect("rerun" in compare_table.figures.refused({"flashmla_compare.json": refused}),
            "compare_table refuses a file without a headline")
+    return report
+
+
+def documents_from_new_files(report, hot):
+    """The whole regeneration (BENCHMARKS.md, README.md, results/PROVENANCE) from files of the new
+    shape: the made-up comparison, the committed bench files given provenance and timed-call checks
+    as nvfp4-mla-bench now writes them, and hot_path.py's CPU file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "results"))
+        for doc in ("BENCHMARKS.md", "README.md"):
+            with open(os.path.join(root, doc)) as f, open(os.path.join(tmp, doc), "w") as g:
+                g.write(f.read())
+        files = {"flashmla_compare.json": report, "hot_path.json": hot}
+        for name in ("bench.json", "bench-99kb.json"):
+            with open(os.path.join(root, "results", name)) as f:
+                b = json.load(f)
+            b["provenance"] = report["provenance"]
+            for r in b["rows"]:
+                if r["check"] != "-":
+                    r.update(timed_calls=23, timed_bad_elements=0)
+            files[name] = b
+        for name, data in files.items():
+            with open(os.path.join(tmp, "results", name), "w") as f:
+                json.dump(data, f)
+        code = compare_table.main(["--root", tmp])
+        with open(os.path.join(tmp, "BENCHMARKS.md")) as f:
+            bench_md = f.read()
+        with open(os.path.join(tmp, "results", "PROVENANCE")) as f:
+            index = f.read()
+        git = report["provenance"]["plugin"]["git_revision"]
+        expect(code == 0 and f"plugin git {git}" in bench_md and "23 timed calls checked, 0 bad" in bench_md
+               and f"git {git}" in index and "one run" not in bench_md.split("<!-- end figures -->")[0],
+               "compare_table rewrites the documents and the index from files of the new shape")
+        expect(compare_table.main(["--check", "--root", tmp]) == 0, "and --check then finds them up to date")
 
 
 def hot_path_cpu():
+    """hot_path.py --device cpu: its labels and its JSON (returned)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "hot.json")
         run = subprocess.run([sys.executable, os.path.join(root, "bench", "hot_path.py"), "--device", "cpu",
@@ -179,12 +214,13 @@ def hot_path_cpu():
         with open(out) as f:
             data = json.load(f)
         expect(not provenance.check(data["provenance"]), "hot_path.json carries its provenance")
+        return data
 
 
 if __name__ == "__main__":
     good = checks_on_cpu()
     rounds_and_headline()
-    made_up_report(good)
-    hot_path_cpu()
+    report = made_up_report(good)
+    documents_from_new_files(report, hot_path_cpu())
     print(f"{len(failures)} failed" if failures else "all passed")
     sys.exit(1 if failures else 0)
