@@ -62,6 +62,9 @@ import attend_reference as ref  # noqa: E402  (bench/, beside this file)
 import provenance  # noqa: E402
 
 D, DV, TOPK = ref.D, ref.DV, 2048
+# "cuda"; tests/check_bench_scripts.py runs the whole script on the CPU backend with "cpu", small
+# shapes and a stand-in FlashMLA (its timings are then wall-clock and mean nothing).
+DEVICE = "cuda"
 GEMM = (128, 7168, 1536)  # the ordinary kernel of after_gemm: [m, k] x [k, n] bf16
 L368 = dict(layout=_abi.LAYOUT_FP8_ROPE_368, scale_mode=_abi.SCALE_PER_TOKEN)
 L656 = dict(layout=_abi.LAYOUT_FP8_DS_MLA_656, scale_mode=_abi.SCALE_STATIC)
@@ -119,7 +122,21 @@ def interleaved(fns, reps, warmup=2):
     return samples
 
 
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def current_stream():
+    return torch.cuda.current_stream() if DEVICE == "cuda" else None
+
+
 def event_us(body, calls):
+    """us a call of `calls` calls made by body(), between CUDA events (wall clock on the CPU)."""
+    if DEVICE != "cuda":
+        start = time.perf_counter()
+        body()
+        return (time.perf_counter() - start) * 1e6 / calls
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     body()
@@ -140,18 +157,34 @@ def launches_us(fn, launches, poison=None):
 
 class Graph:
     """`calls` captures of fn (each after before(), when given) in one CUDA graph on a side stream;
-    `result` is what the last captured fn returned (its outputs live in the graph's memory)."""
+    `result` is what the last captured fn returned (its outputs live in the graph's memory). On the
+    CPU (DEVICE) a replay calls them again."""
 
     def __init__(self, fn, calls, side, before=None):
-        self.g, self.calls, self.result = torch.cuda.CUDAGraph(), calls, None
+        self.fn, self.calls, self.before = fn, calls, before
+        if DEVICE != "cuda":
+            self.result = self.body()
+            return
+        self.g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.g, stream=side):
-            for _ in range(calls):
-                if before:
-                    before()
-                self.result = fn()
+            self.result = self.body()
+
+    def body(self):
+        result = None
+        for _ in range(self.calls):
+            if self.before:
+                self.before()
+            result = self.fn()
+        return result
+
+    def replay(self):
+        if DEVICE == "cuda":
+            self.g.replay()  # rewrites `result`'s memory
+        else:
+            self.result = self.body()
 
     def time(self):
-        return event_us(self.g.replay, self.calls)
+        return event_us(self.replay, self.calls)
 
 
 def nan_(*tensors):
@@ -164,8 +197,8 @@ def make_tokens(n, gen, fn, chunk=1 << 20):
     """Calls fn(first, x) for chunks of n random tokens x [chunk, 576] bf16 (norms vary per token)."""
     for first in range(0, n, chunk):
         m = min(chunk, n - first)
-        x = torch.randn(m, D, device="cuda", generator=gen)
-        x *= torch.exp(0.5 * torch.randn(m, 1, device="cuda", generator=gen))
+        x = torch.randn(m, D, device=DEVICE, generator=gen)
+        x *= torch.exp(0.5 * torch.randn(m, 1, device=DEVICE, generator=gen))
         fn(first, x.to(torch.bfloat16))
 
 
@@ -189,31 +222,31 @@ class Bench:
         self.sm = 1.0 / math.sqrt(D)
         n = args.tokens
         self.n = n
-        self.gen = torch.Generator(device="cuda").manual_seed(34)
-        self.c656 = torch.empty(n // 64, 64, 656, dtype=torch.uint8, device="cuda")
-        self.c368 = torch.empty(n // 64, 64, 368, dtype=torch.uint8, device="cuda")
+        self.gen = torch.Generator(device=DEVICE).manual_seed(34)
+        self.c656 = torch.empty(n // 64, 64, 656, dtype=torch.uint8, device=DEVICE)
+        self.c368 = torch.empty(n // 64, 64, 368, dtype=torch.uint8, device=DEVICE)
         flat656 = self.c656.view(n, 656)
 
         def fill(first, x):
             flat656[first:first + x.shape[0]] = ref.fp8_ds_mla_records(x)
-            slots = torch.arange(first, first + x.shape[0], device="cuda", dtype=torch.int64)
+            slots = torch.arange(first, first + x.shape[0], device=DEVICE, dtype=torch.int64)
             ctx.write(x[:, :DV], x[:, DV:], slots, self.c368, **L368)
 
         make_tokens(n, self.gen, fill)
         # The 368 records through the plugin's gather (bf16): the keys of the 368 reference and of
         # FlashMLA's prefill.
-        self.dense = torch.empty(n, 1, D, dtype=torch.bfloat16, device="cuda")
-        ctx.gather(self.c368, torch.arange(n, device="cuda", dtype=torch.int32), self.dense.view(n, D), **L368)
-        self.side = torch.cuda.Stream()
-        a = torch.randn(GEMM[0], GEMM[1], device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(GEMM[1], GEMM[2], device="cuda", dtype=torch.bfloat16) * 0.01
-        c = torch.empty(GEMM[0], GEMM[2], device="cuda", dtype=torch.bfloat16)
-        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if args.flush_l2 else None
+        self.dense = torch.empty(n, 1, D, dtype=torch.bfloat16, device=DEVICE)
+        ctx.gather(self.c368, torch.arange(n, device=DEVICE, dtype=torch.int32), self.dense.view(n, D), **L368)
+        self.side = torch.cuda.Stream() if DEVICE == "cuda" else None
+        a = torch.randn(GEMM[0], GEMM[1], device=DEVICE, dtype=torch.bfloat16)
+        w = torch.randn(GEMM[1], GEMM[2], device=DEVICE, dtype=torch.bfloat16) * 0.01
+        c = torch.empty(GEMM[0], GEMM[2], device=DEVICE, dtype=torch.bfloat16)
+        flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE) if args.flush_l2 else None
         self.gaps = {"back_to_back": None, "after_gemm": lambda: torch.matmul(a, w, out=c)}
         if flush is not None:
             self.gaps["after_flush"] = lambda: flush.fill_(1)
         self.peer_out_ok = None  # whether FlashMLA's decode writes into the out it is given
-        torch.cuda.synchronize()
+        sync()
 
     def keys368(self, ix):
         return ref.decode_368(self.c368.view(self.n, 368)[ix.reshape(-1)]).view(*ix.shape, D)
@@ -266,9 +299,9 @@ class Bench:
     def queries(self, b, sq, h):
         """Queries [b, s_q, hq, 576] (heads past h zero, FlashMLA's padding) and top-k [b, s_q, 2048]."""
         hq = max(h, 64)
-        q = torch.randn(b, sq, hq, D, device="cuda", generator=self.gen).to(torch.bfloat16)
+        q = torch.randn(b, sq, hq, D, device=DEVICE, generator=self.gen).to(torch.bfloat16)
         q[:, :, h:] = 0
-        idx = torch.randint(0, self.n, (b, sq, TOPK), device="cuda", generator=self.gen, dtype=torch.int32)
+        idx = torch.randint(0, self.n, (b, sq, TOPK), device=DEVICE, generator=self.gen, dtype=torch.int32)
         return q, idx
 
 
@@ -287,9 +320,9 @@ class GridCell:
         nq = b * sq
         self.qh = self.q[:, :, :h].reshape(nq, h, D).contiguous()
         self.ix = self.idx.view(nq, TOPK)
-        self.out = torch.empty(nq, h, DV, dtype=torch.bfloat16, device="cuda")
-        self.lse = torch.empty(nq, h, dtype=torch.float32, device="cuda")
-        self.peer_out = torch.empty(b, sq, self.q.shape[2], DV, dtype=torch.bfloat16, device="cuda")
+        self.out = torch.empty(nq, h, DV, dtype=torch.bfloat16, device=DEVICE)
+        self.lse = torch.empty(nq, h, dtype=torch.float32, device=DEVICE)
+        self.peer_out = torch.empty(b, sq, self.q.shape[2], DV, dtype=torch.bfloat16, device=DEVICE)
         meta = {}
         bench.flash_decode(self.q, self.idx, meta, self.peer_out)  # metadata before capture, as vLLM does
         attend = bench.ctx.prepare_attend(self.qh, self.ix, bench.c368, self.out, lse=self.lse, sm_scale=bench.sm,
@@ -303,7 +336,7 @@ class GridCell:
                 g["gap"] = Graph(lambda: None, calls, side, gap)
             self.graphs[mode] = g
             self.times[mode] = {k: [] for k in g}
-        torch.cuda.synchronize()
+        sync()
 
     def name(self):
         return f"grid b={self.b} s_q={self.sq} h={self.h}"
@@ -326,9 +359,9 @@ class GridCell:
         checks = {}
         for mode, g in self.graphs.items():
             nan_(self.out, self.lse, *g["flashmla"].result)
-            g["attend368"].g.replay()
-            g["flashmla"].g.replay()
-            torch.cuda.synchronize()
+            g["attend368"].replay()
+            g["flashmla"].replay()
+            sync()
             checks[f"attend368 {mode}"] = ref.row_check(self.out, self.lse, *want368)
             checks[f"flashmla {mode}"] = peer_lse_check(*peer_view(*g["flashmla"].result, self.h), *want656)
         return checks
@@ -358,17 +391,18 @@ class GridCell:
 class Decode128:
     """Batch 128 at one h, eager back-to-back launches: FlashMLA, attend on 656 and on 368 records."""
     SIDES = ("flashmla", "attend656", "attend368")
+    BATCH = 128
 
     def __init__(self, bench, h):
-        self.bench, self.h, b = bench, h, 128
+        self.bench, self.h, b = bench, h, self.BATCH
         self.q, self.idx = bench.queries(b, 1, h)
         self.qh, self.ix = self.q[:, 0, :h].contiguous(), self.idx.view(b, TOPK)
         self.meta, self.peer_lse = {}, None
-        self.peer_out = torch.empty(b, 1, self.q.shape[2], DV, dtype=torch.bfloat16, device="cuda")
+        self.peer_out = torch.empty(b, 1, self.q.shape[2], DV, dtype=torch.bfloat16, device=DEVICE)
         bench.flash_decode(self.q, self.idx, self.meta, self.peer_out)
-        self.out = {s: torch.empty(b, h, DV, dtype=torch.bfloat16, device="cuda") for s in self.SIDES[1:]}
-        self.lse = {s: torch.empty(b, h, dtype=torch.float32, device="cuda") for s in self.SIDES[1:]}
-        stream = torch.cuda.current_stream()
+        self.out = {s: torch.empty(b, h, DV, dtype=torch.bfloat16, device=DEVICE) for s in self.SIDES[1:]}
+        self.lse = {s: torch.empty(b, h, dtype=torch.float32, device=DEVICE) for s in self.SIDES[1:]}
+        stream = current_stream()
         run = {s: bench.ctx.prepare_attend(self.qh, self.ix, cache, self.out[s], lse=self.lse[s], sm_scale=bench.sm,
                                            stream=stream, **lay).run
                for s, cache, lay in (("attend656", bench.c656, L656), ("attend368", bench.c368, L368))}
@@ -391,7 +425,7 @@ class Decode128:
             self.times[s].append(statistics.median(v))
 
     def check(self):
-        torch.cuda.synchronize()
+        sync()
         want656, want368 = self.bench.ref656(self.qh, self.ix), self.bench.ref368(self.qh, self.ix)
         return {"flashmla": peer_lse_check(*peer_view(self.peer_out, self.peer_lse, self.h), *want656),
                 "attend656": ref.row_check(self.out["attend656"], self.lse["attend656"], *want656),
@@ -399,7 +433,7 @@ class Decode128:
 
     def row(self, checks):
         t = self.times
-        flops = 2.0 * 128 * self.h * TOPK * (D + DV)
+        flops = 2.0 * self.BATCH * self.h * TOPK * (D + DV)
         return {"h": self.h, "flashmla_heads": self.q.shape[2], "flashmla_us": summarize(t["flashmla"]),
                 "attend656_us": summarize(t["attend656"]), "attend368_us": summarize(t["attend368"]),
                 "ratio368": ratio_summary(t["flashmla"], t["attend368"]),
@@ -420,13 +454,13 @@ class Prefill:
     def __init__(self, bench, h, idx, context):
         self.bench, self.h, self.idx = bench, h, idx
         s_q = self.S_Q
-        self.q = torch.randn(s_q, h, D, device="cuda", generator=bench.gen).to(torch.bfloat16)
-        self.out = torch.empty(s_q, h, DV, dtype=torch.bfloat16, device="cuda")
-        self.lse = torch.empty(s_q, h, dtype=torch.float32, device="cuda")
+        self.q = torch.randn(s_q, h, D, device=DEVICE, generator=bench.gen).to(torch.bfloat16)
+        self.out = torch.empty(s_q, h, DV, dtype=torch.bfloat16, device=DEVICE)
+        self.lse = torch.empty(s_q, h, dtype=torch.float32, device=DEVICE)
         a368 = bench.ctx.prepare_attend(self.q, idx, bench.c368, self.out, lse=self.lse, sm_scale=bench.sm,
-                                        stream=torch.cuda.current_stream(), **L368).run
-        ind, slots = idx.view(s_q, 1, TOPK), torch.arange(context, device="cuda", dtype=torch.int32)
-        scratch = torch.empty(context, 1, D, dtype=torch.bfloat16, device="cuda")
+                                        stream=current_stream(), **L368).run
+        ind, slots = idx.view(s_q, 1, TOPK), torch.arange(context, device=DEVICE, dtype=torch.int32)
+        scratch = torch.empty(context, 1, D, dtype=torch.bfloat16, device=DEVICE)
         self.result = {}
 
         def flash():
@@ -457,7 +491,7 @@ class Prefill:
             self.times["interleaved"][s].append(statistics.median(v))
 
     def check(self):
-        torch.cuda.synchronize()
+        sync()
         checks = {"attend368": ref.row_check(self.out, self.lse, *self.bench.ref368(self.q, self.idx))}
         want = self.bench.ref_dense(self.q, self.idx)  # FlashMLA reads the gathered bf16 rows
         for s in ("flashmla_bf16", "gather_flashmla"):
@@ -518,9 +552,9 @@ def build_rows(bench, args):
         rows["decode"] = [Decode128(bench, h) for h in args.heads]
     if "prefill" not in args.skip:
         context = min(bench.n, 2 << 20)
-        idx = torch.randint(0, context, (Prefill.S_Q, TOPK), device="cuda", generator=bench.gen, dtype=torch.int32)
+        idx = torch.randint(0, context, (Prefill.S_Q, TOPK), device=DEVICE, generator=bench.gen, dtype=torch.int32)
         rows["prefill"] = [Prefill(bench, h, idx, context) for h in args.prefill_heads]
-    torch.cuda.synchronize()
+    sync()
     return rows
 
 
@@ -562,10 +596,10 @@ def run_rounds(rows, args):
         sys.stdout.flush()
 
 
-def matmul_tflops():
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+def matmul_tflops(n=8192):
+    a = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
     us = statistics.median([event_us(lambda: a @ a, 1) for _ in range(7)])
-    return 2 * 8192**3 / us / 1e6
+    return 2 * n**3 / us / 1e6
 
 
 def main(argv=None):
@@ -573,14 +607,14 @@ def main(argv=None):
     started = time.time()
     fm = load_flashmla(args.flashmla)
     plugin = nvfp4_mla.load()
-    ctx = nvfp4_mla.Context(plugin, "cuda:0")
+    ctx = nvfp4_mla.Context(plugin, "cuda:0" if DEVICE == "cuda" else "cpu")
     ref.strict_float32()
     peer = {"path": args.flashmla, "wheel": args.flashmla_wheel} if args.flashmla else None
     prov = provenance.collect(plugin, torch, argv=sys.argv if argv is None else ["bench/flashmla_compare.py"] + argv,
                               peer=peer)
-    print(f"device: {torch.cuda.get_device_name()} ({ctx.device_name}); plugin {plugin.path} "
+    print(f"device: {ctx.device_name}; plugin {plugin.path} "
           f"(git {prov['plugin']['git_revision']}); driver {prov['device']['driver']}")
-    report = {"provenance": prov, "bf16_matmul_tflops": matmul_tflops(),
+    report = {"provenance": prov, "bf16_matmul_tflops": matmul_tflops(8192 if DEVICE == "cuda" else 256),
               "config": {"tokens": args.tokens, "topk": TOPK, "calls_per_graph": args.calls, "reps": args.reps,
                          "rounds": args.rounds, "gemm": list(GEMM), "max_peer_drift": args.max_peer_drift,
                          "quick": args.quick, "check_bounds": ref.BOUNDS,

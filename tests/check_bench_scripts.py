@@ -217,10 +217,59 @@ def hot_path_cpu():
         return data
 
 
+class FakeFlashMLA:
+    """FlashMLA's two calls as flashmla_compare.py makes them, in PyTorch on the CPU (the float32
+    reference rounded to bf16): the peer of the dry run."""
+
+    def sparse_decode_fwd(self, q, kv, idx, *rest):
+        b, sq, hq, _ = q.shape
+        sm, out = rest[8], rest[9]
+        rec = kv.view(torch.uint8).reshape(-1, 656)
+        o, lse = ref.reference(q.reshape(b * sq, hq, 576), idx.reshape(b * sq, -1),
+                               lambda ix: ref.decode_656(rec[ix.reshape(-1)]).view(*ix.shape, 576), sm)
+        o = o.to(torch.bfloat16).view(b, sq, hq, 512)
+        if out is not None:
+            out.copy_(o)
+            o = out
+        return o, lse.view(b, sq, hq).transpose(1, 2).contiguous(), torch.zeros(1), torch.zeros(1)
+
+    def sparse_prefill_fwd(self, q, kv, ind, sm, *rest):
+        rows = kv.reshape(-1, 576)
+        o, lse = ref.reference(q, ind[:, 0], lambda ix: rows[ix.reshape(-1)].float().view(*ix.shape, 576), sm)
+        return o.to(torch.bfloat16), lse.clone(), lse
+
+
+def dry_run_cpu():
+    """bench/flashmla_compare.py end to end on the CPU backend (small shapes, top-k 128, a stand-in
+    FlashMLA, wall-clock times that mean nothing): set-up, rounds, every check, the JSON, and the
+    documents compare_table.py writes from it."""
+    fc.DEVICE, fc.TOPK, fc.GEMM = "cpu", 128, (16, 256, 256)
+    fc.Decode128.BATCH, fc.Prefill.S_Q = 4, 8
+    fc.load_flashmla = lambda path: FakeFlashMLA()
+    os.environ["NVFP4_MLA_PLUGIN"] = PLUGIN
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "flashmla_compare.json")
+        code = fc.main(["--tokens", "16384", "--batches", "1", "2", "--heads", "16", "64", "--prefill-heads", "16",
+                        "--calls", "2", "--reps", "2", "--max-peer-drift", "1e12", "--json", out])
+        with open(out) as f:
+            report = json.load(f)
+    rows = report["grid"] + report["decode"] + report["prefill"]
+    expect(code == 0 and report["checks"] == "all PASS" and len(report["grid"]) == 8 and
+           all(len(c) == 4 for c in (r["checks"] for r in report["grid"])) and not report["headline"]["refused"],
+           "flashmla_compare.py runs end to end on the CPU: 8 grid cells in two modes, batch 128 and prefill rows, "
+           "every check PASS, a headline")
+    expect(report["config"]["decode_matches_gather"] and all(len(r["flashmla_us"]["rounds"]) == 3 for r in report["decode"]),
+           "its reference decode matches the gather and every figure has three rounds")
+    expect(all("alone" in r and "interleaved" in r for r in report["prefill"]), "prefill is timed alone and interleaved")
+    print(compare_table.figures.compare_tables(compare_table.figures.upgrade("flashmla_compare.json", report)))
+    return rows
+
+
 if __name__ == "__main__":
     good = checks_on_cpu()
     rounds_and_headline()
     report = made_up_report(good)
     documents_from_new_files(report, hot_path_cpu())
+    dry_run_cpu()
     print(f"{len(failures)} failed" if failures else "all passed")
     sys.exit(1 if failures else 0)
