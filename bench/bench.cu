@@ -45,7 +45,7 @@ std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<ben
             CK(cudaEventRecord(ev[2 * k + 1], b.s));
             if (sides[k].after) sides[k].after();
         }
-    CK(cudaEventSynchronize(ev[2 * n - 1]));
+        CK(cudaEventSynchronize(ev[2 * n - 1]));
         for (size_t k = 0; k < n && round >= warmup; k++) {
             float t;
             CK(cudaEventElapsedTime(&t, ev[2 * k], ev[2 * k + 1]));
