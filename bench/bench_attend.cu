@@ -1,4 +1,4 @@
-/* nvfp4-mla bench, attend: batch 128, top-k 2048, random slots over two big caches whose every
+/* nvfp4-mla-bench, attend: batch 128, top-k 2048, random slots over two big caches whose every
  * record holds a random token (bench_data.cu): 368-byte per-token records written by the plugin's
  * writer, and 656-byte fp8_ds_mla records written by FlashMLA's rule (power-of-two tile scales);
  * h = 16, 32, 64, 128. At each h the two layouts are timed interleaved (368, 656, 368, 656, ...),
@@ -49,7 +49,7 @@ static void side_setup(bench &b, attend_side &a, int is656) {
         CK(cudaMalloc(&a.cache, (size_t)a.capacity * 656));
         bench_fill_cache_656(b, a.cache, a.capacity, 0x5EED0656);
     } else {
-        a.cache = b.cache; /* filled by cli_bench_cmd before the readers (bench_fill_cache_368) */
+        a.cache = b.cache; /* filled by main (bench.cu) before the readers (bench_fill_cache_368) */
     }
     a.topk.resize(NQ * TOPK);
     for (auto &v : a.topk) v = (int32_t)(bench_rand() % (uint64_t)a.capacity);

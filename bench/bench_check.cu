@@ -1,4 +1,4 @@
-/* nvfp4-mla bench: what every timed call is held to, on the GPU and outside its events (issue 47).
+/* nvfp4-mla-bench: what every timed call is held to, on the GPU and outside its events (issue 47).
  * Before each timed launch its output is poisoned (0xFF bytes: NaN in bf16 and f32, a code no writer
  * emits in a record); after it, the output is compared with the output of the row's checked call
  * (itself compared with the plugin's CPU backend), and the elements outside the bound are counted

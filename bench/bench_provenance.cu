@@ -1,4 +1,4 @@
-/* nvfp4-mla bench: where bench.json came from, written into it (issue 47), with the keys of
+/* nvfp4-mla-bench: where bench.json came from, written into it (issue 47), with the keys of
  * bench/provenance.py (the Python measurements' helper; compare_table.py reads both): the plugin as
  * it reports itself, this build, the device and its driver, the date, the command and the settings
  * in the environment. */

@@ -1,6 +1,6 @@
 /* How an attend output is judged against a reference (the CPU backend's attend, in double): each
  * (query, head) row of 512 values on its own scale, and its lse. Shared by the GPU tests
- * (tests/test_gpu_attend*.c) and `nvfp4-mla bench`, so that the bench's PASS means what the tests'
+ * (tests/test_gpu_attend*.c) and `nvfp4-mla-bench`, so that the bench's PASS means what the tests'
  * does; tests/test_attend_check.c shows on the CPU what it accepts and what it rejects.
  *
  * Why per row: a bound taken from the whole cache's largest |V| (what the tests used before) is
