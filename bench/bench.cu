@@ -1,13 +1,16 @@
-/* nvfp4-mla bench: the writer, the gather reader and attend on the GPU against ceilings measured in
+/* nvfp4-mla-bench: the writer, the gather reader and attend on the GPU against ceilings measured in
  * the same run (BENCHMARKS.md, "What is measured"): a >= 4 GiB device copy, a plain random gather of
  * 368-byte records and the mma.sync bf16 matrix rate (bench_ceilings.cu).
- * Every kernel's correctness check (CUDA output against the plugin's CPU output) runs in the same
- * process; attend checks the timed call's own output (bench_attend.cu). Times: median and spread of
- * CUDA-event-timed launches after warm-up, sides compared in one row interleaved, optionally with
- * L2 flushed before each launch (--flush-l2), on a cache of >= 4 GiB whose every record holds a
- * random token (bench_data.cu), at random slots. The plugin is reached through the loader and the
- * ABI only, as a runtime would.
- * This file: the command, timing, the writer and gather sections, the JSON; attend: bench_attend.cu. */
+ * Every row's correctness check runs in the same process: its first call (the timed call's own
+ * arguments) against the plugin's CPU output, then every timed call's output, poisoned before the
+ * call and compared after it with that checked output on the GPU (bench_check.cu), outside the
+ * call's events. Times: median and spread of CUDA-event-timed launches after warm-up, sides
+ * compared in one row interleaved, optionally with L2 flushed before each launch (--flush-l2), on a
+ * cache of >= 4 GiB whose every record holds a random token (bench_data.cu), at random slots. The
+ * plugin is reached through the loader and the ABI only, as a runtime would.
+ * This file: main, timing, the writer and gather sections, the JSON (its provenance:
+ * bench_provenance.cu); attend: bench_attend.cu. */
+#include <cjson/cJSON.h>
 #include <string.h>
 
 #include "bench.h"
@@ -28,8 +31,7 @@ nvfp4_mla_tensor_t bench_tensor(void *p, int32_t dtype, int ndim, std::initializ
     return t;
 }
 
-std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<std::function<void()>> &sides, int warmup,
-                                           int iters) {
+std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<bench_side> &sides, int warmup, int iters) {
     const size_t n = sides.size();
     std::vector<cudaEvent_t> ev(2 * n);
     for (auto &e : ev) CK(cudaEventCreate(&e));
@@ -37,9 +39,11 @@ std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<std
     for (int round = 0; round < warmup + iters; round++) {
         for (size_t k = 0; k < n; k++) {
             if (b.flush_l2) CK(cudaMemsetAsync(b.flush_buf, round & 0xFF, b.flush_bytes, b.s));
+            if (sides[k].before) sides[k].before();
             CK(cudaEventRecord(ev[2 * k], b.s));
-            sides[k]();
+            sides[k].launch();
             CK(cudaEventRecord(ev[2 * k + 1], b.s));
+            if (sides[k].after) sides[k].after();
         }
         CK(cudaEventSynchronize(ev[2 * n - 1]));
         for (size_t k = 0; k < n && round >= warmup; k++) {
@@ -76,6 +80,15 @@ bench_row &bench_add_row(bench &b, const char *op, int64_t size, const bench_tim
     return b.rows.back();
 }
 
+void bench_note_timed(bench_row &r, int64_t calls, unsigned long long bad) {
+    r.timed_calls = calls;
+    r.timed_bad = bad;
+    if (bad && r.correct) r.correct = 0;
+    printf("%-28s every timed call's output (%lld, poisoned first) against the checked call's: %s (%llu elements "
+           "outside)\n", "", (long long)calls, bad ? "FAIL" : "PASS", bad);
+    fflush(stdout);
+}
+
 /* bench.h */
 nvfp4_mla_write_args_t bench_write_args_368(const bench &b, uint32_t mode, float scale, int64_t T, uint32_t policy) {
     nvfp4_mla_write_args_t w = {};
@@ -104,7 +117,15 @@ static void writer_buffers(bench &b) {
     const int64_t T = BENCH_T_MAX;
     b.tokens.resize(T * 576);
     std::vector<int64_t> slots(T), ident(T);
-    for (int64_t i = 0; i < T; i++) slots[i] = (int64_t)(bench_rand() % (uint64_t)(b.capacity / 4)) * 4 + (i & 3);
+    /* distinct runs: two tokens of one slot would race, and the timed calls' records could differ */
+    std::vector<uint8_t> taken((size_t)(b.capacity / 4), 0);
+    for (int64_t i = 0; i < T; i += 4) {
+        uint64_t run;
+        do run = bench_rand() % (uint64_t)(b.capacity / 4);
+        while (taken[run]);
+        taken[run] = 1;
+        for (int64_t j = i; j < i + 4 && j < T; j++) slots[j] = (int64_t)run * 4 + (j & 3);
+    }
     for (int64_t i = 0; i < T; i++) ident[i] = i;
     CK(cudaMalloc(&b.d_tokens, T * 576 * 2));
     CK(cudaMalloc(&b.d_slots, T * 8));
@@ -117,15 +138,17 @@ static void writer_buffers(bench &b) {
     CK(cudaMemcpy(b.d_ident, ident.data(), T * 8, cudaMemcpyHostToDevice));
 }
 
-/* Device time per launch without host enqueue latency: 100 launches in one graph. */
-static bench_timing graph_us(bench &b, const nvfp4_mla_write_args_t &w, int &launched) {
+/* Device time per launch without host enqueue latency: 100 launches in one graph; `check` poisons
+ * before and compares after each graph launch. */
+static bench_timing graph_us(bench &b, const nvfp4_mla_write_args_t &w, int &launched, const bench_side &check) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(b.s, cudaStreamCaptureModeThreadLocal));
     for (int k = 0; k < 100; k++) launched &= b.t->write(b.gpu, &w) == NVFP4_MLA_OK;
     CK(cudaStreamEndCapture(b.s, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
-    bench_timing t = bench_time(b, [&] { CK(cudaGraphLaunch(exec, b.s)); }, 2, 20);
+    bench_timing t =
+        bench_time_sides(b, {bench_side{[&] { CK(cudaGraphLaunch(exec, b.s)); }, check.before, check.after}}, 2, 20)[0];
     for (double *v : {&t.median_us, &t.min_us, &t.max_us, &t.p25_us, &t.p75_us}) *v /= 100.0;
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
@@ -133,8 +156,9 @@ static bench_timing graph_us(bench &b, const nvfp4_mla_write_args_t &w, int &lau
 }
 
 /* One writer row (and its graph row for small T) of one writer policy: the CUDA records of T tokens
- * equal the CPU writer's bytes (same policy), then the timed launches at random slots over the big
- * cache. Rows of a policy other than rtn carry its name ("write per-token mse"). */
+ * equal the CPU writer's bytes (same policy); then the timed launches at random slots over the big
+ * cache, the records at those slots poisoned before each and compared with the CPU's bytes after
+ * each. Rows of a policy other than rtn carry its name ("write per-token mse"). */
 static void write_case(bench &b, int m, uint32_t policy, int64_t T) {
     static const char *const mode_names[2] = {"per-token", "static"};
     const uint32_t mode = m ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
@@ -147,21 +171,37 @@ static void write_case(bench &b, int m, uint32_t policy, int64_t T) {
     cli_codec_flags_t f = {NVFP4_MLA_LAYOUT_FP8_ROPE_368, mode, scale, policy};
     ok = ok && !cli_encode("bench", &b.host, &f, b.tokens.data(), T, cpu_records.data()) &&
          memcmp(cpu_records.data(), gpu_records.data(), T * 368) == 0;
+    uint8_t *d_want; /* the CPU writer's bytes: what every timed call must leave at its slots */
+    CK(cudaMalloc(&d_want, T * 368));
+    CK(cudaMemcpy(d_want, cpu_records.data(), T * 368, cudaMemcpyHostToDevice));
     w.slot_mapping = bench_tensor(b.d_slots, NVFP4_MLA_DTYPE_I64, 1, {T}, {1});
     w.cache = big_cache(b);
     int launched = 1;
-    bench_timing us =
-        bench_time(b, [&] { launched &= b.t->write(b.gpu, &w) == NVFP4_MLA_OK; }, 3, T >= 16384 ? 20 : 50);
+    int64_t calls = 0;
+    bench_watch watch = bench_watch_open();
+    const bench_side check = {{}, [&] { bench_poison_records(b.cache, BENCH_BLOCK, 368, b.d_slots, T, b.s); },
+                              [&] {
+                                  bench_compare_records(b.cache, BENCH_BLOCK, 368, b.d_slots, T, d_want, watch.d_bad, b.s);
+                                  calls++;
+                              }};
+    bench_timing us = bench_time_sides(b, {bench_side{[&] { launched &= b.t->write(b.gpu, &w) == NVFP4_MLA_OK; },
+                                                      check.before, check.after}},
+                                       3, T >= 16384 ? 20 : 50)[0];
     char name[64], policy_suffix[16] = "";
     if (policy != NVFP4_MLA_WRITER_POLICY_RTN)
         snprintf(policy_suffix, sizeof policy_suffix, " %s", nvfp4_mla_writer_policy_name(policy));
     snprintf(name, sizeof name, "write %s%s", mode_names[m], policy_suffix);
-    bench_add_row(b, name, T, us, T * 1528.0, b.copy_tbps, "copy", ok && launched);
+    bench_note_timed(bench_add_row(b, name, T, us, T * 1528.0, b.copy_tbps, "copy", ok && launched), calls,
+                     bench_watch_close(watch));
     if (T <= 512) {
-        us = graph_us(b, w, launched);
+        calls = 0;
+        watch = bench_watch_open();
+        us = graph_us(b, w, launched, check);
         snprintf(name, sizeof name, "write %s%s (graph)", mode_names[m], policy_suffix);
-        bench_add_row(b, name, T, us, T * 1528.0, b.copy_tbps, "copy", ok && launched);
+        bench_note_timed(bench_add_row(b, name, T, us, T * 1528.0, b.copy_tbps, "copy", ok && launched), calls,
+                         bench_watch_close(watch));
     }
+    cudaFree(d_want);
 }
 
 /* Every writer policy, mode and size (issue 16's target: a policy within 1.5x of rtn at 16k and
@@ -178,8 +218,36 @@ static void bench_write(bench &b) {
     }
 }
 
+/* The timed gather `g` once, its rows against the CPU gather of the same records (copied from the
+ * device); *d_want gets a device copy of those rows, what every timed call must write. */
+static int gather_checked_call(bench &b, const nvfp4_mla_gather_args_t &g, uint16_t **d_want) {
+    const int64_t N = g.slots.shape[0];
+    CK(cudaMalloc(d_want, N * 576 * 2));
+    int ok = b.t->gather(b.gpu, &g) == NVFP4_MLA_OK;
+    uint8_t *d_rec;
+    CK(cudaMalloc(&d_rec, N * 368));
+    bench_copy_records(b.cache, BENCH_BLOCK, 368, (const int32_t *)g.slots.data, N, d_rec, b.s);
+    CK(cudaMemcpyAsync(*d_want, b.d_out, N * 576 * 2, cudaMemcpyDeviceToDevice, b.s));
+    CK(cudaStreamSynchronize(b.s));
+    std::vector<uint8_t> records(N * 368);
+    std::vector<uint16_t> got(N * 576), want(N * 576);
+    std::vector<int32_t> ids(N);
+    for (int64_t i = 0; i < N; i++) ids[i] = (int32_t)i;
+    CK(cudaMemcpy(records.data(), d_rec, N * 368, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got.data(), *d_want, N * 576 * 2, cudaMemcpyDeviceToHost));
+    cudaFree(d_rec);
+    nvfp4_mla_gather_args_t hc = g;
+    hc.cache = bench_tensor(records.data(), NVFP4_MLA_DTYPE_U8, 3, {N, 1, 368}, {368, 368, 1});
+    hc.slots = bench_tensor(ids.data(), NVFP4_MLA_DTYPE_I32, 1, {N}, {1});
+    hc.out.data = want.data();
+    hc.cache.device_type = hc.slots.device_type = hc.out.device_type = NVFP4_MLA_DEVICE_CPU;
+    hc.stream = NULL;
+    return ok && b.t->gather(b.host.cpu, &hc) == NVFP4_MLA_OK && got == want;
+}
+
 /* One gather row: the compact cache re-written in this mode and gathered at random slots (10%
- * unused) equals the CPU gather of the same bytes; then the timed gather over the big cache. */
+ * unused) equals the CPU gather of the same bytes; the timed gather over the big cache once, against
+ * the CPU's gather of its records; then the timed calls, each poisoned before and compared after. */
 static void gather_case(bench &b, int m) {
     const int64_t N = BENCH_N, T = BENCH_T_MAX;
     const uint32_t mode = m ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
@@ -215,12 +283,22 @@ static void gather_case(bench &b, int m) {
     cudaFree(d_check);
     g.cache = big_cache(b);
     g.slots = bench_tensor(b.d_index, NVFP4_MLA_DTYPE_I32, 1, {N}, {1});
+    uint16_t *d_want;
+    ok = ok && gather_checked_call(b, g, &d_want);
     int launched = 1;
-    const bench_timing us = bench_time(b, [&] { launched &= b.t->gather(b.gpu, &g) == NVFP4_MLA_OK; }, 3, 20);
-    bench_add_row(b, m ? "gather static" : "gather per-token", N, us, N * (368.0 + 1152 + 4), b.copy_tbps, "copy",
-                  ok && launched);
+    int64_t calls = 0;
+    bench_watch watch = bench_watch_open();
+    const bench_timing us = bench_time_sides(
+        b, {bench_side{[&] { launched &= b.t->gather(b.gpu, &g) == NVFP4_MLA_OK; },
+                       [&] { bench_poison(b.d_out, N * 576 * 2, b.s); },
+                       [&] { bench_compare_u16(b.d_out, d_want, N * 576, watch.d_bad, b.s), calls++; }}},
+        3, 20)[0];
+    bench_row &r = bench_add_row(b, m ? "gather static" : "gather per-token", N, us, N * (368.0 + 1152 + 4),
+                                 b.copy_tbps, "copy", ok && launched);
+    bench_note_timed(r, calls, bench_watch_close(watch));
     printf("%-28s %9s %11s %9s %8.3f  %-10s\n", "  (vs gather368 ceiling)", "", "", "",
            b.rows.back().tbps / b.g368_tbps, "gather368");
+    cudaFree(d_want);
 }
 
 static void bench_gather(bench &b) {
@@ -237,6 +315,8 @@ static void json_row(FILE *f, const bench_row &r, const char *sep) {
             r.correct < 0 ? "-" : r.correct ? "pass" : "fail", r.t.min_us, r.t.max_us, r.t.p25_us, r.t.p75_us,
             r.t.samples);
     if (r.tflops > 0) fprintf(f, ", \"tflops\": %.2f", r.tflops);
+    if (r.timed_calls > 0)
+        fprintf(f, ", \"timed_calls\": %lld, \"timed_bad_elements\": %llu", (long long)r.timed_calls, r.timed_bad);
     if (r.check_queries > 0)
         fprintf(f, ", \"check_queries\": %lld, \"check_rows\": %lld, \"check_failed_rows\": %lld, "
                    "\"worst_rel_rms\": %.3e, \"worst_excess\": %.3e, \"worst_lse\": %.3e",
@@ -247,14 +327,18 @@ static void json_row(FILE *f, const bench_row &r, const char *sep) {
 
 /* bench.json: the device, the ceilings, how times were taken, and every row; written whole or not
  * at all. */
-static int bench_json(const bench &b, const char *path) {
+static int bench_json(const bench &b, const char *path, int argc, char **argv) {
     cli_out_t out;
     if (cli_out_open("bench", path, &out)) return 1;
     FILE *f = out.f;
-    fprintf(f, "{\"device\": \"%s\", \"copy_tbps\": %.4f, \"gather368_tbps\": %.4f, \"flush_l2\": %s, "
-               "\"timing\": \"CUDA events around each launch; sides of a row interleaved\", "
+    char *prov = bench_provenance_json(b, argc, argv);
+    fprintf(f, "{\"provenance\": %s,\n\"device\": \"%s\", \"copy_tbps\": %.4f, \"gather368_tbps\": %.4f, "
+               "\"flush_l2\": %s, \"timing\": \"CUDA events around each launch; sides of a row interleaved\", "
+               "\"checks\": \"each row's first call against the CPU backend; every timed call's output poisoned "
+               "before it and compared with that call's after it (timed_calls, timed_bad_elements)\", "
                "\"data\": \"every record from random tokens, per-token log-normal magnitudes\", \"rows\": [\n",
-            b.info.device_name, b.copy_tbps, b.g368_tbps, b.flush_l2 ? "true" : "false");
+            prov, b.info.device_name, b.copy_tbps, b.g368_tbps, b.flush_l2 ? "true" : "false");
+    cJSON_free(prov);
     for (size_t i = 0; i < b.rows.size(); i++) json_row(f, b.rows[i], i + 1 < b.rows.size() ? "," : "");
     fprintf(f, "]}\n");
     return cli_out_commit(&out);
@@ -313,8 +397,16 @@ static int bench_open(bench &b, const char *plugin) {
     return 0;
 }
 
-extern "C" int cli_bench_cmd(int argc, char **argv) {
+static const char usage[] =
+    "usage: nvfp4-mla-bench [--quick] [--only write|gather|attend] [--tokens T] [--flush-l2] [--check-queries N]\n"
+    "                       [--json FILE] [--plugin P]\n"
+    "  writer, gather and attend on the GPU against same-run ceilings; each row's first call checked against the\n"
+    "  plugin's CPU backend, every timed call's output poisoned before it and compared after it (BENCHMARKS.md)\n";
+
+int main(int argc, char **argv) {
     static bench b; /* large; one per process */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(usage, stdout) < 0;
     const char *plugin = NULL, *json_path = NULL;
     b.only = "";
     b.check_queries = 16;
@@ -329,11 +421,12 @@ extern "C" int cli_bench_cmd(int argc, char **argv) {
     if (!filled) printf("nvfp4-mla bench: writing the big cache failed: %s\n", b.t->last_error());
     bench_gather(b);
     bench_attend(b);
-    int failed = json_path ? bench_json(b, json_path) : 0;
+    int failed = json_path ? bench_json(b, json_path, argc, argv) : 0;
     failed |= !filled;
     for (const bench_row &r : b.rows) failed |= r.correct == 0;
     b.t->shutdown(b.gpu);
     cli_host_close(&b.host);
     if (b.flush_buf) cudaFree(b.flush_buf);
+    if (fflush(stdout) || ferror(stdout)) return fprintf(stderr, "nvfp4-mla bench: cannot write standard output\n"), 1;
     return failed;
 }

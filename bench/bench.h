@@ -1,6 +1,7 @@
-/* The pieces of `nvfp4-mla bench` (CUDA C++): the run's state, timing and result rows, shared by
- * bench.cu (command, writer, gather reader, JSON), bench_attend.cu, bench_ceilings.cu and
- * bench_data.cu (the data every timed call reads). */
+/* The pieces of nvfp4-mla-bench (CUDA C++): the run's state, timing and result rows, shared by
+ * bench.cu (main, writer, gather reader, JSON), bench_attend.cu, bench_ceilings.cu, bench_check.cu
+ * (each timed call's output), bench_data.cu (the data every timed call reads) and
+ * bench_provenance.cu. */
 #ifndef NVFP4_MLA_CLI_BENCH_H
 #define NVFP4_MLA_CLI_BENCH_H
 
@@ -42,6 +43,9 @@ struct bench_row {
     double tbps, ratio; /* from t.median_us */
     const char *ceiling;
     int correct; /* 1 PASS, 0 FAIL, -1 no check */
+    /* every timed call's output against the checked call's (bench_check.cu; 0 calls: no such check) */
+    int64_t timed_calls;
+    unsigned long long timed_bad; /* elements (records: bytes) outside the bound, over all of them */
     double tflops; /* attend rows: over the real heads (0: none) */
     /* attend rows: what the check of the timed call's own output against the CPU found (bench_attend.cu) */
     int64_t check_queries;     /* queries checked (0: no check) */
@@ -82,17 +86,45 @@ struct bench {
     std::vector<bench_row> rows;
 };
 
+/* One timed side: its launch, and what runs on b.s outside the launch's events around each launch
+ * (either may be empty): `before` poisons the output, `after` compares it (bench_check.cu). */
+struct bench_side {
+    std::function<void()> launch, before, after;
+};
+
 /* Times sides[0..n): `warmup` untimed rounds, then `iters` rounds; a round launches every side
  * once, in turn (A B A B ...: drifts of clocks and temperature fall on every side alike), each
  * launch between its own CUDA events on b.s. With b.flush_l2, an L2-sized write precedes each
- * timed launch, outside its events. */
-std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<std::function<void()>> &sides, int warmup,
-                                           int iters);
+ * timed launch, outside its events (then `before`). */
+std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<bench_side> &sides, int warmup, int iters);
 
 /* One side. */
 template <typename F> static bench_timing bench_time(const bench &b, F launch, int warmup, int iters) {
-    return bench_time_sides(b, {std::function<void()>(launch)}, warmup, iters)[0];
+    return bench_time_sides(b, {bench_side{std::function<void()>(launch), {}, {}}}, warmup, iters)[0];
 }
+
+/* ---- bench_check.cu: each timed call's output, poisoned before and compared after it ---- */
+
+/* A device counter of the elements outside the bound over a row's timed calls. */
+struct bench_watch {
+    unsigned long long *d_bad;
+};
+bench_watch bench_watch_open();
+unsigned long long bench_watch_close(bench_watch &w); /* the count; frees the counter */
+
+/* 0xFF bytes over p[0..bytes) (NaN in bf16 and f32), on s. */
+void bench_poison(void *p, size_t bytes, cudaStream_t s);
+/* 0xFF bytes over the records of slots[0..n) (int64 slots of a cache of `block`-record pages of rb bytes). */
+void bench_poison_records(uint8_t *cache, int64_t block, int32_t rb, const int64_t *d_slots, int64_t n, cudaStream_t s);
+/* Counts into *d_bad the bytes of those records that differ from d_want [n, rb]. */
+void bench_compare_records(const uint8_t *cache, int64_t block, int32_t rb, const int64_t *d_slots, int64_t n,
+                           const uint8_t *d_want, unsigned long long *d_bad, cudaStream_t s);
+/* Counts the 16-bit elements of got[0..n) that differ from want's. */
+void bench_compare_u16(const uint16_t *got, const uint16_t *want, int64_t n, unsigned long long *d_bad, cudaStream_t s);
+/* attend rows [rows, 512] bf16 and lse [rows]: counts the elements outside 2/128 of themselves + 1/128 of
+ * the row's largest |want|, and the lse outside 1e-5 relative (both -inf agree; NaN never does). */
+void bench_compare_attend(const uint16_t *got, const float *got_lse, const uint16_t *want, const float *want_lse,
+                          int64_t rows, unsigned long long *d_bad, cudaStream_t s);
 
 /* One reproducible random stream for the whole run (xorshift64). */
 uint64_t bench_rand();
@@ -101,14 +133,23 @@ uint64_t bench_rand();
 nvfp4_mla_tensor_t bench_tensor(void *p, int32_t dtype, int ndim, std::initializer_list<int64_t> shape,
                                 std::initializer_list<int64_t> strides);
 
-/* Prints a row of the table (median, and the spread as min / max) and keeps it for --json. */
+/* Prints a row of the table (median, and the spread as min / max) and keeps it for --json; the
+ * timed-call check is added by bench_note_timed. */
 bench_row &bench_add_row(bench &b, const char *op, int64_t size, const bench_timing &t, double bytes,
                          double ceiling_tbps, const char *ceiling, int correct);
+
+/* Folds a row's timed-call check into it (calls compared, elements outside the bound) and its
+ * verdict; prints one line. */
+void bench_note_timed(bench_row &r, int64_t calls, unsigned long long bad);
 
 /* Write arguments for T tokens of the bench's token buffer (576-value rows) into 368-byte records
  * of the compact cache [T, 1, 368] at identity slots (the writer's checks, attend's records); the
  * writer's timed calls swap in the big cache and random slots. */
 nvfp4_mla_write_args_t bench_write_args_368(const bench &b, uint32_t mode, float scale, int64_t T, uint32_t policy);
+
+/* bench_provenance.cu: bench.json's "provenance" object (bench/provenance.py's keys) as JSON text;
+ * the caller frees it. */
+char *bench_provenance_json(const bench &b, int argc, char **argv);
 
 /* bench_ceilings.cu: the copy, plain 368-byte gather and mma.sync ceilings (setting copy_tbps,
  * g368_tbps, mma_tflops), and the writer's scatter ceiling (after the token buffers exist). */

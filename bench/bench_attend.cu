@@ -1,13 +1,15 @@
-/* nvfp4-mla bench, attend: batch 128, top-k 2048, random slots over two big caches whose every
+/* nvfp4-mla-bench, attend: batch 128, top-k 2048, random slots over two big caches whose every
  * record holds a random token (bench_data.cu): 368-byte per-token records written by the plugin's
  * writer, and 656-byte fp8_ds_mla records written by FlashMLA's rule (power-of-two tile scales);
  * h = 16, 32, 64, 128. At each h the two layouts are timed interleaved (368, 656, 368, 656, ...),
  * each launch between its own events.
  * Each row checks the call it times: the output of that call (the same arguments, so the same
- * plan: kind and split) against the plugin's CPU backend on --check-queries of its queries (16:
- * the first and the last, both sides of the CTA round robin's wraps, evenly spread ones), every
- * head, with the GPU tests' per-row bound (host_shims/common/attend_check.h). The CPU reads the
- * same records, copied from the device. */
+ * plan: kind and split; out and lse poisoned first) against the plugin's CPU backend on
+ * --check-queries of its queries (16: the first and the last, both sides of the CTA round robin's
+ * wraps, evenly spread ones), every head, with the GPU tests' per-row bound
+ * (host_shims/common/attend_check.h); the CPU reads the same records, copied from the device. Every
+ * timed call's out and lse are then poisoned before it and compared after it with that checked
+ * output, every row, on the GPU (bench_check.cu). */
 #include <math.h>
 #include <string.h>
 
@@ -27,6 +29,8 @@ struct attend_side {
     std::vector<int32_t> topk;
     uint16_t *d_out;         /* [NQ, HMAX, 512] */
     float *d_lse;            /* [NQ, HMAX] */
+    uint16_t *d_want_out;    /* [NQ, HMAX, 512]: the checked call's out and lse, what each timed call */
+    float *d_want_lse;       /* [NQ, HMAX]        is compared with (bench_check.cu) */
     void *d_ws;              /* grown to the largest attend_workspace_bytes */
     uint64_t ws_cap;
 };
@@ -45,7 +49,7 @@ static void side_setup(bench &b, attend_side &a, int is656) {
         CK(cudaMalloc(&a.cache, (size_t)a.capacity * 656));
         bench_fill_cache_656(b, a.cache, a.capacity, 0x5EED0656);
     } else {
-        a.cache = b.cache; /* filled by cli_bench_cmd before the readers (bench_fill_cache_368) */
+        a.cache = b.cache; /* filled by main (bench.cu) before the readers (bench_fill_cache_368) */
     }
     a.topk.resize(NQ * TOPK);
     for (auto &v : a.topk) v = (int32_t)(bench_rand() % (uint64_t)a.capacity);
@@ -53,11 +57,14 @@ static void side_setup(bench &b, attend_side &a, int is656) {
     CK(cudaMemcpy(a.d_topk, a.topk.data(), NQ * TOPK * 4, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&a.d_out, NQ * HMAX * 512 * 2));
     CK(cudaMalloc(&a.d_lse, NQ * HMAX * 4));
+    CK(cudaMalloc(&a.d_want_out, NQ * HMAX * 512 * 2));
+    CK(cudaMalloc(&a.d_want_lse, NQ * HMAX * 4));
 }
 
 static void side_free(attend_side &a) {
     if (a.is656) cudaFree(a.cache);
     cudaFree(a.d_topk), cudaFree(a.d_out), cudaFree(a.d_lse), cudaFree(a.d_ws);
+    cudaFree(a.d_want_out), cudaFree(a.d_want_lse);
 }
 
 /* The timed call of one side at H heads, its workspace sized (0 when attend_workspace_bytes failed). */
@@ -162,25 +169,48 @@ static attend_check_stats_t check_timed_call(bench &b, const attend_side &a, con
     return s;
 }
 
-/* The rows of one h: each side's timed call made once and checked, then both timed interleaved;
+/* One side's timed launch, with its output poisoned before and compared after it (its calls
+ * counted into *calls, its bad elements into watch). */
+static bench_side watched(bench &b, const attend_side &a, const nvfp4_mla_attend_args_t &at, int *launched,
+                          bench_watch watch, int64_t *calls) {
+    const int64_t rows = NQ * at.q.shape[1];
+    return bench_side{[&b, &at, launched] { *launched &= b.t->attend(b.gpu, &at) == NVFP4_MLA_OK; },
+                      [&b, &a, rows] {
+                          bench_poison(a.d_out, rows * 512 * 2, b.s);
+                          bench_poison(a.d_lse, rows * 4, b.s);
+                      },
+                      [&b, &a, rows, watch, calls] {
+                          bench_compare_attend(a.d_out, a.d_lse, a.d_want_out, a.d_want_lse, rows, watch.d_bad, b.s);
+                          ++*calls;
+                      }};
+}
+
+/* The rows of one h: each side's timed call made once (its output poisoned first) and checked
+ * against the CPU, kept as what the timed calls are compared with; then both timed interleaved;
  * each row printed with TFLOP/s over its H real heads, and the 656 row with 368's speedup. */
 static void attend_rows(bench &b, attend_side *sides, const attend_queries &aq, int64_t H) {
     nvfp4_mla_attend_args_t at[2];
     int ok[2], launched[2] = {1, 1};
     attend_check_stats_t check[2] = {};
-    int64_t queries[2] = {0, 0};
+    int64_t queries[2] = {0, 0}, calls[2] = {0, 0};
+    bench_watch watch[2];
     for (int k = 0; k < 2; k++) {
         ok[k] = timed_args(b, sides[k], aq, H, at[k]);
+        bench_poison(sides[k].d_out, NQ * H * 512 * 2, b.s);
+        bench_poison(sides[k].d_lse, NQ * H * 4, b.s);
         ok[k] = ok[k] && b.t->attend(b.gpu, &at[k]) == NVFP4_MLA_OK;
+        CK(cudaMemcpyAsync(sides[k].d_want_out, sides[k].d_out, NQ * H * 512 * 2, cudaMemcpyDeviceToDevice, b.s));
+        CK(cudaMemcpyAsync(sides[k].d_want_lse, sides[k].d_lse, NQ * H * 4, cudaMemcpyDeviceToDevice, b.s));
         CK(cudaStreamSynchronize(b.s));
         int checked = 0;
         if (ok[k]) check[k] = check_timed_call(b, sides[k], aq, at[k], &queries[k], &checked);
         ok[k] = ok[k] && checked;
+        watch[k] = bench_watch_open();
     }
-    const std::vector<bench_timing> t = bench_time_sides(
-        b, {[&] { launched[0] &= b.t->attend(b.gpu, &at[0]) == NVFP4_MLA_OK; },
-            [&] { launched[1] &= b.t->attend(b.gpu, &at[1]) == NVFP4_MLA_OK; }},
-        3, 20);
+    const std::vector<bench_timing> t =
+        bench_time_sides(b, {watched(b, sides[0], at[0], &launched[0], watch[0], &calls[0]),
+                             watched(b, sides[1], at[1], &launched[1], watch[1], &calls[1])},
+                         3, 20);
     for (int k = 0; k < 2; k++) {
         const int32_t rb = k ? 656 : 368;
         const double bytes = NQ * TOPK * (double)rb + NQ * H * (576.0 + 512) * 2;
@@ -195,6 +225,7 @@ static void attend_rows(bench &b, attend_side *sides, const attend_queries &aq, 
                "mma.sync; IQR %.2f .. %.2f us)\n", "", "", "", r.tflops,
                (BENCH_N * 368.0 * 2 + BENCH_N * 4.0) / (b.g368_tbps * 1e12) / (t[k].median_us * 1e-6), "gather368",
                (long long)H, r.tflops / b.mma_tflops, t[k].p25_us, t[k].p75_us);
+        bench_note_timed(r, calls[k], bench_watch_close(watch[k]));
     }
     printf("%-28s %9s %11s %9s %8.3f  %-10s\n", "  (368 speedup over 656)", "", "", "", t[1].median_us / t[0].median_us,
            "656/368");

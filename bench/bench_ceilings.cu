@@ -1,4 +1,4 @@
-/* The same-run ceilings of `nvfp4-mla bench` (BENCHMARKS.md, "What is measured"): what the hardware
+/* The same-run ceilings of nvfp4-mla-bench (BENCHMARKS.md, "What is measured"): what the hardware
  * does with the bytes and the tensor-core instruction alone, no codec arithmetic. Every operation's
  * ratio is taken against these, measured in the same process on the same device. */
 #include <string.h>

@@ -1,4 +1,4 @@
-/* The data of `nvfp4-mla bench`, made on the device: tokens like a model's latents (Gaussian values
+/* The data of nvfp4-mla-bench, made on the device: tokens like a model's latents (Gaussian values
  * times a per-token log-normal magnitude, RoPE included), every record of the big caches written
  * from them (368-byte records by the plugin's own writer, 656-byte ones by FlashMLA's rule), and
  * the copy of the records a checked query reads. Why: the attend kernels skip the output rescale

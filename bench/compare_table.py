@@ -1,56 +1,108 @@
-"""Markdown tables from flashmla_compare.py's JSON (BENCHMARKS.md's decode grid, batch-128 and prefill rows).
+"""Every figure of BENCHMARKS.md and README.md, and results/PROVENANCE, rewritten from results/*.json
+(issue 47: a figure without a file is not a result).
 
-Usage: python3 bench/compare_table.py results/flashmla_compare.json
+    python3 bench/compare_table.py            rewrite them from results/ (the one command after a GPU run)
+    python3 bench/compare_table.py --check    exit 1, naming the files, when they differ from what
+                                              results/ gives (the unit suite runs this)
+    python3 bench/compare_table.py FILE.json  print flashmla_compare.py's tables of one file
+
+The documents hold the figures between markers, `<!-- figures: NAME -->` and `<!-- end figures -->`;
+everything between them is this script's, everything outside is prose without figures. A file of
+flashmla_compare.py whose headline was refused (FlashMLA drifted between rounds) is not tabulated:
+the script says "rerun" and exits 2. Files from before issue 47 (no provenance inside, one round)
+are read and said to be so. Only the standard library: runs on any machine.
 """
+import argparse
+import glob
 import json
+import os
+import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import figures  # noqa: E402  (bench/figures.py: the tables)
 
-def grid_table(rows, s_q):
-    cells = {(r["batch"], r["h"]): r for r in rows if r["s_q"] == s_q}
-    heads = sorted({h for _, h in cells})
-    batches = sorted({b for b, _ in cells})
-    out = ["| batch | " + " | ".join(f"h = {h}: FlashMLA / attend" for h in heads) + " |",
-           "|---|" + "---|" * len(heads)]
-    for b in batches:
-        line = [str(b)]
-        for h in heads:
-            r = cells.get((b, h))
-            if r is None:
-                line.append("")
-                continue
-            f, a = r["flashmla_us"]["median"], r["attend368_us"]["median"]
-            mark = "" if r["check"] == "PASS" else " CHECK FAILED"
-            line.append(f"{f:.1f} / {a:.1f} ({f / a:.2f}x){mark}")
-        out.append("| " + " | ".join(line) + " |")
-    return "\n".join(out)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARK = re.compile(r"(<!-- figures: ([a-z0-9_-]+) -->\n)(.*?)(<!-- end figures -->)", re.S)
 
 
-def main():
-    report = json.load(open(sys.argv[1]))
-    grid = report.get("grid", [])
-    for s_q in (1, 2):
-        if any(r["s_q"] == s_q for r in grid):
-            print(f"\nDecode, graph replay, s_q = {s_q} (us a call, median; ratio = FlashMLA / attend):\n")
-            print(grid_table(grid, s_q))
-    if grid:
-        worst = max(grid, key=lambda r: r["worst_rel_rms"])
-        print(f"\nChecks: {sum(r['check'] == 'PASS' for r in grid)} of {len(grid)} cells PASS; worst row relative "
-              f"RMS {worst['worst_rel_rms']:.1e} (b={worst['batch']}, s_q={worst['s_q']}, h={worst['h']})")
-    if report.get("decode"):
-        print("\n| h | FlashMLA (padded h) | attend 656 | attend 368 | 368 TFLOP/s | checks 656 / 368 |")
-        print("|---|---|---|---|---|---|")
-        for r in report["decode"]:
-            f, a6, a3 = (r[k]["median"] for k in ("flashmla_us", "attend656_us", "attend368_us"))
-            print(f"| {r['h']} | {f:.1f} ({r['flashmla_heads']}) | {a6:.1f} ({f / a6:.2f}x) | "
-                  f"{a3:.1f} ({f / a3:.2f}x) | {r['attend368_tflops']:.1f} | {r['check656_vs_flashmla']['check']} / "
-                  f"{r['check368_vs_flashmla_bf16']['check']} |")
-    if report.get("prefill"):
-        print("\n| h | FlashMLA bf16 | attend 368 | gather + FlashMLA | check |\n|---|---|---|---|---|")
-        for r in report["prefill"]:
-            f, a, g = (r[k]["median"] / 1e3 for k in ("flashmla_bf16_us", "attend368_us", "gather_flashmla_us"))
-            print(f"| {r['h']} | {f:.2f} ms | {a:.2f} ms ({f / a:.2f}x) | {g:.2f} ms | {r['check']} |")
+def load_results(folder):
+    """{file name: its JSON, upgraded to the current shape} of every results/*.json."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path) as f:
+            out[os.path.basename(path)] = figures.upgrade(os.path.basename(path), json.load(f))
+    return out
+
+
+def fill(text, blocks, name):
+    """text with every marked block replaced by blocks[its name]; a block without a renderer, or a
+    renderer whose block is missing, is an error naming both."""
+    seen = set()
+
+    def sub(m):
+        key = m.group(2)
+        if key not in blocks:
+            raise SystemExit(f"{name}: block '{key}' has no renderer in bench/figures.py")
+        seen.add(key)
+        return m.group(1) + blocks[key].rstrip("\n") + "\n" + m.group(4)
+
+    new = MARK.sub(sub, text)
+    return new, seen
+
+
+def documents(root, res):
+    """{path: new text} of the documents and the provenance index."""
+    blocks = figures.blocks(res)
+    out, used = {}, set()
+    for doc in ("BENCHMARKS.md", "README.md"):
+        path = os.path.join(root, doc)
+        with open(path) as f:
+            text, seen = fill(f.read(), blocks, doc)
+        out[path] = text
+        used |= seen
+    missing = sorted(set(blocks) - used)
+    if missing:
+        raise SystemExit(f"no document holds the block(s) {', '.join(missing)}: add their markers")
+    out[os.path.join(root, "results", "PROVENANCE")] = figures.provenance_index(res)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("file", nargs="?", help="one flashmla_compare.py JSON: print its tables")
+    ap.add_argument("--check", action="store_true", help="only say whether the documents are up to date")
+    ap.add_argument("--root", default=ROOT, help="the checkout (default: this script's)")
+    args = ap.parse_args(argv)
+    if args.file:
+        with open(args.file) as f:
+            data = figures.upgrade("flashmla_compare.json", json.load(f))
+        print(figures.compare_tables(data))
+        return 0
+    res = load_results(os.path.join(args.root, "results"))
+    refused = figures.refused(res)
+    if refused:
+        print(f"not regenerated: {refused}", file=sys.stderr)
+        return 2
+    stale = []
+    for path, text in documents(args.root, res).items():
+        if os.path.exists(path):
+            with open(path) as f:
+                if f.read() == text:
+                    continue
+        stale.append(os.path.relpath(path, args.root))
+        if not args.check:
+            with open(path, "w") as f:
+                f.write(text)
+    if args.check:
+        if stale:
+            print(f"{', '.join(stale)}: not what results/ gives; run python3 bench/compare_table.py", file=sys.stderr)
+            return 1
+        print("BENCHMARKS.md, README.md and results/PROVENANCE hold what results/*.json give")
+        return 0
+    print(f"rewrote {', '.join(stale)}" if stale else "nothing to rewrite: the documents hold what results/ gives")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

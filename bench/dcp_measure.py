@@ -32,6 +32,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "host_shims", "python", "examples"))
 import dcp_decode as dcp  # noqa: E402  (the recipe: Sharding, Rank, launch)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # noqa: E402  (bench/provenance.py: what the JSON records of where it came from)
 
 ROW_BYTES = 576 * 2
 CHUNK = 1 << 18  # tokens written per call while the decode caches are filled
@@ -199,6 +201,8 @@ def worker(rank, world, opts):
         if rank == 0:
             print_tables(result)
             if opts.json:
+                import nvfp4_mla
+                result["provenance"] = provenance.collect(nvfp4_mla.load(), torch if opts.device == "cuda" else None)
                 with open(opts.json + ".tmp", "w") as f:
                     json.dump(result, f, indent=1)
                 os.replace(opts.json + ".tmp", opts.json)

@@ -1,52 +1,75 @@
 """attend against FlashMLA in one process, on the same tokens, every timed output checked
-(BENCHMARKS.md; issues 34 and 35).
+(BENCHMARKS.md; issues 34, 35 and 47).
 
 Data: random latents with log-normal per-token magnitudes (sigma 0.5) in every record a call can
 read, RoPE included: a cache of 4 M tokens written twice, as 368-byte per-token records (the plugin's
 writer) and as 656-byte fp8_ds_mla records (FlashMLA's rule: power-of-two tile scales,
 docs/record-format.md); top-k 2048 random slots per query.
 
-1. Decode grid, as a serving engine replays it: each side's call captured `--calls` times in one CUDA
-   graph on a side stream and replayed between CUDA events (GPU time per call, no host time), the
-   two sides' replays interleaved (ABAB...), median and range printed. Batch 1, 2, 4, 8, 16, 32, 64,
-   128 x h 16, 32, 64, 128, and two queries per sequence (MTP, FlashMLA's s_q = 2; attend takes the
-   2b queries) for batch 1-32. FlashMLA: sparse_decode_fwd on the 656 bytes (its metadata computed
-   before capture, as vLLM does; h < 64 padded to 64, printed); attend on the 368 bytes.
-   Check: every query of the timed attend output against FlashMLA's sparse_prefill_fwd over the same
-   368-byte records dequantised to bf16 by the plugin's gather (attend reads the records' binary32
-   values, the gathered cache their bf16 rounding: keys and values differ by up to 2^-9 relative).
-   `--flush-l2`: a 256 MB write before every call inside the graph, its own time subtracted (a graph
-   of the writes alone).
-2. Batch 128, back-to-back eager launches: FlashMLA, attend on the same 656 bytes (checked against
-   FlashMLA's output) and attend on the 368 bytes (checked as in 1), interleaved.
-3. Prefill / extend, 4096 query tokens: FlashMLA's bf16 prefill over the gathered cache, attend on the
-   368 records (every query checked against that prefill), and gather + prefill.
-The check of a row: relative RMS error ||got - ref|| / ||ref|| and max |got - ref| over the row's max
-|ref|, the worst row printed. Bounds: 1e-2 where both sides read the same bytes (attend and FlashMLA on
-the 656 records); 5e-2 against the bf16-gathered reference, whose own rounding of keys and values
-moves rows by up to ~1e-2 on this data (the CPU backend's float64 attention over the records'
-binary32 values against the same bf16 reference: 0.4-1.0e-2 worst over 16 rows), more in the tails
-of thousands of rows. The GPU tests (tests/test_gpu_attend*.c) hold the kernels to the CPU
-reference over the same values, tighter. TFLOP/s count real heads for both sides.
+Rounds. Everything below is measured --rounds times (3), one pass over all of it a round, so rounds
+lie tens of seconds apart. A time is the median over the rounds of each round's median (over --reps
+interleaved repetitions); its spread, the range of the rounds' medians; a ratio, the median of the
+rounds' ratios, with their range. When FlashMLA's time in any row moved by more than
+--max-peer-drift (3%) between rounds, the run has no headline: the JSON says "refused" and names the
+rows, and the script says "rerun" and exits 2 (a peer drifting by 4-5% between runs made issue 47's
+headline ratios unrepeatable). Fewer than 3 rounds never make a headline.
+
+1. Decode grid, as an engine replays it: each side's call captured --calls times in one CUDA graph on
+   a side stream and replayed between CUDA events (GPU time a call). Batch 1, 2, 4, 8, 16, 32, 64, 128
+   x h 16, 32, 64, 128, and two queries a sequence (MTP, FlashMLA's s_q = 2; attend takes the 2b
+   queries) for batch 1-32. FlashMLA: sparse_decode_fwd on the 656 bytes (its metadata computed before
+   capture, as vLLM does; h < 64 padded to 64, printed); attend on the 368 bytes. Two modes:
+     back_to_back  the calls follow each other: a call may start during the previous call's tail
+                   (programmatic dependent launch), which a model's step does not give it;
+     after_gemm    an ordinary kernel before every call on both sides (a bf16 GEMM [128, 7168] x
+                   [7168, 1536], a decode layer's projection), its own time (a graph of the GEMMs
+                   alone, same round) subtracted: a call as it runs inside a model.
+   (--flush-l2 adds after_flush: a 256 MB write before every call, its time subtracted.)
+2. Batch 128, back-to-back eager launches: FlashMLA, attend on the same 656 bytes, attend on the 368.
+3. Prefill, 4096 query tokens, top-k 2048 over a 2 M-token context: FlashMLA's bf16 prefill over the
+   records gathered to bf16, attend on the 368 records, gather + that prefill; timed alone (each
+   side's blocks of 3 launches in a row) and interleaved (the sides' blocks alternating).
+
+Checks, of every query of every timed output, lse included (bench/attend_reference.py): a float32
+attention over the same records, judged row by row with the GPU tests' bounds
+(host_shims/common/attend_check.h: relative RMS 1/128; each element 2/128 of itself + 1/128 of the
+row's largest |value|; lse 1e-5 relative). attend on 368 records against those records through the
+plugin's gather, upcast; attend on 656 and FlashMLA's decode against the 656 records decoded;
+FlashMLA's prefill against the gathered records it reads. Outputs are filled with NaN before each
+timed block or replay, so a check reads what the timed calls wrote (FlashMLA's prefill and its eager
+lse are allocated by the call: those are checked as returned). A failed check: exit 1.
 
 Usage (GPU machine; FlashMLA from tools/flashmla-fetch (into .anchor/) or an installed vLLM):
   NVFP4_MLA_PLUGIN=build-gpu/plugin PYTHONPATH=host_shims/python \\
-      python3 bench/flashmla_compare.py [--flashmla .anchor/_flashmla_C.abi3.so] [--json out.json]
+      python3 bench/flashmla_compare.py [--flashmla .anchor/_flashmla_C.abi3.so] [--json out.json] [--quick]
+The run prints its time and keeps it in the JSON ("seconds"); the full run was planned to take a few
+minutes on the H200 (well under 7), --quick about a minute.
 """
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
+import time
 
 import torch
 
 import nvfp4_mla
 from nvfp4_mla import _abi
 
-D, DV, TOPK = 576, 512, 2048
-SAME_BYTES = (1e-2, 1e-2)    # (relative RMS, max over the row's max): both sides read the same records
-BF16_GATHERED = (5e-2, 5e-2)  # against FlashMLA's prefill over the records gathered to bf16
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attend_reference as ref  # noqa: E402  (bench/, beside this file)
+import provenance  # noqa: E402
+
+D, DV, TOPK = ref.D, ref.DV, 2048
+# "cuda"; tests/check_bench_scripts.py runs the whole script on the CPU backend with "cpu", small
+# shapes and a stand-in FlashMLA (its timings are then wall-clock and mean nothing).
+DEVICE = "cuda"
+GEMM = (128, 7168, 1536)  # the ordinary kernel of after_gemm: [m, k] x [k, n] bf16
+L368 = dict(layout=_abi.LAYOUT_FP8_ROPE_368, scale_mode=_abi.SCALE_PER_TOKEN)
+L656 = dict(layout=_abi.LAYOUT_FP8_DS_MLA_656, scale_mode=_abi.SCALE_STATIC)
+LN2 = math.log(2.0)
 
 
 def load_flashmla(path):
@@ -57,12 +80,39 @@ def load_flashmla(path):
     return torch.ops._flashmla_C
 
 
-def spread(samples):
-    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
+# ---- timing and rounds (pure functions: tests/check_bench_scripts.py runs them on the CPU) ----
+
+def summarize(values):
+    """A figure over rounds: the median of the rounds' values, their range, the values."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": list(values)}
+
+
+def ratio_summary(peer, ours):
+    """The peer's time over ours, round by round, summarized."""
+    return summarize([p / o for p, o in zip(peer, ours)])
+
+
+def drift(values):
+    """How far a side's round medians moved: (max - min) / min."""
+    return (max(values) - min(values)) / min(values) if len(values) > 1 else 0.0
+
+
+def headline(rows, rounds, max_drift):
+    """rows: (where, FlashMLA's drift) of every timed row. The headline's verdict: refused when fewer
+    than 3 rounds ran or any row's peer moved by more than max_drift."""
+    worst = max(rows, key=lambda r: r[1]) if rows else ("none", 0.0)
+    unstable = [{"where": w, "peer_drift": d} for w, d in rows if d > max_drift]
+    if rounds < 3:
+        return {"refused": True, "reason": f"{rounds} round(s): a headline needs at least 3"}
+    if unstable:
+        return {"refused": True, "max_peer_drift": max_drift, "unstable": unstable,
+                "reason": f"FlashMLA's time moved {worst[1]:.1%} between rounds at {worst[0]} (more than "
+                          f"{max_drift:.0%}; {len(unstable)} row(s)): rerun"}
+    return {"refused": False, "max_peer_drift": max_drift, "worst_peer_drift": worst[1], "where": worst[0]}
 
 
 def interleaved(fns, reps, warmup=2):
-    """Times each fn (returns microseconds per call) `reps` times, the fns alternating."""
+    """Samples of each fn (microseconds a call), `reps` each, the fns alternating."""
     for _ in range(warmup):
         for fn in fns:
             fn()
@@ -70,10 +120,24 @@ def interleaved(fns, reps, warmup=2):
     for _ in range(reps):
         for i, fn in enumerate(fns):
             samples[i].append(fn())
-    return [spread(s) for s in samples]
+    return samples
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def current_stream():
+    return torch.cuda.current_stream() if DEVICE == "cuda" else None
 
 
 def event_us(body, calls):
+    """us a call of `calls` calls made by body(), between CUDA events (wall clock on the CPU)."""
+    if DEVICE != "cuda":
+        start = time.perf_counter()
+        body()
+        return (time.perf_counter() - start) * 1e6 / calls
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     body()
@@ -82,278 +146,525 @@ def event_us(body, calls):
     return start.elapsed_time(end) * 1000.0 / calls
 
 
-class Graph:
-    """`calls` captures of fn (after flush() when given) in one CUDA graph on a side stream."""
+def launches_us(fn, launches, poison=None):
+    """A timer: us per call of `launches` back-to-back calls of fn between events, the outputs
+    poisoned (outside the events) first."""
+    def timed():
+        if poison:
+            poison()
+        return event_us(lambda: [fn() for _ in range(launches)], launches)
+    return timed
 
-    def __init__(self, fn, calls, side, flush=None):
-        self.g, self.calls = torch.cuda.CUDAGraph(), calls
+
+class Graph:
+    """`calls` captures of fn (each after before(), when given) in one CUDA graph on a side stream;
+    `result` is what the last captured fn returned (its outputs live in the graph's memory). On the
+    CPU (DEVICE) a replay calls them again."""
+
+    def __init__(self, fn, calls, side, before=None):
+        self.fn, self.calls, self.before = fn, calls, before
+        if DEVICE != "cuda":
+            self.result = self.body()
+            return
+        self.g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.g, stream=side):
-            for _ in range(calls):
-                if flush:
-                    flush()
-                fn()
+            self.result = self.body()
+
+    def body(self):
+        result = None
+        for _ in range(self.calls):
+            if self.before:
+                self.before()
+            result = self.fn()
+        return result
+
+    def replay(self):
+        if DEVICE == "cuda":
+            self.g.replay()  # rewrites `result`'s memory
+        else:
+            self.result = self.body()
 
     def time(self):
-        return event_us(self.g.replay, self.calls)
+        return event_us(self.replay, self.calls)
 
 
-def fp8_ds_mla_records(x):
-    """FlashMLA's quantiser: x [n, 576] bf16 -> [n, 656] uint8 (power-of-two tile scales)."""
-    n = x.shape[0]
-    lat = x[:, :DV].float().view(n, 4, 128)
-    amax = lat.abs().amax(dim=2)
-    scale = torch.exp2(torch.ceil(torch.log2(torch.clamp(amax / 448.0, min=1e-4))))
-    codes = (lat / scale[:, :, None]).to(torch.float8_e4m3fn).view(torch.uint8).view(n, DV)
-    rec = torch.empty(n, 656, dtype=torch.uint8, device=x.device)
-    rec[:, :DV] = codes
-    rec[:, DV:528] = scale.contiguous().view(torch.uint8).view(n, 16)
-    rec[:, 528:] = x[:, DV:].contiguous().view(torch.uint8).view(n, 128)
-    return rec
+def nan_(*tensors):
+    for t in tensors:
+        if t is not None:
+            t.fill_(float("nan"))
 
 
 def make_tokens(n, gen, fn, chunk=1 << 20):
     """Calls fn(first, x) for chunks of n random tokens x [chunk, 576] bf16 (norms vary per token)."""
     for first in range(0, n, chunk):
         m = min(chunk, n - first)
-        x = torch.randn(m, D, device="cuda", generator=gen)
-        x *= torch.exp(0.5 * torch.randn(m, 1, device="cuda", generator=gen))
+        x = torch.randn(m, D, device=DEVICE, generator=gen)
+        x *= torch.exp(0.5 * torch.randn(m, 1, device=DEVICE, generator=gen))
         fn(first, x.to(torch.bfloat16))
 
 
-def prepared_attend(ctx, q, slots, cache, out, layout, scale_mode, sm_scale, stream):
-    """attend as the shim's prepared call (the argument struct built and checked once, its workspace
-    held by the call): what the timings and graphs call, so host work stays out of kernel time."""
-    return ctx.prepare_attend(q, slots, cache, out, layout=layout, scale_mode=scale_mode, sm_scale=sm_scale,
-                              stream=stream).run
-
-
-def launches_us(fn, launches):
-    """A timer for `interleaved`: us per call of `launches` back-to-back calls of fn between events."""
-    return lambda: event_us(lambda: [fn() for _ in range(launches)], launches)
-
-
-def row_check(got, ref, bounds=BF16_GATHERED):
-    """Worst row of (relative RMS error, max error over the row's max |ref|); PASS within `bounds`."""
-    got, ref = got.float().reshape(-1, DV), ref.float().reshape(-1, DV)
-    err = got - ref
-    ref_norm = ref.norm(dim=1).clamp_min(1e-30)
-    rms = (err.norm(dim=1) / ref_norm).max().item()
-    mx = (err.abs().amax(dim=1) / ref.abs().amax(dim=1).clamp_min(1e-30)).max().item()
-    finite = bool(torch.isfinite(got).all().item())
-    mean = (err.norm(dim=1) / ref_norm).mean().item()
-    ok = finite and rms <= bounds[0] and mx <= bounds[1]
-    return {"check": "PASS" if ok else "FAIL", "worst_rel_rms": rms, "worst_rel_max": mx, "mean_rel_rms": mean,
-            "bounds": list(bounds), "rows": got.shape[0]}
+def peer_lse_check(out, lse, want, want_lse):
+    """A FlashMLA output's check; its lse is taken as natural log (FlashMLA's tests/ref.py), and if
+    only that fails while it matches in base 2, as base 2 (said in the result)."""
+    c = ref.row_check(out, lse, want, want_lse)
+    if c["check"] == "FAIL" and ref.row_check(out, None, want, None)["check"] == "PASS":
+        c2 = ref.row_check(out, lse * LN2, want, want_lse)
+        if c2["check"] == "PASS":
+            c2["lse_base"] = 2
+            return c2
+    return c
 
 
 class Bench:
+    """The caches, the plugin's gather of the 368 records (the reference's keys), the ordinary kernels."""
+
     def __init__(self, fm, ctx, args):
         self.fm, self.ctx, self.args = fm, ctx, args
         self.sm = 1.0 / math.sqrt(D)
         n = args.tokens
-        self.n, blocks = n, n // 64
-        self.gen = torch.Generator(device="cuda").manual_seed(34)
-        self.c656 = torch.empty(blocks, 64, 656, dtype=torch.uint8, device="cuda")
-        self.c368 = torch.empty(blocks, 64, 368, dtype=torch.uint8, device="cuda")
+        self.n = n
+        self.gen = torch.Generator(device=DEVICE).manual_seed(34)
+        self.c656 = torch.empty(n // 64, 64, 656, dtype=torch.uint8, device=DEVICE)
+        self.c368 = torch.empty(n // 64, 64, 368, dtype=torch.uint8, device=DEVICE)
         flat656 = self.c656.view(n, 656)
 
         def fill(first, x):
-            flat656[first:first + x.shape[0]] = fp8_ds_mla_records(x)
-            slots = torch.arange(first, first + x.shape[0], device="cuda", dtype=torch.int64)
-            ctx.write(x[:, :DV], x[:, DV:], slots, self.c368, layout=_abi.LAYOUT_FP8_ROPE_368,
-                      scale_mode=_abi.SCALE_PER_TOKEN)
+            flat656[first:first + x.shape[0]] = ref.fp8_ds_mla_records(x)
+            slots = torch.arange(first, first + x.shape[0], device=DEVICE, dtype=torch.int64)
+            ctx.write(x[:, :DV], x[:, DV:], slots, self.c368, **L368)
 
         make_tokens(n, self.gen, fill)
-        # The 368 records as bf16 (the plugin's gather): what FlashMLA's prefill reads as the reference.
-        self.dense = torch.empty(n, 1, D, dtype=torch.bfloat16, device="cuda")
-        all_slots = torch.arange(n, device="cuda", dtype=torch.int32)
-        ctx.gather(self.c368, all_slots, self.dense.view(n, D), layout=_abi.LAYOUT_FP8_ROPE_368,
-                   scale_mode=_abi.SCALE_PER_TOKEN)
-        self.side = torch.cuda.Stream()
-        self.flush_buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda") if args.flush_l2 else None
-        torch.cuda.synchronize()
+        # The 368 records through the plugin's gather (bf16): the keys of the 368 reference and of
+        # FlashMLA's prefill.
+        self.dense = torch.empty(n, 1, D, dtype=torch.bfloat16, device=DEVICE)
+        ctx.gather(self.c368, torch.arange(n, device=DEVICE, dtype=torch.int32), self.dense.view(n, D), **L368)
+        self.side = torch.cuda.Stream() if DEVICE == "cuda" else None
+        a = torch.randn(GEMM[0], GEMM[1], device=DEVICE, dtype=torch.bfloat16)
+        w = torch.randn(GEMM[1], GEMM[2], device=DEVICE, dtype=torch.bfloat16) * 0.01
+        c = torch.empty(GEMM[0], GEMM[2], device=DEVICE, dtype=torch.bfloat16)
+        flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE) if args.flush_l2 else None
+        self.gaps = {"back_to_back": None, "after_gemm": lambda: torch.matmul(a, w, out=c)}
+        if flush is not None:
+            self.gaps["after_flush"] = lambda: flush.fill_(1)
+        self.peer_out_ok = None  # whether FlashMLA's decode writes into the out it is given
+        sync()
 
-    def reference(self, q, idx):
-        """FlashMLA's bf16 prefill over the gathered records: q [nq, h, 576], idx [nq, topk] -> [nq, h, 512]."""
-        nq, h = q.shape[0], q.shape[1]
-        out = torch.empty(nq, h, DV, dtype=torch.bfloat16, device="cuda")
-        hp = (h + 63) // 64 * 64  # FlashMLA's prefill takes any head count on some builds, 64k on others
-        for s in range(0, nq, 1024):  # bounded scratch for big query counts
-            e = min(nq, s + 1024)
-            qs = q[s:e] if hp == h else torch.cat([q[s:e], q.new_zeros(e - s, hp - h, D)], dim=1)
-            out[s:e] = self.fm.sparse_prefill_fwd(qs.contiguous(), self.dense, idx[s:e].unsqueeze(1), self.sm, DV,
-                                                  None, None, None)[0][:, :h]
-        return out
+    def keys368(self, ix):
+        return ref.decode_368(self.c368.view(self.n, 368)[ix.reshape(-1)]).view(*ix.shape, D)
 
-    def flash_decode(self, q, idx, meta):
+    def keys_dense(self, ix):
+        return self.dense.view(self.n, D)[ix.reshape(-1)].float().view(*ix.shape, D)
+
+    def decode_matches_gather(self, chunk=1 << 18):
+        """The reference's decode of the 368 records against the plugin's gather, every record."""
+        flat = self.c368.view(self.n, 368)
+        return all(ref.matches_gather(flat[s:s + chunk], self.dense.view(self.n, D)[s:s + chunk])
+                   for s in range(0, self.n, chunk))
+
+    def keys656(self, ix):
+        return ref.decode_656(self.c656.view(self.n, 656)[ix.reshape(-1)]).view(*ix.shape, D)
+
+    def ref368(self, q, ix):
+        return ref.reference(q, ix, self.keys368, self.sm)
+
+    def ref656(self, q, ix):
+        return ref.reference(q, ix, self.keys656, self.sm)
+
+    def ref_dense(self, q, ix):
+        return ref.reference(q, ix, self.keys_dense, self.sm)
+
+    def flash_decode(self, q, idx, meta, out):
+        """FlashMLA's decode into `out` (when it takes one: the first call, outside any capture, finds
+        out): (out [b, s_q, hq, 512], lse [b, hq, s_q])."""
         kv = self.c656.view(torch.float8_e4m3fn).unsqueeze(2)
-        out, _, m, s = self.fm.sparse_decode_fwd(q, kv, idx, None, None, meta.get("m"), meta.get("n"), None, None,
-                                                 None, DV, self.sm, None, False)
-        meta["m"], meta["n"] = m, s
-        return out
 
-    def grid_cell(self, b, sq, h):
+        def call(o):
+            return self.fm.sparse_decode_fwd(q, kv, idx, None, None, meta.get("m"), meta.get("n"), None, None, None,
+                                             DV, self.sm, o, False)
+
+        if self.peer_out_ok is None:
+            try:
+                res = call(out)
+                self.peer_out_ok = res[0].data_ptr() == out.data_ptr()
+            except RuntimeError as exc:
+                print(f"note: FlashMLA's decode refused an out tensor ({str(exc).splitlines()[0]})")
+                self.peer_out_ok, res = False, call(None)
+            if not self.peer_out_ok:
+                print("note: FlashMLA's decode allocates its out: its outputs are checked as returned, not poisoned "
+                      "before each call")
+        else:
+            res = call(out if self.peer_out_ok else None)
+        meta["m"], meta["n"] = res[2], res[3]
+        return res[0], res[1]
+
+    def queries(self, b, sq, h):
+        """Queries [b, s_q, hq, 576] (heads past h zero, FlashMLA's padding) and top-k [b, s_q, 2048]."""
         hq = max(h, 64)
-        q = torch.randn(b, sq, hq, D, device="cuda", generator=self.gen).to(torch.bfloat16)
-        if h < hq:
-            q[:, :, h:] = 0
-        idx = torch.randint(0, self.n, (b, sq, TOPK), device="cuda", generator=self.gen, dtype=torch.int32)
+        q = torch.randn(b, sq, hq, D, device=DEVICE, generator=self.gen).to(torch.bfloat16)
+        q[:, :, h:] = 0
+        idx = torch.randint(0, self.n, (b, sq, TOPK), device=DEVICE, generator=self.gen, dtype=torch.int32)
+        return q, idx
+
+
+def peer_view(out, lse, h):
+    """FlashMLA's decode outputs as [n_q, h, 512] and [n_q, h] (its lse is [b, hq, s_q])."""
+    b, sq = out.shape[0], out.shape[1]
+    return out[:, :, :h].reshape(b * sq, h, DV), lse[:, :h, :].transpose(1, 2).reshape(b * sq, h)
+
+
+class GridCell:
+    """One (batch, s_q, h) of the decode grid: both sides' graphs in every mode, their round medians."""
+
+    def __init__(self, bench, b, sq, h):
+        self.bench, self.b, self.sq, self.h = bench, b, sq, h
+        self.q, self.idx = bench.queries(b, sq, h)
         nq = b * sq
-        qh = q[:, :, :h].reshape(nq, h, D).contiguous()
-        ix = idx.view(nq, TOPK)
-        out = torch.full((nq, h, DV), float("nan"), dtype=torch.bfloat16, device="cuda")
+        self.qh = self.q[:, :, :h].reshape(nq, h, D).contiguous()
+        self.ix = self.idx.view(nq, TOPK)
+        self.out = torch.empty(nq, h, DV, dtype=torch.bfloat16, device=DEVICE)
+        self.lse = torch.empty(nq, h, dtype=torch.float32, device=DEVICE)
+        self.peer_out = torch.empty(b, sq, self.q.shape[2], DV, dtype=torch.bfloat16, device=DEVICE)
         meta = {}
-        self.flash_decode(q, idx, meta)  # metadata before capture, as vLLM computes it
-        attend = prepared_attend(self.ctx, qh, ix, self.c368, out, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN,
-                                self.sm, self.side)
-        flush = (lambda: self.flush_buf.fill_(1)) if self.flush_buf is not None else None
-        calls = self.args.calls
-        graphs = [Graph(lambda: self.flash_decode(q, idx, meta), calls, self.side, flush),
-                  Graph(attend, calls, self.side, flush)]
-        if flush:
-            graphs.append(Graph(lambda: None, calls, self.side, flush))
-        torch.cuda.synchronize()
-        times = interleaved([g.time for g in graphs], self.args.reps)
-        if flush:
-            for t in times[:2]:
-                for k in t:
-                    t[k] -= times[2]["median"]
-        # The check reads what the timed graph's last replay wrote.
-        check = row_check(out, self.reference(qh, ix))
-        flops = 2.0 * nq * h * TOPK * (D + DV)
-        tf, ta = times[0]["median"], times[1]["median"]
-        row = {"batch": b, "s_q": sq, "h": h, "flashmla_heads": hq, "flashmla_us": times[0], "attend368_us": times[1],
-               "speedup": tf / ta, "attend368_tflops": flops / ta / 1e6, "flashmla_tflops": flops / tf / 1e6, **check}
-        print(f"b={b:3d} s_q={sq} h={h:3d} | FlashMLA (h {hq:3d}) {tf:7.2f} us [{times[0]['min']:.1f}-"
-              f"{times[0]['max']:.1f}] | attend-368 {ta:7.2f} us [{times[1]['min']:.1f}-{times[1]['max']:.1f}] | "
-              f"{tf / ta:4.2f}x | check {check['check']} (rms {check['worst_rel_rms']:.1e}, max "
-              f"{check['worst_rel_max']:.1e}, mean {check['mean_rel_rms']:.1e}, {check['rows']} rows)")
-        sys.stdout.flush()
-        del graphs, attend
+        bench.flash_decode(self.q, self.idx, meta, self.peer_out)  # metadata before capture, as vLLM does
+        attend = bench.ctx.prepare_attend(self.qh, self.ix, bench.c368, self.out, lse=self.lse, sm_scale=bench.sm,
+                                          stream=bench.side, **L368).run
+        calls, side = bench.args.calls, bench.side
+        self.graphs, self.times = {}, {}
+        for mode, gap in bench.gaps.items():
+            g = {"flashmla": Graph(lambda: bench.flash_decode(self.q, self.idx, meta, self.peer_out), calls, side, gap),
+                 "attend368": Graph(attend, calls, side, gap)}
+            if gap:
+                g["gap"] = Graph(lambda: None, calls, side, gap)
+            self.graphs[mode] = g
+            self.times[mode] = {k: [] for k in g}
+        sync()
+
+    def name(self):
+        return f"grid b={self.b} s_q={self.sq} h={self.h}"
+
+    def measure(self, reps):
+        """One round: each mode's graphs interleaved; the gap's median subtracted from both sides'."""
+        for mode, g in self.graphs.items():
+            keys = list(g)
+            samples = interleaved([g[k].time for k in keys], reps)
+            medians = {k: statistics.median(s) for k, s in zip(keys, samples)}
+            gap = medians.get("gap", 0.0)
+            for k in keys:
+                self.times[mode][k].append(medians[k] - (gap if k != "gap" else 0.0))
+
+    def check(self):
+        """Each mode's graphs replayed once more after their outputs were filled with NaN, then every
+        row against the float32 references."""
+        want368 = self.bench.ref368(self.qh, self.ix)
+        want656 = self.bench.ref656(self.qh, self.ix)
+        checks = {}
+        for mode, g in self.graphs.items():
+            nan_(self.out, self.lse, *g["flashmla"].result)
+            g["attend368"].replay()
+            g["flashmla"].replay()
+            sync()
+            checks[f"attend368 {mode}"] = ref.row_check(self.out, self.lse, *want368)
+            checks[f"flashmla {mode}"] = peer_lse_check(*peer_view(*g["flashmla"].result, self.h), *want656)
+        return checks
+
+    def row(self, checks):
+        flops = 2.0 * self.b * self.sq * self.h * TOPK * (D + DV)
+        modes = {}
+        for mode, t in self.times.items():
+            m = {"flashmla_us": summarize(t["flashmla"]), "attend368_us": summarize(t["attend368"]),
+                 "ratio": ratio_summary(t["flashmla"], t["attend368"]), "peer_drift": drift(t["flashmla"]),
+                 "attend_drift": drift(t["attend368"])}
+            if "gap" in t:
+                m["gap_us"] = summarize(t["gap"])
+            m["attend368_tflops"] = flops / m["attend368_us"]["median"] / 1e6
+            modes[mode] = m
+        ok = all(c["check"] == "PASS" for c in checks.values())
+        return {"batch": self.b, "s_q": self.sq, "h": self.h, "flashmla_heads": self.q.shape[2], "modes": modes,
+                "checks": checks, "check": "PASS" if ok else "FAIL"}
+
+    def drifts(self):
+        return [(f"{self.name()} {mode}", drift(t["flashmla"])) for mode, t in self.times.items()]
+
+    def release(self):
+        del self.graphs
+
+
+class Decode128:
+    """Batch 128 at one h, eager back-to-back launches: FlashMLA, attend on 656 and on 368 records."""
+    SIDES = ("flashmla", "attend656", "attend368")
+    BATCH = 128
+
+    def __init__(self, bench, h):
+        self.bench, self.h, b = bench, h, self.BATCH
+        self.q, self.idx = bench.queries(b, 1, h)
+        self.qh, self.ix = self.q[:, 0, :h].contiguous(), self.idx.view(b, TOPK)
+        self.meta, self.peer_lse = {}, None
+        self.peer_out = torch.empty(b, 1, self.q.shape[2], DV, dtype=torch.bfloat16, device=DEVICE)
+        bench.flash_decode(self.q, self.idx, self.meta, self.peer_out)
+        self.out = {s: torch.empty(b, h, DV, dtype=torch.bfloat16, device=DEVICE) for s in self.SIDES[1:]}
+        self.lse = {s: torch.empty(b, h, dtype=torch.float32, device=DEVICE) for s in self.SIDES[1:]}
+        stream = current_stream()
+        run = {s: bench.ctx.prepare_attend(self.qh, self.ix, cache, self.out[s], lse=self.lse[s], sm_scale=bench.sm,
+                                           stream=stream, **lay).run
+               for s, cache, lay in (("attend656", bench.c656, L656), ("attend368", bench.c368, L368))}
+        self.calls = {"flashmla": self.flash, **run}
+        self.times = {s: [] for s in self.SIDES}
+        # each side's outputs, filled with NaN before that side's timed block (only its own: the
+        # blocks alternate, and each check reads what its side's last block wrote)
+        self.poisons = {"flashmla": lambda: nan_(self.peer_out),
+                        **{s: (lambda s=s: nan_(self.out[s], self.lse[s])) for s in self.SIDES[1:]}}
+
+    def flash(self):
+        self.peer_out, self.peer_lse = self.bench.flash_decode(self.q, self.idx, self.meta, self.peer_out)
+
+    def name(self):
+        return f"decode b=128 h={self.h}"
+
+    def measure(self, reps):
+        samples = interleaved([launches_us(self.calls[s], 20, self.poisons[s]) for s in self.SIDES], reps)
+        for s, v in zip(self.SIDES, samples):
+            self.times[s].append(statistics.median(v))
+
+    def check(self):
+        sync()
+        want656, want368 = self.bench.ref656(self.qh, self.ix), self.bench.ref368(self.qh, self.ix)
+        return {"flashmla": peer_lse_check(*peer_view(self.peer_out, self.peer_lse, self.h), *want656),
+                "attend656": ref.row_check(self.out["attend656"], self.lse["attend656"], *want656),
+                "attend368": ref.row_check(self.out["attend368"], self.lse["attend368"], *want368)}
+
+    def row(self, checks):
+        t = self.times
+        flops = 2.0 * self.BATCH * self.h * TOPK * (D + DV)
+        return {"h": self.h, "flashmla_heads": self.q.shape[2], "flashmla_us": summarize(t["flashmla"]),
+                "attend656_us": summarize(t["attend656"]), "attend368_us": summarize(t["attend368"]),
+                "ratio368": ratio_summary(t["flashmla"], t["attend368"]),
+                "ratio656": ratio_summary(t["flashmla"], t["attend656"]), "peer_drift": drift(t["flashmla"]),
+                "attend368_tflops": flops / statistics.median(t["attend368"]) / 1e6, "checks": checks,
+                "check": "PASS" if all(c["check"] == "PASS" for c in checks.values()) else "FAIL"}
+
+    def drifts(self):
+        return [(self.name(), drift(self.times["flashmla"]))]
+
+
+class Prefill:
+    """4096 query tokens at one h: FlashMLA's bf16 prefill, attend on 368 records, gather + prefill;
+    blocks of 3 launches, each side alone, then interleaved."""
+    SIDES = ("flashmla_bf16", "attend368", "gather_flashmla")
+    S_Q = 4096
+
+    def __init__(self, bench, h, idx, context):
+        self.bench, self.h, self.idx = bench, h, idx
+        s_q = self.S_Q
+        self.q = torch.randn(s_q, h, D, device=DEVICE, generator=bench.gen).to(torch.bfloat16)
+        self.out = torch.empty(s_q, h, DV, dtype=torch.bfloat16, device=DEVICE)
+        self.lse = torch.empty(s_q, h, dtype=torch.float32, device=DEVICE)
+        a368 = bench.ctx.prepare_attend(self.q, idx, bench.c368, self.out, lse=self.lse, sm_scale=bench.sm,
+                                        stream=current_stream(), **L368).run
+        ind, slots = idx.view(s_q, 1, TOPK), torch.arange(context, device=DEVICE, dtype=torch.int32)
+        scratch = torch.empty(context, 1, D, dtype=torch.bfloat16, device=DEVICE)
+        self.result = {}
+
+        def flash():
+            self.result["flashmla_bf16"] = bench.fm.sparse_prefill_fwd(self.q, bench.dense, ind, bench.sm, DV, None,
+                                                                       None, None)
+
+        def gather_then_flash():  # the context's records to bf16 (an engine without this reader), then prefill
+            bench.ctx.gather(bench.c368, slots, scratch.view(context, D), **L368)
+            self.result["gather_flashmla"] = bench.fm.sparse_prefill_fwd(self.q, scratch, ind, bench.sm, DV, None,
+                                                                         None, None)
+
+        self.calls = {"flashmla_bf16": flash, "attend368": a368, "gather_flashmla": gather_then_flash}
+        self.times = {kind: {s: [] for s in self.SIDES} for kind in ("alone", "interleaved")}
+
+    def poison(self):
+        nan_(self.out, self.lse)
+
+    def name(self):
+        return f"prefill h={self.h}"
+
+    def measure(self, reps):
+        # attend's out and lse filled with NaN before its own blocks only (FlashMLA's are allocated per call)
+        timers = [launches_us(self.calls[s], 3, self.poison if s == "attend368" else None) for s in self.SIDES]
+        for s, timer in zip(self.SIDES, timers):  # alone: one side's blocks in a row
+            v = interleaved([timer], reps, warmup=1)[0]
+            self.times["alone"][s].append(statistics.median(v))
+        for s, v in zip(self.SIDES, interleaved(timers, reps, warmup=1)):
+            self.times["interleaved"][s].append(statistics.median(v))
+
+    def check(self):
+        sync()
+        checks = {"attend368": ref.row_check(self.out, self.lse, *self.bench.ref368(self.q, self.idx))}
+        want = self.bench.ref_dense(self.q, self.idx)  # FlashMLA reads the gathered bf16 rows
+        for s in ("flashmla_bf16", "gather_flashmla"):
+            out, _, lse = self.result[s][:3]
+            checks[s] = peer_lse_check(out, lse, *want)
+        return checks
+
+    def row(self, checks):
+        flops = 2.0 * self.S_Q * self.h * TOPK * (D + DV)
+        row = {"h": self.h, "s_q": self.S_Q, "checks": checks,
+               "check": "PASS" if all(c["check"] == "PASS" for c in checks.values()) else "FAIL"}
+        for kind, t in self.times.items():
+            row[kind] = {f"{s}_us": summarize(t[s]) for s in self.SIDES}
+            row[kind].update(ratio=ratio_summary(t["flashmla_bf16"], t["attend368"]),
+                             ratio_vs_gather=ratio_summary(t["gather_flashmla"], t["attend368"]),
+                             peer_drift=drift(t["flashmla_bf16"]),
+                             attend368_tflops=flops / statistics.median(t["attend368"]) / 1e6)
         return row
 
-    def grid(self, rows):
-        cells = [(b, 1, h) for h in self.args.heads for b in self.args.batches]
-        cells += [(b, 2, h) for h in self.args.heads for b in self.args.batches if b <= 32]
-        for b, sq, h in cells:
-            rows.append(self.grid_cell(b, sq, h))
-
-    def decode128(self, rows):
-        """Batch 128, eager back-to-back launches: FlashMLA, attend on the 656 bytes, attend on the 368 bytes."""
-        b = 128
-        stream = torch.cuda.current_stream()
-        for h in self.args.heads:
-            hq = max(h, 64)
-            q = torch.randn(b, 1, hq, D, device="cuda", generator=self.gen).to(torch.bfloat16)
-            if h < hq:
-                q[:, :, h:] = 0
-            idx = torch.randint(0, self.n, (b, 1, TOPK), device="cuda", generator=self.gen, dtype=torch.int32)
-            qh, ix = q[:, 0, :h].contiguous(), idx.view(b, TOPK)
-            meta = {}
-            ref656 = self.flash_decode(q, idx, meta)[:, 0, :h].clone()
-            out656 = torch.full((b, h, DV), float("nan"), dtype=torch.bfloat16, device="cuda")
-            out368 = torch.full_like(out656, float("nan"))
-            a656 = prepared_attend(self.ctx, qh, ix, self.c656, out656, _abi.LAYOUT_FP8_DS_MLA_656, _abi.SCALE_STATIC,
-                                  self.sm, stream)
-            a368 = prepared_attend(self.ctx, qh, ix, self.c368, out368, _abi.LAYOUT_FP8_ROPE_368,
-                                  _abi.SCALE_PER_TOKEN, self.sm, stream)
-            times = interleaved([launches_us(lambda: self.flash_decode(q, idx, meta), 20), launches_us(a656, 20),
-                                 launches_us(a368, 20)], self.args.reps)
-            torch.cuda.synchronize()
-            c656 = row_check(out656, ref656, SAME_BYTES)
-            c368 = row_check(out368, self.reference(qh, ix))
-            flops = 2.0 * b * h * TOPK * (D + DV)
-            tf, t6, t3 = (t["median"] for t in times)
-            row = {"h": h, "flashmla_heads": hq, "flashmla_us": times[0], "attend656_us": times[1],
-                   "attend368_us": times[2], "speedup368": tf / t3, "speedup656": tf / t6,
-                   "attend368_tflops": flops / t3 / 1e6, "flashmla_tflops": flops / tf / 1e6,
-                   "check656_vs_flashmla": c656, "check368_vs_flashmla_bf16": c368}
-            rows.append(row)
-            print(f"decode b=128 h={h:3d} eager: FlashMLA (h {hq:3d}) {tf:7.1f} us | attend-656 {t6:7.1f} us "
-                  f"({tf / t6:4.2f}x, check {c656['check']} {c656['worst_rel_rms']:.1e}) | attend-368 {t3:7.1f} us "
-                  f"({tf / t3:4.2f}x, {row['attend368_tflops']:5.1f} TFLOP/s, check {c368['check']} "
-                  f"{c368['worst_rel_rms']:.1e})")
-            sys.stdout.flush()
-
-    def prefill(self, rows):
-        s_q, context = 4096, min(self.n, 2 << 20)  # 4096 query tokens over a 2 M-token context
-        stream = torch.cuda.current_stream()
-        idx = torch.randint(0, context, (s_q, TOPK), device="cuda", generator=self.gen, dtype=torch.int32)
-        context_slots = torch.arange(context, device="cuda", dtype=torch.int32)
-        scratch = torch.empty(context, 1, D, dtype=torch.bfloat16, device="cuda")
-        for h in self.args.prefill_heads:
-            q = torch.randn(s_q, h, D, device="cuda", generator=self.gen).to(torch.bfloat16)
-            out = torch.full((s_q, h, DV), float("nan"), dtype=torch.bfloat16, device="cuda")
-            a368 = prepared_attend(self.ctx, q, idx, self.c368, out, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN,
-                                  self.sm, stream)
-            ind = idx.view(s_q, 1, TOPK)
-
-            def flash_bf16():
-                return self.fm.sparse_prefill_fwd(q, self.dense, ind, self.sm, DV, None, None, None)
-
-            def gather_then_flash():
-                # the context's records to bf16 (what an engine without this reader does), then the prefill
-                self.ctx.gather(self.c368, context_slots, scratch.view(context, D), layout=_abi.LAYOUT_FP8_ROPE_368,
-                                scale_mode=_abi.SCALE_PER_TOKEN)
-                return self.fm.sparse_prefill_fwd(q, scratch, ind, self.sm, DV, None, None, None)
-
-            times = interleaved([launches_us(flash_bf16, 3), launches_us(a368, 3), launches_us(gather_then_flash, 3)],
-                                max(3, self.args.reps // 3), warmup=1)
-            torch.cuda.synchronize()
-            check = row_check(out, flash_bf16()[0])
-            flops = 2.0 * s_q * h * TOPK * (D + DV)
-            tf, ta, tg = (t["median"] for t in times)
-            row = {"h": h, "s_q": s_q, "flashmla_bf16_us": times[0], "attend368_us": times[1],
-                   "gather_flashmla_us": times[2], "flashmla_tflops": flops / tf / 1e6,
-                   "attend368_tflops": flops / ta / 1e6, "speedup_vs_flashmla": tf / ta,
-                   "speedup_vs_gather_flashmla": tg / ta, **check}
-            rows.append(row)
-            print(f"prefill h={h:3d}: FlashMLA bf16 {tf / 1e3:6.2f} ms ({row['flashmla_tflops']:5.1f} TFLOP/s) | "
-                  f"attend-368 {ta / 1e3:6.2f} ms ({row['attend368_tflops']:5.1f} TFLOP/s, {tf / ta:4.2f}x) | "
-                  f"gather+FlashMLA {tg / 1e3:6.2f} ms | check {check['check']} (rms {check['worst_rel_rms']:.1e}, "
-                  f"{check['rows']} rows)")
-            sys.stdout.flush()
+    def drifts(self):
+        return [(f"{self.name()} {kind}", drift(t["flashmla_bf16"])) for kind, t in self.times.items()]
 
 
-def main():
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flashmla", help="path of _flashmla_C.abi3.so (default: import vllm._flashmla_C)")
+    ap.add_argument("--flashmla-wheel", default="vllm==0.33.0",
+                    help="the wheel --flashmla came from, for the provenance when .anchor has no "
+                         "_flashmla_C.source.json (tools/flashmla-fetch's default)")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smaller run (1 M tokens, batch 1/4/32/128, h 16/128, 3 reps, prefill h 16)")
     ap.add_argument("--heads", type=int, nargs="*", default=[16, 32, 64, 128])
     ap.add_argument("--batches", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32, 64, 128])
     ap.add_argument("--prefill-heads", type=int, nargs="*", default=[16, 128])
     ap.add_argument("--tokens", type=int, default=4 << 20)
     ap.add_argument("--calls", type=int, default=20, help="captures of each call in one graph")
-    ap.add_argument("--reps", type=int, default=9, help="interleaved timed repetitions per side")
-    ap.add_argument("--flush-l2", action="store_true", help="a 256 MB write before every timed call")
+    ap.add_argument("--reps", type=int, default=7, help="interleaved repetitions a side, a round")
+    ap.add_argument("--rounds", type=int, default=3, help="passes over everything (>= 3 for a headline)")
+    ap.add_argument("--max-peer-drift", type=float, default=0.03,
+                    help="FlashMLA's largest move between rounds a headline accepts (0.03 = 3%%)")
+    ap.add_argument("--flush-l2", action="store_true", help="add the after_flush mode to the grid")
     ap.add_argument("--skip", choices=["grid", "decode", "prefill"], action="append", default=[])
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.tokens, args.batches, args.heads, args.reps, args.prefill_heads = 1 << 20, [1, 4, 32, 128], [16, 128], 3, [16]
+    return args
+
+
+def build_rows(bench, args):
+    """Every timed row, set up before the first round (graphs captured, metadata computed)."""
+    rows = {"grid": [], "decode": [], "prefill": []}
+    if "grid" not in args.skip:
+        cells = [(b, 1, h) for h in args.heads for b in args.batches]
+        cells += [(b, 2, h) for h in args.heads for b in args.batches if b <= 32]
+        rows["grid"] = [GridCell(bench, b, sq, h) for b, sq, h in cells]
+    if "decode" not in args.skip:
+        rows["decode"] = [Decode128(bench, h) for h in args.heads]
+    if "prefill" not in args.skip:
+        context = min(bench.n, 2 << 20)
+        idx = torch.randint(0, context, (Prefill.S_Q, TOPK), device=DEVICE, generator=bench.gen, dtype=torch.int32)
+        rows["prefill"] = [Prefill(bench, h, idx, context) for h in args.prefill_heads]
+    sync()
+    return rows
+
+
+def print_row(section, r):
+    """One line a row: medians, ratio with its range over rounds, FlashMLA's drift, the checks."""
+    def fig(t, scale=1.0):
+        return f"{t['median'] / scale:7.2f} [{t['min'] / scale:.2f}-{t['max'] / scale:.2f}]"
+
+    def ratio(x):
+        return f"{x['median']:.2f}x [{x['min']:.2f}-{x['max']:.2f}]"
+
+    worst = max(r["checks"].values(), key=lambda c: c["worst_rel_rms"])
+    check = f"checks {r['check']} (worst rel RMS {worst['worst_rel_rms']:.1e}, lse {worst['worst_lse']:.1e})"
+    if section == "grid":
+        parts = [f"{m}: FlashMLA {fig(v['flashmla_us'])} attend {fig(v['attend368_us'])} {ratio(v['ratio'])} "
+                 f"drift {v['peer_drift']:.1%}" for m, v in r["modes"].items()]
+        print(f"b={r['batch']:3d} s_q={r['s_q']} h={r['h']:3d} | " + " | ".join(parts) + f" | {check}")
+    elif section == "decode":
+        print(f"decode b=128 h={r['h']:3d} eager: FlashMLA {fig(r['flashmla_us'])} | attend-656 "
+              f"{fig(r['attend656_us'])} {ratio(r['ratio656'])} | attend-368 {fig(r['attend368_us'])} "
+              f"{ratio(r['ratio368'])} {r['attend368_tflops']:.1f} TFLOP/s | drift {r['peer_drift']:.1%} | {check}")
+    else:
+        for kind in ("alone", "interleaved"):
+            v = r[kind]
+            print(f"prefill h={r['h']:3d} {kind:11s}: FlashMLA bf16 {fig(v['flashmla_bf16_us'], 1e3)} ms | attend-368 "
+                  f"{fig(v['attend368_us'], 1e3)} ms {ratio(v['ratio'])} | gather+FlashMLA "
+                  f"{fig(v['gather_flashmla_us'], 1e3)} ms | drift {v['peer_drift']:.1%}")
+        print(f"prefill h={r['h']:3d}: {check}")
+    sys.stdout.flush()
+
+
+def run_rounds(rows, args):
+    for r in range(args.rounds):
+        start = time.time()
+        for section in ("grid", "decode", "prefill"):
+            for row in rows[section]:
+                row.measure(args.reps)
+        print(f"round {r + 1} of {args.rounds}: {time.time() - start:.0f} s")
+        sys.stdout.flush()
+
+
+def checked(row):
+    """A row's checks; one that cannot run (an exception) is a failed check, not a lost run."""
+    try:
+        return row.check()
+    except Exception as exc:  # noqa: BLE001  (the timings are kept and the failure said)
+        print(f"{row.name()}: the check could not run: {exc!r}")
+        return {"error": {"check": "FAIL", "error": repr(exc), "rows": 0, "failed_rows": 0, "worst_rel_rms": math.inf,
+                          "worst_excess": math.inf, "worst_lse": math.inf, "first_failed_row": -1,
+                          "bounds": dict(ref.BOUNDS)}}
+
+
+def matmul_tflops(n=8192):
+    a = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+    us = statistics.median([event_us(lambda: a @ a, 1) for _ in range(7)])
+    return 2 * n**3 / us / 1e6
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    started = time.time()
     fm = load_flashmla(args.flashmla)
     plugin = nvfp4_mla.load()
-    ctx = nvfp4_mla.Context(plugin, "cuda:0")
-    print(f"device: {torch.cuda.get_device_name()} ({ctx.device_name}); plugin {plugin.path}")
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    mm_us = statistics.median([event_us(lambda: a @ a, 1) for _ in range(7)])
-    report = {"device": torch.cuda.get_device_name(), "bf16_matmul_tflops": 2 * 8192**3 / mm_us / 1e6,
-              "tokens": args.tokens, "topk": TOPK, "calls_per_graph": args.calls, "reps": args.reps,
-              "flush_l2": args.flush_l2, "check_bounds": {"same_bytes": SAME_BYTES, "bf16_gathered": BF16_GATHERED},
-              "grid": [], "decode": [], "prefill": []}
+    ctx = nvfp4_mla.Context(plugin, "cuda:0" if DEVICE == "cuda" else "cpu")
+    ref.strict_float32()
+    peer = {"path": args.flashmla, "wheel": args.flashmla_wheel} if args.flashmla else None
+    prov = provenance.collect(plugin, torch, argv=sys.argv if argv is None else ["bench/flashmla_compare.py"] + argv,
+                              peer=peer)
+    print(f"device: {ctx.device_name}; plugin {plugin.path} "
+          f"(git {prov['plugin']['git_revision']}); driver {prov['device']['driver']}")
+    report = {"provenance": prov, "bf16_matmul_tflops": matmul_tflops(8192 if DEVICE == "cuda" else 256),
+              "config": {"tokens": args.tokens, "topk": TOPK, "calls_per_graph": args.calls, "reps": args.reps,
+                         "rounds": args.rounds, "gemm": list(GEMM), "max_peer_drift": args.max_peer_drift,
+                         "quick": args.quick, "check_bounds": ref.BOUNDS,
+                         "reference": "float32 attention over the records' values (bench/attend_reference.py): "
+                                      "368 decoded (bf16 of it equal to the plugin's gather), 656 decoded; "
+                                      "FlashMLA's prefill against the gathered bf16 rows it reads"}}
     print(f"ceiling bf16 matmul 8192^3: {report['bf16_matmul_tflops']:.0f} TFLOP/s")
-    del a
     bench = Bench(fm, ctx, args)
-    if "grid" not in args.skip:
-        bench.grid(report["grid"])
-    if "decode" not in args.skip:
-        bench.decode128(report["decode"])
-    if "prefill" not in args.skip:
-        bench.prefill(report["prefill"])
+    report["config"]["decode_matches_gather"] = bench.decode_matches_gather()
+    if not report["config"]["decode_matches_gather"]:
+        print("the reference's decode of the 368 records differs from the plugin's gather: no check would mean "
+              "anything (bench/attend_reference.py, decode_368)")
+        return 1
+    rows = build_rows(bench, args)
+    print(f"set-up: {time.time() - started:.0f} s")
+    run_rounds(rows, args)
+    drifts = []
+    for section in ("grid", "decode", "prefill"):
+        report[section] = []
+        for row in rows[section]:
+            report[section].append(row.row(checked(row)))
+            drifts += row.drifts()
+            print_row(section, report[section][-1])
+    report["headline"] = headline(drifts, args.rounds, args.max_peer_drift)
+    report["seconds"] = round(time.time() - started, 1)
+    failed = sum(r["check"] == "FAIL" for s in ("grid", "decode", "prefill") for r in report[s])
+    report["checks"] = "all PASS" if not failed else f"{failed} row(s) FAIL"
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
-    failed = json.dumps(report).count('"FAIL"')
-    print(f"checks: {'all PASS' if not failed else f'{failed} FAIL'}")
-    sys.exit(1 if failed else 0)
+    print(f"checks: {report['checks']}; {report['seconds']:.0f} s")
+    if report["headline"]["refused"]:
+        print(f"no headline: {report['headline']['reason']}")
+    else:
+        print(f"headline: FlashMLA within {report['headline']['worst_peer_drift']:.1%} between rounds "
+              f"(worst: {report['headline']['where']})")
+    return 1 if failed else 2 if report["headline"]["refused"] else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Charts of the results people look at: `nvfp4-mla quality --json` and `nvfp4-mla bench --json`
+"""Charts of the results people look at: `nvfp4-mla quality --json` and `nvfp4-mla-bench --json`
 to PNG files (matplotlib; Debian: python3-matplotlib). QUALITY.md and BENCHMARKS.md show them.
 
     plot_results.py --quality results/quality.json --bench results/bench.json --out results/
@@ -113,7 +113,7 @@ def plot_bench(plt, b, out):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quality", help="quality.json from `nvfp4-mla quality --json`")
-    parser.add_argument("--bench", help="bench.json from `nvfp4-mla bench --json` (GPU machine)")
+    parser.add_argument("--bench", help="bench.json from `nvfp4-mla-bench --json` (GPU machine)")
     parser.add_argument("--out", default=".", help="folder for quality.png and bench.png")
     args = parser.parse_args(argv)
     if not args.quality and not args.bench:

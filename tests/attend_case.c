@@ -262,15 +262,18 @@ static void entry_key(const attend_case_t *c, int32_t slot, float *row) {
     }
 }
 
-int64_t attend_case_heaviest_entry(const attend_case_t *c, int64_t qi, int64_t head, double *weight) {
+/* The softmax weight of each entry's slot in (query qi, head)'s row (duplicates summed; 0 for -1
+ * entries and those past valid_len): [topk], the caller frees. */
+static double *slot_weights(const attend_case_t *c, int64_t qi, int64_t head) {
     const int64_t topk = c->o.topk, limit = c->valid[qi] < topk ? c->valid[qi] : topk;
     const uint16_t *q = c->q + (qi * c->o.h + head) * 576;
     double *score = must_alloc((size_t)(topk ? topk : 1) * sizeof *score), m = -INFINITY, l = 0;
+    double *w = must_alloc((size_t)(topk ? topk : 1) * sizeof *w);
     float key[576];
-    for (int64_t k = 0; k < limit; k++) {
+    for (int64_t k = 0; k < topk; k++) {
         const int32_t slot = c->slots[qi * topk + k];
         score[k] = -INFINITY;
-        if (slot < 0)
+        if (slot < 0 || k >= limit)
             continue;
         entry_key(c, slot, key);
         double dot = 0;
@@ -279,50 +282,89 @@ int64_t attend_case_heaviest_entry(const attend_case_t *c, int64_t qi, int64_t h
         score[k] = dot * c->a.sm_scale;
         m = fmax(m, score[k]);
     }
-    for (int64_t k = 0; k < limit; k++)
+    for (int64_t k = 0; k < topk; k++)
         l += score[k] == -INFINITY ? 0 : exp(score[k] - m);
-    int64_t best = -1;
-    double best_w = 0;
-    for (int64_t k = 0; k < limit; k++) { /* a slot's weight: all its entries (duplicates count) */
-        const int32_t slot = c->slots[qi * topk + k];
-        if (slot < 0)
-            continue;
-        double w = 0;
-        for (int64_t j = 0; j < limit; j++)
-            if (c->slots[qi * topk + j] == slot && score[j] != -INFINITY)
-                w += exp(score[j] - m) / l;
-        if (w > best_w)
-            best_w = w, best = slot;
+    for (int64_t k = 0; k < topk; k++) {
+        w[k] = 0;
+        for (int64_t j = 0; j < topk && score[k] != -INFINITY; j++)
+            if (c->slots[qi * topk + j] == c->slots[qi * topk + k] && score[j] != -INFINITY)
+                w[k] += exp(score[j] - m) / l;
     }
     free(score);
-    *weight = best_w;
+    return w;
+}
+
+int64_t attend_case_heaviest_entry(const attend_case_t *c, int64_t qi, int64_t head, double *weight) {
+    double *w = slot_weights(c, qi, head);
+    int64_t best = -1;
+    *weight = 0;
+    for (int64_t k = 0; k < c->o.topk; k++)
+        if (w[k] > *weight)
+            *weight = w[k], best = c->slots[qi * c->o.topk + k];
+    free(w);
     return best;
 }
 
-int attend_case_make_fault_target(attend_case_t *c, uint32_t layout, uint32_t mode, uint64_t seed,
-                                  nvfp4_mla_context_t *cpu, int64_t *query, int64_t *slot, double *weight) {
+int64_t attend_case_light_slots(const attend_case_t *c, int64_t qi, int64_t head, double cap, int64_t *slots,
+                                int64_t max, double *total) {
+    double *w = slot_weights(c, qi, head);
+    int64_t n = 0;
+    *total = 0;
+    for (int64_t k = 0; k < c->o.topk && n < max; k++) {
+        const int64_t slot = c->slots[qi * c->o.topk + k];
+        int seen = w[k] <= 0 || w[k] >= cap;
+        for (int64_t i = 0; i < n && !seen; i++)
+            seen = slots[i] == slot;
+        if (!seen)
+            slots[n++] = slot, *total += w[k];
+    }
+    free(w);
+    return n;
+}
+
+int64_t attend_case_lightest_tile(const attend_case_t *c, int64_t qi, int64_t head, double *weight) {
+    double *w = slot_weights(c, qi, head);
+    int64_t best = -1;
+    *weight = INFINITY;
+    for (int64_t t = 0; t * 64 < c->o.topk; t++) {
+        double sum = 0;
+        int any = 0;
+        for (int64_t k = t * 64; k < t * 64 + 64 && k < c->o.topk; k++)
+            sum += w[k], any |= w[k] > 0; /* a duplicated slot counts its whole weight: an upper bound */
+        if (any && sum < *weight)
+            *weight = sum, best = t;
+    }
+    free(w);
+    return best;
+}
+
+int attend_case_make_fault_target(attend_case_t *c, uint32_t layout, uint32_t mode, int64_t h, uint64_t seed,
+                                  nvfp4_mla_context_t *cpu, int64_t *query, int64_t *head, int64_t *slot,
+                                  double *weight) {
     int used = 0;
     *weight = 0;
     for (; used < 8 && *weight < 0.25; used++) { /* data where one entry matters */
         if (used)
             attend_case_free(c);
-        attend_case_opts_t o = attend_case_opts(4, 16, 128, layout, mode);
+        attend_case_opts_t o = attend_case_opts(4, h, 128, layout, mode);
         o.lengths = 0, o.empty_first = 0, o.unused = 0, o.seed = seed + (uint64_t)used;
         attend_case_make(c, &o, cpu);
         for (int64_t q = 0; q < o.nq; q++)
-            for (int64_t head = 0; head < o.h; head++) {
+            for (int64_t j = 0; j < o.h; j++) {
                 double w;
-                const int64_t s = attend_case_heaviest_entry(c, q, head, &w);
+                const int64_t s = attend_case_heaviest_entry(c, q, j, &w);
                 if (w > *weight) {
                     *weight = w, *slot = s;
                     if (query)
                         *query = q;
+                    if (head)
+                        *head = j;
                 }
             }
     }
     if (*weight < 0.25)
-        fail_msg("%d-byte records, %s: no entry carries a quarter of a row (%.3f): the fault would be invisible", c->rb,
-                 mode == NVFP4_MLA_SCALE_PER_TOKEN ? "per-token" : "static", *weight);
+        fail_msg("%d-byte records, %s, h %lld: no entry carries a quarter of a row (%.3f): the fault would be invisible",
+                 c->rb, mode == NVFP4_MLA_SCALE_PER_TOKEN ? "per-token" : "static", (long long)h, *weight);
     return used;
 }
 
@@ -383,4 +425,80 @@ void attend_merge_partials(int n, const float *const *o, const double *lse, uint
     for (int i = 0; i < 512; i++)
         out[i] = nvfp4_f32_to_bf16(l > 0 ? (float)(acc[i] / l) : 0.0f);
     *lse_out = l > 0 ? (float)(m + log(l)) : -INFINITY;
+}
+
+const attend_fault_case_t attend_fault_cases[] = {
+    {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 16, 4700},
+    {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 32, 4716},
+    {NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 64, 4732},
+    {NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC, 16, 4748},
+    {NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC, 32, 4764},
+    {NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC, 64, 4780},
+    {NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 16, 4796},
+    {NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 32, 4812},
+    {NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 64, 4828},
+};
+const int attend_fault_case_count = sizeof attend_fault_cases / sizeof attend_fault_cases[0];
+
+static size_t case_cache_bytes(const attend_case_t *c) {
+    return (size_t)(c->o.slots_n / c->o.block) * (size_t)c->stride;
+}
+
+/* A fault: copies of the case's records and top-k for the caller to change. */
+static void fault_copy(const attend_case_t *c, attend_fault_t *f) {
+    f->cache = must_alloc(case_cache_bytes(c));
+    memcpy(f->cache, c->cache, case_cache_bytes(c));
+    f->slots = must_alloc((size_t)(c->o.nq * c->o.topk) * 4);
+    memcpy(f->slots, c->slots, (size_t)(c->o.nq * c->o.topk) * 4);
+}
+
+void attend_case_faults(const attend_case_t *c, nvfp4_mla_context_t *cpu, int64_t query, int64_t head, int64_t slot,
+                        double weight, attend_fault_t faults[ATTEND_FAULTS]) {
+    for (int i = 0; i < ATTEND_FAULTS; i++)
+        fault_copy(c, &faults[i]);
+    attend_fault_scale_latent(c, cpu, faults[0].cache, slot, 1.1f);
+    snprintf(faults[0].what, sizeof faults[0].what, "(a) slot %lld V row x 1.1 (weight %.2f)", (long long)slot, weight);
+    const int group = attend_fault_bump_scale(c, faults[1].cache, slot);
+    snprintf(faults[1].what, sizeof faults[1].what, "(b) slot %lld group %d scale one code up (weight %.2f)",
+             (long long)slot, group, weight);
+    int64_t light[2048];
+    double total = 0;
+    const int64_t n = attend_case_light_slots(c, query, head, 0.5 / (double)c->o.topk, light, 2048, &total);
+    for (int64_t i = 0; i < n; i++)
+        attend_fault_scale_latent(c, cpu, faults[2].cache, light[i], 1.1f);
+    snprintf(faults[2].what, sizeof faults[2].what,
+             "(d) q %lld head %lld: its %lld light entries (each under half the mean weight, %.3f in all) latent x 1.1",
+             (long long)query, (long long)head, (long long)n, total);
+    double tw = 0;
+    const int64_t t = attend_case_lightest_tile(c, query, head, &tw);
+    for (int64_t k = t * 64; k < t * 64 + 64 && k < c->o.topk; k++)
+        faults[3].slots[query * c->o.topk + k] = -1;
+    snprintf(faults[3].what, sizeof faults[3].what, "(e) q %lld: its lightest tile (entries %lld..%lld, weight %.3f in "
+             "head %lld) skipped", (long long)query, (long long)(t * 64), (long long)(t * 64 + 63), tw, (long long)head);
+}
+
+void attend_faults_free(attend_fault_t faults[ATTEND_FAULTS]) {
+    for (int i = 0; i < ATTEND_FAULTS; i++)
+        free(faults[i].cache), free(faults[i].slots), faults[i].cache = NULL, faults[i].slots = NULL;
+}
+
+int attend_case_fault_visible(attend_case_t *c, nvfp4_mla_context_t *cpu, const attend_fault_t *f,
+                              attend_check_stats_t *stats) {
+    const int64_t nq = c->o.nq, h = c->o.h;
+    uint16_t *out = must_alloc((size_t)(nq * h * 512) * 2), *right_out = c->out;
+    float *lse = must_alloc((size_t)(nq * h) * 4), *right_lse = c->lse;
+    int32_t *right_slots = c->slots;
+    c->slots = f->slots; /* the reference reads the case's top-k: the fault's, for this call */
+    attend_case_reference(c, cpu, f->cache, 0, nq, out, lse);
+    c->slots = right_slots;
+    c->out = out, c->lse = lse;
+    int64_t *all = must_alloc((size_t)nq * sizeof *all);
+    for (int64_t q = 0; q < nq; q++)
+        all[q] = q;
+    attend_case_check(c, cpu, all, nq, stats);
+    c->out = right_out, c->lse = right_lse;
+    free(out), free(lse), free(all);
+    const attend_check_bounds_t *b = &attend_check_default_bounds;
+    return stats->worst_rel_rms >= 2 * b->rel_rms || stats->worst_excess >= 2 * b->of_row_max ||
+           stats->worst_lse >= 2 * b->lse_rel;
 }

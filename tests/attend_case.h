@@ -68,18 +68,31 @@ int64_t attend_case_check(const attend_case_t *c, nvfp4_mla_context_t *cpu, cons
                           attend_check_stats_t *stats);
 
 /* The top-k entry with the largest softmax weight for (query qi, head) over the case's cache, and
- * that weight (of 1). */
+ * that weight (of 1; a slot's weight sums its duplicate entries). */
 int64_t attend_case_heaviest_entry(const attend_case_t *c, int64_t qi, int64_t head, double *weight);
+
+/* The light entries of (query qi, head): the distinct slots whose weight in that row is under
+ * `cap` (0.5 / valid entries: under half the mean), up to `max` of them into slots[], and their
+ * total weight in *total. Returns how many. */
+int64_t attend_case_light_slots(const attend_case_t *c, int64_t qi, int64_t head, double cap, int64_t *slots,
+                                int64_t max, double *total);
+
+/* The 64-entry tile of (query qi, head)'s top-k row (entries [64 t, 64 t + 64)) of least total
+ * weight among those holding a valid entry; that weight in *weight. */
+int64_t attend_case_lightest_tile(const attend_case_t *c, int64_t qi, int64_t head, double *weight);
 
 /* ---- faults the check must catch (each changes `cache`: the case's or a copy) ---- */
 
-/* A small case for the faults below: 4 queries of 16 heads over top-k 128, every entry valid and every
+/* A small case for the faults below: 4 queries of h heads (16: the 16-head kind; 32: 32-head
+ * groups; 64 or 128: the wide kind where the plan has it) over top-k 128, every entry valid and every
  * query at full length, made from seeds seed, seed + 1, ... (8 at most) until one entry carries at
  * least a quarter of its (query, head) row's softmax weight: a fault moves a row by its weight times
- * its size, so a fault on that entry is one a check can be asked to see. That entry: *query (NULL:
- * not wanted), *slot, *weight. Returns the seeds used; fails the test when none gave such an entry. */
-int attend_case_make_fault_target(attend_case_t *c, uint32_t layout, uint32_t mode, uint64_t seed,
-                                  nvfp4_mla_context_t *cpu, int64_t *query, int64_t *slot, double *weight);
+ * its size, so a fault on that entry is one a check can be asked to see. That row and entry: *query
+ * and *head (NULL: not wanted), *slot, *weight. Returns the seeds used; fails the test when none
+ * gave such an entry. */
+int attend_case_make_fault_target(attend_case_t *c, uint32_t layout, uint32_t mode, int64_t h, uint64_t seed,
+                                  nvfp4_mla_context_t *cpu, int64_t *query, int64_t *head, int64_t *slot,
+                                  double *weight);
 
 /* (a) slot's latent (K's first 512 values and V: MLA keeps one latent) times `factor`: NVFP4
  * records re-written by the CPU writer from the token's latent times factor, 656-byte records with
@@ -92,6 +105,39 @@ void attend_fault_scale_latent(const attend_case_t *c, nvfp4_mla_context_t *cpu,
  * 1/8); 656 the tile (group 0..3) scale times 2, the next power of two, one code of FlashMLA's
  * power-of-two scales. */
 int attend_fault_bump_scale(const attend_case_t *c, uint8_t *cache, int64_t slot);
+
+/* The self-test's fault cases: every layout at the head counts of each kind (16-head groups, 32-head
+ * groups, the wide kind at 64), with fixed seeds, so that the CPU unit test (test_attend_check)
+ * shows every fault of every case visible before the GPU test asks the check to catch it. */
+typedef struct attend_fault_case {
+    uint32_t layout, mode;
+    int64_t h;
+    uint64_t seed;
+} attend_fault_case_t;
+extern const attend_fault_case_t attend_fault_cases[];
+extern const int attend_fault_case_count;
+
+/* One fault of a fault case: what the GPU reads instead of the case's records and top-k. */
+typedef struct attend_fault {
+    char what[200];
+    uint8_t *cache; /* the records with the fault (a copy of the case's) */
+    int32_t *slots; /* [nq, topk] the top-k with the fault (a copy of the case's) */
+} attend_fault_t;
+enum { ATTEND_FAULTS = 4 };
+
+/* The faults of a case made by attend_case_make_fault_target (its row query / head, its heavy entry
+ * `slot` of `weight`): (a) that entry's V row x 1.1, (b) one of its group scales one code up, (d) the
+ * row's light entries (each under half the mean weight) with their latent x 1.1, (e) the row's
+ * lightest 64-entry tile skipped (its top-k -1 for that query: a kernel that drops a tile). */
+void attend_case_faults(const attend_case_t *c, nvfp4_mla_context_t *cpu, int64_t query, int64_t head, int64_t slot,
+                        double weight, attend_fault_t faults[ATTEND_FAULTS]);
+void attend_faults_free(attend_fault_t faults[ATTEND_FAULTS]);
+
+/* The CPU attend over a fault, every query, judged against the case's right reference into `stats`;
+ * returns 1 when the fault is visible: some measure at least twice its bound, so that a correct
+ * kernel's own error (within a bound) cannot hide it. */
+int attend_case_fault_visible(attend_case_t *c, nvfp4_mla_context_t *cpu, const attend_fault_t *f,
+                              attend_check_stats_t *stats);
 
 /* (c) The merge of n partial attentions of one row (o[s]: 512 f32 values, lse[s] natural log,
  * -inf for a part with no entry) into out (bf16) and its lse, in double: how split-K partials are

@@ -9,7 +9,8 @@
 # Both through check_abi_surface.py on abidw's dump of the build; the current surface also through
 # abidiff. A deliberate change to the 1.1 surface refreshes its baseline (command below) and gets
 # an entry in abi/CHANGELOG.md; the 1.0 baseline never changes. Skips (77) where abigail-tools is
-# not installed.
+# not installed, and where the .so carries no DWARF (a release build: abidw reads the types from the
+# debug information, and without it every struct reads as gone).
 #   usage: check_abi_baseline.sh SOURCE_ROOT PLUGIN.so
 set -u
 src=$1
@@ -17,6 +18,11 @@ so=$2
 base=$src/abi/baseline
 command -v abidw >/dev/null 2>&1 || { echo "abidw not installed (apt-get install abigail-tools): skipped"; exit 77; }
 python=$(command -v python3) || { echo "python3 not found: skipped"; exit 77; }
+command -v readelf >/dev/null 2>&1 || { echo "readelf not installed (apt-get install binutils): skipped"; exit 77; }
+if ! readelf -S --wide "$so" | grep -q '\.debug_info'; then
+    echo "$so has no debug information (a release build without -g): abidw cannot see its types: skipped"
+    exit 77
+fi
 dump=$(mktemp) || exit 1
 trap 'rm -f "$dump"' EXIT
 refresh="abidw --headers-dir abi/ --drop-undefined-syms --suppressions abi/baseline/internal.suppr $so > abi/baseline/libnvfp4_mla-1.1.abi"

@@ -205,8 +205,8 @@ typedef struct fault_target {
 
 static fault_target_t fault_case(attend_case_t *c, int l) {
     fault_target_t t;
-    attend_case_make_fault_target(c, layouts[l].layout, layouts[l].mode, 40 + 8 * (uint64_t)l, tu_cpu, &t.query,
-                                  &t.slot, &t.weight);
+    attend_case_make_fault_target(c, layouts[l].layout, layouts[l].mode, 16, 40 + 8 * (uint64_t)l, tu_cpu, &t.query,
+                                  NULL, &t.slot, &t.weight);
     return t;
 }
 
@@ -303,8 +303,36 @@ static void attend_check_should_catch_a_split_lse_fault(void **state) {
     }
 }
 
+/* Every fault the GPU self-test injects (tests/test_gpu_attend.c: the same fault cases, seeds and
+ * faults, attend_case_faults), on the CPU: each moves some row by at least twice a bound, so a
+ * correct kernel's own error cannot hide it and the GPU test's verdict is the check's alone. */
+static void attend_check_should_see_every_fault_of_the_gpu_self_test(void **state) {
+    (void)state;
+    for (int i = 0; i < attend_fault_case_count; i++) {
+        const attend_fault_case_t *fc = &attend_fault_cases[i];
+        attend_case_t c;
+        int64_t query = 0, head = 0, slot = -1;
+        double weight = 0;
+        attend_case_make_fault_target(&c, fc->layout, fc->mode, fc->h, fc->seed, tu_cpu, &query, &head, &slot, &weight);
+        attend_fault_t faults[ATTEND_FAULTS];
+        attend_case_faults(&c, tu_cpu, query, head, slot, weight, faults);
+        for (int f = 0; f < ATTEND_FAULTS; f++) {
+            attend_check_stats_t s = {0};
+            const int visible = attend_case_fault_visible(&c, tu_cpu, &faults[f], &s);
+            char line[512];
+            fprintf(stderr, "%s rb %d h %lld %s: %s\n", visible ? "visible" : "INVISIBLE", c.rb, (long long)fc->h,
+                    faults[f].what, attend_check_summary(&s, line, sizeof line));
+            if (!visible)
+                fail_msg("rb %d h %lld, fault %s moves no row by twice a bound", c.rb, (long long)fc->h, faults[f].what);
+        }
+        attend_faults_free(faults);
+        attend_case_free(&c);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(attend_check_should_see_every_fault_of_the_gpu_self_test),
         cmocka_unit_test(attend_check_should_accept_identical_and_empty_rows),
         cmocka_unit_test(attend_check_should_accept_rows_of_a_gpu_kernels_arithmetic),
         cmocka_unit_test(attend_check_should_reject_wrong_rows),

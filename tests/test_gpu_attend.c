@@ -14,9 +14,12 @@
  * The check (host_shims/common/attend_check.h): every (query, head) row on its own scale, relative
  * RMS <= 1/128, each element within 2/128 of itself + 1/128 of the row's largest |value|, lse rel
  * 1e-5; every query of a call of up to 512 queries, 64+ spread ones above (first, last, both sides
- * of the CTA round robin's wraps). A self-test injects faults (one V row x 1.1, one group scale one
- * code up, one split's lse shifted) into what the GPU reads or what it wrote, and the same check
- * must fail them. One PASS/FAIL line per case on stderr, a summary line last.
+ * of the CTA round robin's wraps). A self-test injects faults into what the GPU reads (a heavy
+ * entry's V row x 1.1 and one of its group scales one code up, a row's light entries x 1.1, a
+ * skipped tile), on every layout at 16, 32 and 64 heads (each kind), in three configurations, and
+ * one split's lse shifted in what it wrote, merged by the GPU merge kernel; the same check must fail
+ * them all (each shown on the CPU, by test_attend_check, to move a row by twice a bound). One
+ * PASS/FAIL line per case on stderr, a summary line last.
  * Exits 77 without a CUDA device. */
 #include <math.h>
 #include <setjmp.h>
@@ -526,8 +529,8 @@ static void cuda_attend_should_match_on_flashmla_656_records_at_every_kind(void 
 
 /* ---- the fault self-test: the check must fail what a wrong kernel would write ---- */
 
-/* The case's output (with a fault in it) against the reference: every query checked, the
- * verdict printed; passing a fault fails the test. */
+/* The case's output (with a fault in it) against the reference: every query checked, the verdict
+ * printed; passing a fault fails the test. */
 static void expect_caught(const attend_case_t *c, const char *what) {
     int64_t picks[512];
     const int64_t n = attend_check_pick_queries(c->o.nq, 512, 64, gpu->cuda.sm_count, picks);
@@ -535,43 +538,45 @@ static void expect_caught(const attend_case_t *c, const char *what) {
     attend_case_check(c, cpu, picks, n, &s);
     faults_tried++, faults_caught += s.failed > 0;
     char line[512];
-    fprintf(stderr, "%s fault %s: %s\n", s.failed ? "CAUGHT" : "MISSED", what,
+    fprintf(stderr, "%s %-9s fault %s: %s\n", s.failed ? "CAUGHT" : "MISSED", config_name, what,
             attend_check_summary(&s, line, sizeof line));
     if (!s.failed)
-        fail_msg("fault %s: the check passed a faulty output", what);
+        fail_msg("%s: fault %s: the check passed a faulty output", config_name, what);
 }
 
-/* (a) one V row x 1.1 and (b) one group scale one code up, in what the GPU reads: it attends over
- * a copy of the records with the fault, the reference over the right ones. The target is the
- * entry of largest softmax weight over the case's rows (a fault moves a row by its weight times
- * its size); the right records must pass first. */
-static void record_faults(uint32_t layout, uint32_t mode) {
+/* One fault through the GPU: visible on the CPU first (it moves some row by twice a bound:
+ * test_attend_check shows it for every case), then the GPU attends over the fault's records and
+ * top-k, and the check must fail what it wrote. */
+static void gpu_fault(attend_case_t *c, const attend_fault_t *f) {
+    attend_check_stats_t effect = {0};
+    char line[512], what[1024];
+    snprintf(what, sizeof what, "%s h %lld %s", layout_name(c), (long long)c->o.h, f->what);
+    if (!attend_case_fault_visible(c, cpu, f, &effect))
+        fail_msg("fault %s: too small on the CPU to ask the check (%s)", what,
+                 attend_check_summary(&effect, line, sizeof line));
+    int32_t *right = c->slots;
+    c->slots = f->slots; /* what the GPU reads */
+    attend_gpu_call_t call = {.ws_fill = -1, .cache = f->cache};
+    attend_case_run_gpu(c, gpu, &call);
+    c->slots = right;
+    expect_caught(c, what);
+}
+
+/* Every fault of one fault case (attend_case_faults: a heavy entry's V row and group scale, the
+ * light entries of a row, a skipped tile) in the configuration open; the right records pass first. */
+static void record_faults(const attend_fault_case_t *fc) {
     attend_case_t c;
-    int64_t slot = -1;
+    int64_t query = 0, head = 0, slot = -1;
     double weight = 0;
-    next_seed += (uint64_t)attend_case_make_fault_target(&c, layout, mode, next_seed, cpu, NULL, &slot, &weight);
+    attend_case_make_fault_target(&c, fc->layout, fc->mode, fc->h, fc->seed, cpu, &query, &head, &slot, &weight);
     attend_gpu_call_t call = {.ws_fill = -1};
     attend_case_run_gpu(&c, gpu, &call);
     check_case(&c, &call, " fault-free");
-    const size_t bytes = (size_t)(c.o.slots_n / c.o.block) * (size_t)c.stride;
-    uint8_t *bad = malloc(bytes);
-    char what[160];
-    for (int fault = 0; fault < 2; fault++) {
-        memcpy(bad, c.cache, bytes);
-        if (fault == 0) {
-            attend_fault_scale_latent(&c, cpu, bad, slot, 1.1f);
-            snprintf(what, sizeof what, "(a) %s slot %lld V row x 1.1 (weight %.2f)", layout_name(&c), (long long)slot,
-                     weight);
-        } else {
-            const int group = attend_fault_bump_scale(&c, bad, slot);
-            snprintf(what, sizeof what, "(b) %s slot %lld group %d scale one code up (weight %.2f)", layout_name(&c),
-                     (long long)slot, group, weight);
-        }
-        attend_gpu_call_t faulty = {.ws_fill = -1, .cache = bad};
-        attend_case_run_gpu(&c, gpu, &faulty);
-        expect_caught(&c, what);
-    }
-    free(bad);
+    attend_fault_t faults[ATTEND_FAULTS];
+    attend_case_faults(&c, cpu, query, head, slot, weight, faults);
+    for (int f = 0; f < ATTEND_FAULTS; f++)
+        gpu_fault(&c, &faults[f]);
+    attend_faults_free(faults);
     attend_case_free(&c);
 }
 
@@ -591,10 +596,10 @@ static int64_t workspace_splits(uint64_t ws, int64_t nq, int64_t h) {
     return 0;
 }
 
-/* (c) one split's lse shifted, in what the GPU wrote: a split-K call under the separate merge
- * leaves its partials in the workspace. Merged on the host as written they must pass; with the
- * lse of the split of largest weight (row 0's) shifted by 0.1, its weight 10.5% off in every row,
- * they must fail. */
+/* (c) one split's lse shifted, merged on the GPU: a split-K call under the separate merge leaves
+ * its partials in the workspace; handed to the plugin's merge op on the device (kernels/merge: the
+ * arithmetic of attend's split-K merge) as they were written they must pass; with the lse of the
+ * split of largest weight (row 0's) shifted by 0.1, its weight 10.5% off in every row, they must fail. */
 static void split_lse_fault(uint32_t layout, uint32_t mode) {
     attend_case_opts_t o = opts(2, 16, 2048, layout, mode);
     o.lengths = 0, o.empty_first = 0;
@@ -606,43 +611,47 @@ static void split_lse_fault(uint32_t layout, uint32_t mode) {
     check_case(&c, &call, " fault-free");
     const int64_t rows = o.nq * o.h, splits = workspace_splits(call.ws, o.nq, o.h);
     const uint16_t *po = call.workspace;
-    const float *pl = (const float *)(po + splits * rows * 512);
+    const float *pl = (const float *)(po + splits * rows * 512); /* log2 */
     int64_t heavy = 0;
     for (int64_t s = 1; s < splits; s++)
         heavy = pl[s * rows] > pl[heavy * rows] ? s : heavy;
-    const float **parts = malloc((size_t)splits * sizeof *parts);
-    float *rows_f32 = malloc((size_t)splits * 512 * sizeof *rows_f32); /* a row's bf16 partials as f32 */
-    double *lse = malloc((size_t)splits * sizeof *lse);
+    float *lse = malloc((size_t)(splits * rows) * sizeof *lse);
     for (int shifted = 0; shifted < 2; shifted++) {
-        for (int64_t r = 0; r < rows; r++) {
-            for (int64_t s = 0; s < splits; s++) {
-                for (int i = 0; i < 512; i++) rows_f32[s * 512 + i] = nvfp4_bf16_to_f32(po[(s * rows + r) * 512 + i]);
-                parts[s] = rows_f32 + s * 512;
-                lse[s] = (double)pl[s * rows + r] * 0.6931471805599453 + (shifted && s == heavy ? 0.1 : 0.0);
-            }
-            attend_merge_partials((int)splits, parts, lse, c.out + r * 512, c.lse + r);
-        }
+        for (int64_t i = 0; i < splits * rows; i++)
+            lse[i] = pl[i] * 0.6931472f + (shifted && i / rows == heavy ? 0.1f : 0.0f);
+        attend_gpu_merge(gpu, splits, o.nq, o.h, po, lse, c.out, c.lse);
         char what[160];
-        snprintf(what, sizeof what, "(c) %s split %lld of %lld: lse + 0.1", layout_name(&c), (long long)heavy,
-                 (long long)splits);
+        snprintf(what, sizeof what, "(c) %s split %lld of %lld: lse + 0.1, merged by the GPU merge kernel",
+                 layout_name(&c), (long long)heavy, (long long)splits);
         if (shifted)
             expect_caught(&c, what);
         else
-            check_case(&c, &call, " host merge of the workspace's partials");
+            check_case(&c, &call, " the workspace's partials merged by the GPU merge kernel");
     }
     close_gpu();
-    free(parts), free(rows_f32), free(lse), free(call.workspace);
+    free(lse), free(call.workspace);
     attend_case_free(&c);
 }
 
+/* Every fault case in the default configuration (16-head groups, 32-head groups, the wide kind on
+ * each layout), some in the mma.sync consumers' and the 99 KB configuration's kinds, and the split
+ * fault through the GPU merge. */
 static void cuda_attend_check_should_fail_on_injected_faults(void **state) {
     (void)state;
     if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
         return;
     open_gpu("default", NULL, NULL);
-    record_faults(NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
-    record_faults(NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
-    record_faults(NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
+    for (int i = 0; i < attend_fault_case_count; i++)
+        record_faults(&attend_fault_cases[i]);
+    close_gpu();
+    static const int others[] = {0, 2, 5, 8}; /* 368 at h 16 and 64, 432 and 656 at h 64 */
+    open_gpu("mma.sync", "sync", NULL);
+    for (int i = 0; i < 4; i++)
+        record_faults(&attend_fault_cases[others[i]]);
+    close_gpu();
+    open_gpu("99KB", NULL, "101376");
+    for (int i = 0; i < 4; i++)
+        record_faults(&attend_fault_cases[others[i]]);
     close_gpu();
     split_lse_fault(NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
     split_lse_fault(NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);

@@ -178,7 +178,6 @@ int cli_inspect_cmd(int argc, char **argv);
 int cli_quality_cmd(int argc, char **argv);
 int cli_calibrate_cmd(int argc, char **argv);
 int cli_demo_cmd(int argc, char **argv);
-int cli_bench_cmd(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -20,15 +20,6 @@
     "  --model M, --dataset D, --hook H, --created-utc T  printable text recorded in the file\n"               \
     "  --plugin P             the plugin that checks the file (else NVFP4_MLA_PLUGIN)\n"                        \
     "  --no-check             write the file without a plugin's check\n"
-#define BENCH_HELP                                                                                               \
-    "  --quick               fewer shapes and repetitions\n"                                                     \
-    "  --only write|gather|attend  one operation's rows\n"                                                        \
-    "  --tokens T            only the rows of T tokens\n"                                                         \
-    "  --check-queries N     attend outputs checked against the CPU reference on N queries (1..128)\n"           \
-    "  --flush-l2            flush the L2 cache before each timed launch\n"                                      \
-    "  --json FILE           the rows as JSON too\n"                                                              \
-    "  --plugin P            the plugin to measure (else NVFP4_MLA_PLUGIN)\n"
-
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -54,9 +45,6 @@ static const struct {
     {"demo", cli_demo_cmd,
      "demo [--scales FILE] [--policy rtn|mse]  the codec end to end on generated latents, rtn and the policy (mse by "
      "default; the README's main job; built-in profile by default)", NULL},
-    {"bench", cli_bench_cmd,
-     "bench [--quick] [--only write|gather|attend] [--tokens T] [--check-queries N] [--flush-l2] [--json FILE] "
-     "[--plugin P]  GPU benchmark against same-run memory ceilings", BENCH_HELP},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,514 @@
+"""The tables of BENCHMARKS.md and README.md and the lines of results/PROVENANCE, from the JSON files
+of results/ (bench/compare_table.py writes them into the documents). One function a block; each
+names its file and the file's provenance. Standard library only.
+"""
+import statistics
+
+GRID_CLAIM_MODE = "after_gemm"  # the small-batch claims: a call after an ordinary kernel, as in a model
+MODE_WORDS = {"after_gemm": "after a GEMM (a call as in a model; the GEMM's own time subtracted)",
+              "back_to_back": "back to back (each call may start in the previous call's tail)",
+              "after_flush": "after a 256 MB write (L2 flushed; its own time subtracted)"}
+LEGACY = "from before issue 47: no provenance inside; one run, no rounds (git history of results/PROVENANCE)"
+WHAT = {  # file: (what it holds, the command that makes it on the GPU machine)
+    "bench.json": ("writer, gather and attend against same-run ceilings, each timed call's output checked",
+                   "build-gpu/bench/nvfp4-mla-bench --json bench.json"),
+    "bench-99kb.json": ("attend in the 99 KB configuration (sm_120 parts), on the H200",
+                        "NVFP4_MLA_ATTEND_SMEM_CAP=101376 build-gpu/bench/nvfp4-mla-bench --only attend "
+                        "--json bench-99kb.json"),
+    "flashmla_compare.json": ("attend against FlashMLA: decode grid (two modes), batch 128, prefill; 3 rounds",
+                              "python3 bench/flashmla_compare.py --flashmla .anchor/_flashmla_C.abi3.so "
+                              "--json flashmla_compare.json"),
+    "hot_path.json": ("host launch rate per call through the Python shim, and decode steps (GPU time labelled)",
+                      "python3 bench/hot_path.py --device cuda --json hot_path.json"),
+    "dcp.json": ("decode context parallelism over NCCL (2 GPUs)", "python3 bench/dcp_measure.py --json dcp.json"),
+    "quality.json": ("reconstruction error per layer and mode (CPU; QUALITY.md)",
+                     "build/host_shims/cli/nvfp4-mla quality --tokens 512 --json results/quality.json"),
+}
+
+
+# ---- reading files of any age ----
+
+def _one_round(t):
+    """A figure of an old file (one run's median and range over its repetitions) as a rounds summary."""
+    return {"median": t["median"], "min": t["min"], "max": t["max"], "rounds": None}
+
+
+def _legacy_ratio(x):
+    return {"median": x, "min": x, "max": x, "rounds": None}
+
+
+def _legacy_check(old, name):
+    return {"check": old["check"], "worst_rel_rms": old["worst_rel_rms"], "worst_excess": old.get("worst_rel_max"),
+            "worst_lse": None, "bounds": {"rel_rms": old["bounds"][0]}, "reference": name}
+
+
+def _upgrade_compare(d):
+    grid = [{"batch": r["batch"], "s_q": r["s_q"], "h": r["h"], "flashmla_heads": r["flashmla_heads"],
+             "modes": {"back_to_back": {"flashmla_us": _one_round(r["flashmla_us"]),
+                                        "attend368_us": _one_round(r["attend368_us"]),
+                                        "ratio": _legacy_ratio(r["speedup"]), "peer_drift": None,
+                                        "attend368_tflops": r["attend368_tflops"]}},
+             "checks": {"attend368 back_to_back": _legacy_check(r, "FlashMLA's bf16 prefill")}, "check": r["check"]}
+            for r in d.get("grid", [])]
+    decode = [{"h": r["h"], "flashmla_heads": r["flashmla_heads"], "flashmla_us": _one_round(r["flashmla_us"]),
+               "attend656_us": _one_round(r["attend656_us"]), "attend368_us": _one_round(r["attend368_us"]),
+               "ratio368": _legacy_ratio(r["speedup368"]), "ratio656": _legacy_ratio(r["speedup656"]),
+               "peer_drift": None, "attend368_tflops": r["attend368_tflops"],
+               "checks": {"attend656": _legacy_check(r["check656_vs_flashmla"], "FlashMLA's output"),
+                          "attend368": _legacy_check(r["check368_vs_flashmla_bf16"], "FlashMLA's bf16 prefill")},
+               "check": "PASS" if r["check656_vs_flashmla"]["check"] == r["check368_vs_flashmla_bf16"]["check"] ==
+               "PASS" else "FAIL"} for r in d.get("decode", [])]
+    prefill = [{"h": r["h"], "s_q": r["s_q"], "checks": {"attend368": _legacy_check(r, "FlashMLA's bf16 prefill")},
+                "check": r["check"],
+                "interleaved": {"flashmla_bf16_us": _one_round(r["flashmla_bf16_us"]),
+                                "attend368_us": _one_round(r["attend368_us"]),
+                                "gather_flashmla_us": _one_round(r["gather_flashmla_us"]),
+                                "ratio": _legacy_ratio(r["speedup_vs_flashmla"]),
+                                "ratio_vs_gather": _legacy_ratio(r["speedup_vs_gather_flashmla"]), "peer_drift": None,
+                                "attend368_tflops": r["attend368_tflops"]}} for r in d.get("prefill", [])]
+    return {"legacy": True, "grid": grid, "decode": decode, "prefill": prefill,
+            "config": {"rounds": 1, "tokens": d["tokens"]}, "device": d.get("device"),
+            "headline": {"refused": False, "legacy": True}}
+
+
+def upgrade(name, data):
+    """A results file in the shape this module reads; files without provenance are marked legacy."""
+    if name == "flashmla_compare.json" and "provenance" not in data:
+        return _upgrade_compare(data)
+    if "provenance" not in data and isinstance(data, dict):
+        data = dict(data, legacy=True)
+    return data
+
+
+def refused(res):
+    """Why the results cannot be tabulated (a comparison without a headline), else ""."""
+    cmp = res.get("flashmla_compare.json")
+    if cmp and cmp.get("headline", {}).get("refused"):
+        return f"results/flashmla_compare.json has no headline: {cmp['headline']['reason']}"
+    return ""
+
+
+# ---- formatting ----
+
+def med(t):
+    return t["median"]
+
+
+def us(t, digits=1):
+    return f"{t['median']:.{digits}f}"
+
+
+def ratio(x):
+    """2.10x, with the rounds' range when the file has rounds."""
+    if x.get("rounds") and len(x["rounds"]) > 1:
+        return f"{x['median']:.2f}x ({x['min']:.2f}-{x['max']:.2f})"
+    return f"{x['median']:.2f}x"
+
+
+def pct(x):
+    return "-" if x is None else f"{x:.1%}"
+
+
+def caption(res, name):
+    """Which file a table comes from, and where that file came from."""
+    d = res.get(name)
+    if d is None:
+        return f"`results/{name}`: not in results/ (no figures)"
+    if d.get("legacy"):
+        return f"`results/{name}` ({LEGACY})"
+    p = d["provenance"]
+    peer = p.get("peer")
+    peer_text = f"; FlashMLA from {peer.get('wheel')} (sha256 {str(peer.get('sha256'))[:12]})" if peer else ""
+    return (f"`results/{name}`: plugin git {p['plugin']['git_revision']}, {p['build']['buildtype']} build, "
+            f"{p['device']['name']}, driver {p['device']['driver']}, {p['date_utc']}{peer_text}")
+
+
+def checks_word(row):
+    """PASS, or FAIL, for a row; the old comparison's check is named so."""
+    legacy = any(c.get("reference") for c in row["checks"].values())
+    return row["check"] + (" (old check)" if legacy else "")
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+# ---- flashmla_compare.json ----
+
+def modes_of(cmp):
+    order = ["after_gemm", "back_to_back", "after_flush"]
+    present = {m for r in cmp["grid"] for m in r["modes"]}
+    return [m for m in order if m in present]
+
+
+def grid_table(cmp, mode, s_q):
+    cells = {(r["batch"], r["h"]): r for r in cmp["grid"] if r["s_q"] == s_q and mode in r["modes"]}
+    heads = sorted({h for _, h in cells})
+    rows = []
+    for b in sorted({b for b, _ in cells}):
+        line = [str(b)]
+        for h in heads:
+            r = cells.get((b, h))
+            if r is None:
+                line.append("")
+                continue
+            m = r["modes"][mode]
+            mark = "" if r["check"] == "PASS" else " CHECK FAILED"
+            line.append(f"{us(m['flashmla_us'])} / {us(m['attend368_us'])} ({ratio(m['ratio'])}){mark}")
+        rows.append(line)
+    return table(["batch"] + [f"h = {h}: FlashMLA / attend" for h in heads], rows)
+
+
+def grid_counts(cmp, mode):
+    """The issue-34 targets over batch <= 64 in one mode: cells >= 1.2x, cells <= 12 us where
+    batch x s_q x h <= 256, and the largest cost of a call of 2b queries over a call of b."""
+    small = [r for r in cmp["grid"] if r["batch"] <= 64 and mode in r["modes"]]
+    fast = [r for r in small if med(r["modes"][mode]["ratio"]) >= 1.2]
+    light = [r for r in small if r["batch"] * r["s_q"] * r["h"] <= 256]
+    quick = [r for r in light if med(r["modes"][mode]["attend368_us"]) <= 12.0]
+    by = {(r["batch"], r["s_q"], r["h"]): med(r["modes"][mode]["attend368_us"]) for r in cmp["grid"]
+          if mode in r["modes"]}
+    mtp = [by[(b, 2, h)] / by[(b, 1, h)] for (b, s, h) in by if s == 2 and (b, 1, h) in by]
+    short = [r for r in small if r not in fast]
+    return {"cells": len(small), "fast": len(fast), "light": len(light), "quick": len(quick),
+            "mtp_worst": max(mtp) if mtp else None, "short": short,
+            "slow_light": [med(r["modes"][mode]["attend368_us"]) for r in light if r not in quick]}
+
+
+def grid_section(cmp):
+    out = []
+    for mode in modes_of(cmp):
+        for s_q in (1, 2):
+            if any(r["s_q"] == s_q and mode in r["modes"] for r in cmp["grid"]):
+                out.append(f"\nDecode in a CUDA graph, {MODE_WORDS[mode]}, s_q = {s_q} (us a call, median over "
+                           "rounds; ratio = FlashMLA / attend, with its range over rounds):\n")
+                out.append(grid_table(cmp, mode, s_q))
+        c = grid_counts(cmp, mode)
+        drifts = [r["modes"][mode].get("peer_drift") for r in cmp["grid"] if mode in r["modes"]]
+        drifts = [d for d in drifts if d is not None]
+        out.append(f"\n{MODE_WORDS[mode].split(' (')[0].capitalize()}: {c['fast']} of {c['cells']} cells of batch "
+                   f"<= 64 at >= 1.2x; {c['quick']} of {c['light']} cells with batch x s_q x h <= 256 at <= 12 us"
+                   + (f"; FlashMLA moved at most {max(drifts):.1%} between rounds" if drifts else "") + ".")
+    if cmp["grid"]:
+        worst = max((c for r in cmp["grid"] for c in r["checks"].values()), key=lambda c: c["worst_rel_rms"])
+        ok = sum(r["check"] == "PASS" for r in cmp["grid"])
+        what = ("the old check: attend against FlashMLA's bf16 prefill over the gathered records" if cmp.get("legacy")
+                else "every timed output of both sides, every query, against a float32 reference")
+        out.append(f"\nChecks: {ok} of {len(cmp['grid'])} cells PASS ({what}); worst row relative RMS "
+                   f"{worst['worst_rel_rms']:.1e} against a bound of "
+                   f"{worst['bounds']['rel_rms']:.1e}" + ("." if worst.get("worst_lse") is None else
+                                                           f"; worst lse {worst['worst_lse']:.1e}."))
+    return "\n".join(out).lstrip("\n")
+
+
+def decode_section(cmp):
+    rows = []
+    for r in cmp["decode"]:
+        rows.append([r["h"], f"{us(r['flashmla_us'])} ({r['flashmla_heads']})",
+                     f"{us(r['attend656_us'])} ({ratio(r['ratio656'])})", f"{us(r['attend368_us'])} "
+                     f"({ratio(r['ratio368'])})", f"{r['attend368_tflops']:.1f}", pct(r["peer_drift"]), checks_word(r)])
+    return table(["h", "FlashMLA (padded h)", "attend 656", "attend 368", "368 TFLOP/s", "FlashMLA's drift",
+                  "checks"], rows)
+
+
+def prefill_kinds(cmp):
+    """(row, "alone" or "interleaved", its figures) of every prefill row and measure the file has."""
+    return [(r, kind, r[kind]) for r in cmp["prefill"] for kind in ("alone", "interleaved") if kind in r]
+
+
+def prefill_section(cmp):
+    rows = []
+    for r, kind, v in prefill_kinds(cmp):
+        rows.append([r["h"], kind, f"{med(v['flashmla_bf16_us']) / 1e3:.2f} ms",
+                     f"{med(v['attend368_us']) / 1e3:.2f} ms ({ratio(v['ratio'])})",
+                     f"{med(v['gather_flashmla_us']) / 1e3:.2f} ms ({ratio(v['ratio_vs_gather'])})",
+                     pct(v["peer_drift"]), checks_word(r)])
+    return table(["h", "timed", "FlashMLA bf16", "attend 368 (vs FlashMLA)", "gather + FlashMLA (vs attend)",
+                  "FlashMLA's drift", "check"], rows)
+
+
+def compare_tables(cmp):
+    parts = []
+    if cmp["grid"]:
+        parts.append(grid_section(cmp))
+    if cmp["decode"]:
+        parts.append("Batch 128, eager back-to-back launches (us a call; ratio = FlashMLA / attend):\n\n"
+                     + decode_section(cmp))
+    if cmp["prefill"]:
+        parts.append("Prefill, 4096 queries, top-k 2048:\n\n" + prefill_section(cmp))
+    return "\n\n".join(parts)
+
+
+# ---- bench.json, bench-99kb.json ----
+
+def bench_row(b, op, size=None):
+    for r in b["rows"]:
+        if r["op"] == op and (size is None or r["size"] == size):
+            return r
+    return None
+
+
+def g368_us(b):
+    """The gather368 ceiling's time for attend's 128 x 2048 records: read + written bytes and the index."""
+    return 262144 * (368 * 2 + 4) / (b["gather368_tbps"] * 1e6)
+
+
+def codec_section(b):
+    g = bench_row(b, "ceiling: gather368")
+    mma, scatter = bench_row(b, "ceiling: mma.sync bf16"), bench_row(b, "ceiling: scatter368")
+    head = (f"Same-run ceilings: copy {b['copy_tbps']:.2f} TB/s; gather368 {g['median_us']:.1f} us for 256k random "
+            f"368-byte records ({g['tbps']:.2f} TB/s, {g['ratio']:.2f} of copy); scatter368 {scatter['tbps']:.2f} "
+            f"TB/s ({scatter['ratio']:.2f} of copy); mma.sync bf16 {mma['tbps']:.0f} TFLOP/s.")
+    rows = []
+    for op in ("write per-token", "write static", "write per-token mse", "write static mse"):
+        big, mid = bench_row(b, op, 262144), bench_row(b, op, 16384)
+        graph = [bench_row(b, f"{op} (graph)", n) for n in (1, 64, 512)]
+        rows.append([op, f"{big['median_us']:.1f} us, {big['tbps']:.2f} TB/s", f"{big['ratio']:.2f}",
+                     f"{mid['median_us']:.1f} us", " / ".join(f"{r['median_us']:.2f}" for r in graph) + " us",
+                     _timed_check(big)])
+    for op in ("gather per-token", "gather static"):
+        r = bench_row(b, op, 262144)
+        rows.append([op, f"{r['median_us']:.1f} us, {r['tbps']:.2f} TB/s",
+                     f"{r['ratio']:.2f} ({r['tbps'] / g['tbps']:.2f} of gather368)", "", "", _timed_check(r)])
+    return head + "\n\n" + table(["operation", "256k tokens / rows", "ratio to copy", "16k",
+                                  "one launch in a graph: 1 / 64 / 512 tokens", "check"], rows)
+
+
+def _timed_check(r):
+    """A row's check: the first call against the CPU, then every timed call (issue 47's bench)."""
+    word = {"pass": "PASS", "fail": "FAIL"}.get(r["check"], r["check"])
+    if "timed_calls" in r:
+        return f"{word} ({r['timed_calls']} timed calls checked, {r['timed_bad_elements']} bad)"
+    return word
+
+
+def attend_bench_section(b, b99):
+    rows = []
+    for h in (16, 32, 64, 128):
+        r3, r6 = bench_row(b, f"attend nvfp4-368 h={h}"), bench_row(b, f"attend fp8-656 h={h}")
+        if not r3 or not r6:
+            continue
+        line = [h, f"{r3['median_us']:.1f} ({r3['median_us'] / g368_us(b):.2f}x gather368)", f"{r6['median_us']:.1f}",
+                f"{r6['median_us'] / r3['median_us']:.2f}x", f"{r3['tflops']:.1f}"]
+        if b99:
+            q3, q6 = bench_row(b99, f"attend nvfp4-368 h={h}"), bench_row(b99, f"attend fp8-656 h={h}")
+            line += [f"{q3['median_us']:.1f} ({q3['median_us'] / r3['median_us']:.2f}x)", f"{q6['median_us']:.1f}",
+                     f"{_timed_check(q3)} / {_timed_check(q6)}"]
+        line.append(f"{_timed_check(r3)} / {_timed_check(r6)}")
+        rows.append(line)
+    header = ["h", "368 us", "656 us", "656 / 368", "368 TFLOP/s"]
+    if b99:
+        header += ["99 KB: 368 us (of full)", "99 KB: 656 us", "99 KB checks 368 / 656"]
+    return table(header + ["checks 368 / 656"], rows)
+
+
+# ---- hot_path.json ----
+
+HOST_COLUMNS = ["write one-shot", "write arrays", "write run", "attend one-shot", "attend arrays", "attend run",
+                "write op", "attend op", "attend op new"]
+STEP_COLUMNS = ["step one-shot", "step prepared", "step graph replay", "graph replay host", "step graph GPU",
+                "replay bound by"]
+
+
+def cell(r, k):
+    v = r.get(k)
+    return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def hot_path_section(hp):
+    host = table(["h", "batch"] + HOST_COLUMNS + ["attend run <= 8 us"],
+                 [[r["h"], r["batch"]] + [cell(r, k) for k in HOST_COLUMNS]
+                  + [("yes" if r["attend run"] <= 8 else "no")] for r in hp["host_us_per_call"]])
+    steps = table(["h", "batch"] + STEP_COLUMNS,
+                  [[r["h"], r["batch"]] + [cell(r, k) for k in STEP_COLUMNS] for r in hp["step_us"]])
+    return ("Host launch rate (the calling thread's us a call, not GPU time):\n\n" + host +
+            "\n\nA decode step (write of the batch's tokens, then attend), us between CUDA events: eager and "
+            "one-step graph replays are launch rates where the host bounds them (last column); "
+            "`step graph GPU` is a graph of 20 steps, GPU time a step:\n\n" + steps)
+
+
+# ---- the opening table, README's list, results/PROVENANCE ----
+
+def _verdict(ok):
+    return "met" if ok else "missed"
+
+
+def _decode_targets(cmp):
+    d = {r["h"]: r for r in cmp["decode"]}
+    rows = []
+    if 16 in d and 32 in d:
+        ok = min(med(d[h]["ratio368"]) for h in (16, 32)) >= 1.35
+        rows.append(["attend vs FlashMLA, batch 128 eager, h = 16 / 32: >= 1.35x (issues 12, 18)",
+                     f"{ratio(d[16]['ratio368'])} / {ratio(d[32]['ratio368'])}", _verdict(ok)])
+    if 64 in d:
+        rows.append(["h = 64: >= 1.35x (issue 18)", ratio(d[64]["ratio368"]), _verdict(med(d[64]["ratio368"]) >= 1.35)])
+    if 128 in d:
+        r = d[128]
+        ok = med(r["ratio368"]) >= 1.2 and r["attend368_tflops"] >= 420
+        rows.append(["h = 128: >= 1.2x and >= 420 TFLOP/s (issue 18)",
+                     f"{ratio(r['ratio368'])}, {r['attend368_tflops']:.0f} TFLOP/s", _verdict(ok)])
+    if d:
+        hs = sorted(d)
+        rows.append(["attend on FlashMLA's own 656-byte records no slower than FlashMLA (issue 18)",
+                     " / ".join(ratio(d[h]["ratio656"]) for h in hs) + f" at h = {' / '.join(map(str, hs))}",
+                     _verdict(all(med(d[h]["ratio656"]) >= 1.0 for h in hs))])
+    return rows
+
+
+def _grid_targets(cmp):
+    rows = []
+    for mode in modes_of(cmp):
+        c = grid_counts(cmp, mode)
+        word = "after a GEMM" if mode == "after_gemm" else mode.replace("_", " ")
+        short = ", ".join(f"{r['batch']}x{r['s_q']} h {r['h']} {ratio(r['modes'][mode]['ratio'])}" for r in c["short"])
+        rows.append([f"small batches in a graph ({word}), batch <= 64: every cell >= 1.2x FlashMLA (issue 34)",
+                     f"{c['fast']} of {c['cells']}" + (f"; short: {short}" if short else ""),
+                     _verdict(c["fast"] == c["cells"])])
+        slow = c["slow_light"]
+        rows.append([f"({word}) <= 12 us where batch x s_q x h <= 256 (issue 34)",
+                     f"{c['quick']} of {c['light']}" + (f"; the others {min(slow):.1f}-{max(slow):.1f} us" if slow else ""),
+                     _verdict(c["quick"] == c["light"])])
+        if c["mtp_worst"] is not None:
+            rows.append([f"({word}) MTP: a call of 2b queries under twice a call of b (issue 34)",
+                         f"at most {c['mtp_worst']:.2f}x", _verdict(c["mtp_worst"] < 2)])
+    return rows
+
+
+def _prefill_targets(cmp):
+    rows = []
+    for r, kind, v in prefill_kinds(cmp):
+        want = 2.0 if r["h"] == 16 else 1.0
+        rows.append([f"prefill h = {r['h']} ({kind}): >= {want:g}x FlashMLA's bf16 prefill, faster than gather + "
+                     "FlashMLA (issue 18)", f"{ratio(v['ratio'])}; {ratio(v['ratio_vs_gather'])} over gather + FlashMLA",
+                     _verdict(med(v["ratio"]) >= want and med(v["ratio_vs_gather"]) > 1)])
+    return rows
+
+
+def _bench_targets(b, b99):
+    rows = []
+    r16, r32 = bench_row(b, "attend nvfp4-368 h=16"), bench_row(b, "attend nvfp4-368 h=32")
+    if r16 and r32:
+        x = [r["median_us"] / g368_us(b) for r in (r16, r32)]
+        rows.append(["attend h = 16 / 32, batch 128: <= 1.25x the gather368 ceiling (issue 12)",
+                     f"{x[0]:.2f}x / {x[1]:.2f}x", _verdict(max(x) <= 1.25)])
+    w, g = bench_row(b, "write per-token", 262144), bench_row(b, "gather per-token", 262144)
+    graph = [bench_row(b, f"write {m} (graph)", n)["median_us"] for m in ("per-token", "static") for n in (1, 64, 512)]
+    rows.append(["writer >= 0.85x copy at 256k tokens; <= 5 us a launch at <= 512 tokens (issue 5)",
+                 f"{w['ratio']:.2f}x copy; {min(graph):.2f}-{max(graph):.2f} us in a graph",
+                 "missed" if w["ratio"] < 0.85 else _verdict(max(graph) <= 5)])
+    rows.append(["gather >= 0.80x copy at 256k rows (issue 5)", f"{g['ratio']:.2f}x", _verdict(g["ratio"] >= 0.8)])
+    mse = bench_row(b, "write per-token mse", 262144)
+    rows.append(["writer policy mse <= 1.5x rtn's time (issue 16)", f"{mse['median_us'] / w['median_us']:.2f}x",
+                 _verdict(mse["median_us"] / w["median_us"] <= 1.5)])
+    if b99:
+        x = [bench_row(b99, f"attend nvfp4-368 h={h}")["median_us"] / bench_row(b, f"attend nvfp4-368 h={h}")["median_us"]
+             for h in (16, 32, 64, 128)]
+        rows.append(["99 KB configuration within 1.5x of the full one (issue 12)",
+                     " / ".join(f"{v:.2f}x" for v in x) + " at h = 16 / 32 / 64 / 128", _verdict(max(x) <= 1.5)])
+    return rows
+
+
+def _host_targets(hp):
+    host = hp["host_us_per_call"]
+    a = [r["attend run"] for r in host]
+    w = [r["write run"] for r in host]
+    over = [f"h {r['h']} b {r['batch']} {r['attend run']:.1f}" for r in host if r["attend run"] > 8]
+    return [["<= 8 us host a prepared call's run() (issue 17)",
+             f"attend {min(a):.1f}-{max(a):.1f} us ({len(a) - len(over)} of {len(a)} cells)"
+             + (f"; over: {', '.join(over)}" if over else "") + f"; write {min(w):.1f}-{max(w):.1f} us",
+             _verdict(not over and max(w) <= 8)]]
+
+
+def summary_section(res):
+    cmp, b, b99, hp = (res.get(n) for n in ("flashmla_compare.json", "bench.json", "bench-99kb.json", "hot_path.json"))
+    rows = []
+    for name, part in (("flashmla_compare.json", lambda: _decode_targets(cmp) + _grid_targets(cmp)
+                        + _prefill_targets(cmp)),
+                       ("bench.json", lambda: _bench_targets(b, b99)), ("hot_path.json", lambda: _host_targets(hp))):
+        if res.get(name) is None:
+            rows.append([f"(the targets of `{name}`)", "no file", "-", "-"])
+            continue
+        one_run = " (one run)" if res[name].get("legacy") and name == "flashmla_compare.json" else ""
+        rows += [r[:2] + [r[2] + one_run, f"`{name}`"] for r in part()]
+    files = "; ".join(caption(res, n) for n in ("flashmla_compare.json", "bench.json", "bench-99kb.json",
+                                                "hot_path.json") if n in res)
+    return table(["target (issue)", "measured (median; range over rounds)", "", "file"], rows) + "\n\nFiles: " + files + "."
+
+
+def readme_section(res):
+    cmp, b = res.get("flashmla_compare.json"), res.get("bench.json")
+    out = []
+    if cmp and cmp["grid"]:
+        for mode in modes_of(cmp):
+            ones = {r["h"]: r for r in cmp["grid"] if r["batch"] == 1 and r["s_q"] == 1 and mode in r["modes"]}
+            hs = sorted(ones)
+            c = grid_counts(cmp, mode)
+            out.append(f"- Small-batch decode in a CUDA graph, {MODE_WORDS[mode].split(' (')[0]}: batch 1 takes "
+                       + " / ".join(us(ones[h]["modes"][mode]["attend368_us"]) for h in hs) + f" us at h = "
+                       + " / ".join(map(str, hs)) + " against FlashMLA's "
+                       + " / ".join(us(ones[h]["modes"][mode]["flashmla_us"]) for h in hs) + f"; {c['fast']} of "
+                       f"{c['cells']} cells of batch <= 64 at >= 1.2x.")
+    if cmp and cmp["decode"]:
+        d = cmp["decode"]
+        out.append("- Batch 128, eager: " + " / ".join(ratio(r["ratio368"]) for r in d) + " FlashMLA's speed at h = "
+                   + " / ".join(str(r["h"]) for r in d) + "; on FlashMLA's own 656-byte records "
+                   + " / ".join(ratio(r["ratio656"]) for r in d) + ".")
+    if cmp and cmp["prefill"]:
+        parts = [f"h = {r['h']} {ratio(v['ratio'])} {k}" for r, k, v in prefill_kinds(cmp)]
+        out.append("- Prefill, 4096 queries, against FlashMLA's bf16 prefill: " + "; ".join(parts) + ".")
+    if b:
+        w, g = bench_row(b, "write per-token", 262144), bench_row(b, "gather per-token", 262144)
+        out.append(f"- Writer {w['ratio']:.2f}x and gather {g['ratio']:.2f}x a device copy at 256k tokens.")
+    out.append("\nFiles: " + "; ".join(caption(res, n) for n in ("flashmla_compare.json", "bench.json") if n in res) + ".")
+    return "\n".join(out)
+
+
+def provenance_index(res):
+    lines = ["# results/: an index. Each JSON file carries its own provenance (key \"provenance\": plugin",
+             "# revision and build, device, driver, FlashMLA's wheel and hash, date, command); this index is",
+             "# written from them by bench/compare_table.py. Files marked \"before issue 47\" carry none.", ""]
+    for name in sorted(set(res) | {"bench.png", "quality.png"}):
+        what, command = WHAT.get(name, ("", ""))
+        d = res.get(name)
+        lines.append(f"{name}")
+        if name.endswith(".png"):
+            src = name.replace(".png", ".json")
+            lines.append(f"  what:       the chart of {src}: python3 bench/plot_results.py "
+                         f"--{src.split('.')[0]} results/{src} --out results/")
+            lines.append("")
+            continue
+        lines.append(f"  what:       {what}")
+        if d.get("legacy"):
+            lines += [f"  command:    {command}", f"  provenance: {LEGACY}"]
+        else:
+            p = d["provenance"]
+            lines += [f"  command:    {p['command']}",
+                      f"  plugin:     {p['plugin']['name']} {p['plugin']['version']} git {p['plugin']['git_revision']}"
+                      f" ({p['plugin']['cuda_archs']}), {p['build']['buildtype']} build",
+                      f"  device:     {p['device']['name']}, driver {p['device']['driver']}", f"  date:       {p['date_utc']}"]
+            if p.get("peer"):
+                lines.append(f"  FlashMLA:   {p['peer'].get('wheel')}, sha256 {p['peer'].get('sha256')}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def blocks(res):
+    """{block name: Markdown} of every marked block of the documents."""
+    cmp, b, b99, hp = (res.get(n) for n in ("flashmla_compare.json", "bench.json", "bench-99kb.json", "hot_path.json"))
+    missing = lambda n: f"No figures: `results/{n}` is not in results/."  # noqa: E731
+    return {
+        "summary": summary_section(res),
+        "readme": readme_section(res),
+        "codec": caption(res, "bench.json") + "\n\n" + codec_section(b) if b else missing("bench.json"),
+        "attend-bench": (caption(res, "bench.json") + (" and " + caption(res, "bench-99kb.json") if b99 else "")
+                         + "\n\n" + attend_bench_section(b, b99)) if b else missing("bench.json"),
+        "decode128": caption(res, "flashmla_compare.json") + "\n\n" + decode_section(cmp) if cmp else
+        missing("flashmla_compare.json"),
+        "grid": caption(res, "flashmla_compare.json") + "\n\n" + grid_section(cmp) if cmp else
+        missing("flashmla_compare.json"),
+        "prefill": caption(res, "flashmla_compare.json") + "\n\n" + prefill_section(cmp) if cmp else
+        missing("flashmla_compare.json"),
+        "hot-path": caption(res, "hot_path.json") + "\n\n" + hot_path_section(hp) if hp else missing("hot_path.json"),
+    }
