@@ -1,0 +1,51 @@
+"""Fixtures of the vLLM contract suite (contract.py: the stand-in platform and the helpers; it is
+imported first, so the stand-in platform is current before anything else of vLLM is imported)."""
+import os
+import tempfile
+import json
+
+import pytest
+
+import contract  # noqa: F401  (the stand-in platform)
+from contract import TINY_CONFIG, environ, stand_in
+from nvfp4_mla import _abi
+from nvfp4_mla.vllm_plugin import serving
+
+
+@pytest.fixture(scope="session")
+def plugin_path():
+    path = os.environ.get(_abi.PLUGIN_ENV)
+    if not path:
+        pytest.exit(f"{_abi.PLUGIN_ENV} is not set: run .ci/vllm-contract", returncode=2)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    folder = tempfile.mkdtemp(prefix="tiny-deepseek-v32-")
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(TINY_CONFIG, f)
+    return folder
+
+
+@pytest.fixture
+def serve(plugin_path):
+    """install(**settings) makes the process's decision a stand-in for that environment; the
+    previous decision comes back after the test."""
+    previous = serving.install(None)
+
+    def install(cuda=True, **settings):
+        decision = serving.decide(environ(plugin_path, **settings))
+        serving.install(stand_in(decision) if cuda else decision)
+        return serving.current()
+
+    yield install
+    serving.install(previous)
+
+
+@pytest.fixture(scope="session")
+def registered():
+    """The plugin registered the way vLLM does it: its own loader, which reads the entry point."""
+    from vllm.plugins import load_general_plugins
+    load_general_plugins()
+    return True
