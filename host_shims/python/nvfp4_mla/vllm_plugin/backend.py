@@ -125,6 +125,8 @@ class NvFp4MlaSparseMetadataBuilder(SparseMLACommonMetadataBuilder[NvFp4MlaSpars
         self.num_heads = self.model_config.get_num_attention_heads(vllm_config.parallel_config)
         dtype = getattr(kv_cache_spec, "cache_dtype_str", None) or vllm_config.cache_config.cache_dtype
         self.record_bytes = serving.record_bytes(dtype)
+        # The top-k rows attend gets are the model's buffer's, which may be wider than index_topk.
+        self.topk_width = getattr(kv_cache_spec, "topk_buffer_width", None) or self.topk_tokens
         self._ops = _ops(dtype, device)  # the device's plugin context, made here: outside any capture
 
     @staticmethod
@@ -136,7 +138,7 @@ class NvFp4MlaSparseMetadataBuilder(SparseMLACommonMetadataBuilder[NvFp4MlaSpars
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
         metadata.attend_workspace_bytes = kernels.plan_step(self._ops, common_attn_metadata.num_actual_tokens,
-                                                            self.num_heads, self.topk_tokens, self.record_bytes)
+                                                            self.num_heads, self.topk_width, self.record_bytes)
         return metadata
 
 
