@@ -1,12 +1,13 @@
 """Fixtures of the vLLM contract suite (contract.py: the stand-in platform and the helpers; it is
 imported first, so the stand-in platform is current before anything else of vLLM is imported)."""
+import json
 import os
 import tempfile
-import json
+from dataclasses import replace
 
 import pytest
 
-import contract  # noqa: F401  (the stand-in platform)
+import contract  # noqa: F401  (the stand-in platform: first)
 from contract import TINY_CONFIG, environ, stand_in
 from nvfp4_mla import _abi
 from nvfp4_mla.vllm_plugin import serving
@@ -30,12 +31,15 @@ def tiny_model():
 
 @pytest.fixture
 def serve(plugin_path):
-    """install(**settings) makes the process's decision a stand-in for that environment; the
-    previous decision comes back after the test."""
+    """install(**settings) makes the process's decision a stand-in for that environment (cuda=False:
+    the plugin as a CPU-only build, whatever the one given was built with); the previous decision
+    comes back after the test."""
     previous = serving.install(None)
 
     def install(cuda=True, **settings):
         decision = serving.decide(environ(plugin_path, **settings))
+        if not cuda and not decision.error:
+            decision = replace(decision, caps=decision.caps & ~_abi.CAP["backend.cuda"], archs=())
         serving.install(stand_in(decision) if cuda else decision)
         return serving.current()
 

@@ -1,6 +1,7 @@
-"""The vLLM contract suite's ground (imported by conftest.py before anything else of vLLM): the installed vllm wheel (exactly VLLM_CONTRACT_VERSION, 0.33.0 by
-default) on a machine without a GPU, the plugin NVFP4_MLA_PLUGIN names (a CPU build in CI), and a
-tiny DeepSeek-V3.2 checkpoint written here (config.json only: dummy weights, offline).
+"""The vLLM contract suite's ground, imported by conftest.py before anything else of vLLM: the
+installed vllm wheel (exactly VLLM_CONTRACT_VERSION, 0.33.0 by default) on a machine without a GPU,
+the plugin NVFP4_MLA_PLUGIN names (a CPU build in CI), a tiny DeepSeek-V3.2 (TINY_CONFIG: the
+fixtures write it as a config.json, dummy weights, offline), and the helpers the tests share.
 
 vLLM detects no platform without a GPU, so before anything else of vLLM is imported a stand-in
 platform is made current: vLLM's own NonNvmlCudaPlatform reporting one SM90 GPU (an H200), whose
@@ -8,7 +9,6 @@ tensors live on the CPU (device_type "cpu"), so that the real model code builds 
 Run by .ci/vllm-contract (which makes the environment, the plugin and a libcuda stub).
 """
 import importlib.metadata
-import json
 import os
 import sys
 import tempfile
@@ -62,9 +62,7 @@ _install_platform()
 
 import torch  # noqa: E402
 
-import nvfp4_mla  # noqa: E402
 from nvfp4_mla import _abi  # noqa: E402
-from nvfp4_mla.vllm_plugin import serving  # noqa: E402
 
 # A DeepSeek-V3.2 with every size the records fix (kv_lora_rank 512, RoPE 64, indexer head 128) and
 # everything else small: 2 layers, 16 heads, dense MLPs, 64-token top-k.

@@ -95,6 +95,15 @@ def test_cache_specs_should_be_368_byte_records_beside_132_byte_indexer_rows(per
         assert spec.kv_quant_mode is KVQuantMode.NVFP4_DS_MLA and spec.get_block_stride_alignment() == 368
     for spec in indexer.values():
         assert spec.page_size_bytes == serving.INDEXER_ROW_BYTES * 64
+    # vLLM's own customize_attention_spec, as its workers call it, for the 432-byte name as well.
+    from dataclasses import replace
+    from vllm.v1.worker.utils import customize_attention_spec
+    layer = next(iter(per_token.layers.values()))
+    raw = layer.get_kv_cache_spec(per_token.config)
+    assert raw.state_content_bytes is None and raw.page_size_bytes == 576 * 64  # what vLLM sizes without the hook
+    for dtype, record in ((D368, 368), (serving.DTYPE_432, 432)):
+        spec = customize_attention_spec(layer.attn_backend, replace(raw, cache_dtype_str=dtype))
+        assert (spec.page_size_bytes, spec.block_stride_alignment) == (record * 64, record)
 
 
 def _plan(served, specs, memory):
@@ -293,3 +302,15 @@ def test_offload_namespace_should_carry_the_plugins_cache_identity(per_token, ca
     assert "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1" in paths
     assert any(i.startswith("nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:") for i in paths)
     assert len(set(paths.values())) == 2, "records of different scales must not share a persistent folder"
+
+
+def test_a_model_the_environment_disagrees_with_should_not_build(plugin_path, registered, tiny_model):
+    """Fail closed before any cache exists: the layers' backend selection refuses, naming the fix."""
+    previous = serving.install(stand_in(serving.decide(environ(plugin_path, KV_FP8_ROPE="1"))))
+    try:
+        config = engine_config(tiny_model, serving.DTYPE_432)
+        with pytest.raises(ValueError, match=r"Selected backend .*NVFP4_MLA_SPARSE.* is not valid.*"
+                                             r"asks for 432-byte records.*unset KV_FP8_ROPE"):
+            build_model(config)
+    finally:
+        serving.install(previous)

@@ -123,7 +123,7 @@ def test_validate_configuration_should_accept_sm90_and_refuse_the_rest_with_reas
     reasons = _validate(dtype=D432)
     assert any(f"--kv-cache-dtype {D432} asks for 432-byte records" in r and "unset KV_FP8_ROPE" in r
                and f"--kv-cache-dtype {D368}" in r for r in reasons), reasons
-    serve(KV_FP8_ROPE="1", VLLM_NVFP4_MLA_DYNAMIC_SCALE="1", cuda=False)  # the CPU build, as it is
+    serve(KV_FP8_ROPE="1", VLLM_NVFP4_MLA_DYNAMIC_SCALE="1", cuda=False)  # a CPU-only build
     reasons = _validate()
     assert any("missing backend.cuda" in r and plugin_path in r for r in reasons), reasons
 

@@ -64,7 +64,11 @@ def register():
         register_backend(AttentionBackendEnum[serving.BACKEND_NAME], serving.BACKEND_PATH)
     else:
         register_backend(serving.BACKEND_NAME, serving.BACKEND_PATH)
-    install_offload_namespace()
+    try:
+        install_offload_namespace()
+    except (ImportError, AttributeError, KeyError) as exc:  # an optional tier: never a reason to stop vLLM
+        logger.warning("nvfp4-mla: vLLM's offload file tier was not given the cache identity (%s): do not "
+                       "offload %s caches to persistent storage", exc, " / ".join(serving.DTYPES))
     if "vllm.models.deepseek_v32.attention" in sys.modules:
         wrap_fused_norm_rope()  # else the Impl wraps it when a layer is built (the module is loaded then)
     if decision.error:
