@@ -217,7 +217,8 @@ def provenance(plugin, ctx, device):
     info = {"plugin": plugin.path, "plugin_version": (t.version or b"").decode(),
             "plugin_revision": (t.git_revision or b"").decode(), "cuda_archs": (t.cuda_archs or b"").decode(),
             "device": ctx.device_name, "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "command": " ".join([sys.executable] + sys.argv), "torch": torch.__version__, "python": platform.python_version(),
+            "command": " ".join([sys.executable] + sys.argv), "torch": torch.__version__,
+            "python": platform.python_version(),
             "host": platform.node()}
     if device == "cuda":
         info["device"] = torch.cuda.get_device_name()
@@ -229,7 +230,8 @@ def provenance(plugin, ctx, device):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--flashmla", help="path of _flashmla_C.abi3.so (default: .anchor/'s, else import vllm._flashmla_C)")
+    ap.add_argument("--flashmla", help="path of _flashmla_C.abi3.so (default: .anchor/'s, else import "
+                                       "vllm._flashmla_C)")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--batches", type=int, nargs="*", default=[1, 8, 32, 128])
     ap.add_argument("--heads", type=int, nargs="*", default=[16, 128])

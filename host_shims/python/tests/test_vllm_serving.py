@@ -123,7 +123,8 @@ def test_a_dtype_the_environment_disagrees_with_should_be_refused_naming_the_fix
                      f"selects the 368-byte layout (fp8_rope_368): unset KV_FP8_ROPE, or serve --kv-cache-dtype {D368}")
     words = as_gpu_build(decide(plugin_file)).refusal(D368)
     assert words == (f"--kv-cache-dtype {D368} asks for 368-byte records, but the environment (KV_FP8_ROPE unset) "
-                     f"selects the 432-byte layout (bf16_rope_432): set KV_FP8_ROPE=1, or serve --kv-cache-dtype {D432}")
+                     "selects the 432-byte layout (bf16_rope_432): set KV_FP8_ROPE=1, or serve "
+                     f"--kv-cache-dtype {D432}")
     assert "reads only nvfp4_mla368_ds_mla and nvfp4_mla432_ds_mla caches" in decision.refusal("nvfp4_ds_mla")
 
 
@@ -138,7 +139,8 @@ def test_what_cannot_be_served_should_be_refused_in_the_plugins_words(plugin_fil
     gone = serving.decide({_abi.PLUGIN_ENV: "/nonexistent/libnvfp4_mla.so", "KV_FP8_ROPE": "1"})
     assert "cannot load nvfp4-mla plugin /nonexistent/libnvfp4_mla.so" in gone.refusal(D368)
     cpu = replace(decide(plugin_file, KV_FP8_ROPE="1"), caps=decide(plugin_file).caps & ~_abi.CAP["backend.cuda"])
-    assert f"nvfp4-mla plugin {cpu.plugin_path} (ABI" in cpu.refusal(D368) and "missing backend.cuda" in cpu.refusal(D368)
+    words = cpu.refusal(D368)
+    assert f"nvfp4-mla plugin {cpu.plugin_path} (ABI" in words and "missing backend.cuda" in words
     gpu = as_gpu_build(decide(plugin_file, KV_FP8_ROPE="1"))
     assert gpu.refusal(D368, (8, 0)) == (f"NVFP4_MLA_SPARSE: nvfp4-mla plugin {gpu.plugin_path} holds CUDA code for "
                                          "sm_90; this GPU is sm_80 (compute capability 8.0)")
@@ -158,3 +160,44 @@ def test_the_process_decision_should_be_made_once_and_replaceable(plugin_file, m
         assert serving.install(other) is first and serving.current() is other
     finally:
         serving.install(previous)
+
+
+def _serve_check():
+    """tools/vllm-serve-check as a module (it runs engines only when executed)."""
+    import importlib.machinery
+    import importlib.util
+    path = os.path.join(SHIM, "..", "..", "tools", "vllm-serve-check")
+    loader = importlib.machinery.SourceFileLoader("vllm_serve_check", path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("vllm_serve_check", loader))
+    loader.exec_module(module)
+    return module
+
+
+def _engine_result(name, blocks, logprob, written=None, worker=True):
+    requests = [{"prompt_len": n, "tokens": list(range(24)), "prompt_logprobs": [logprob] * (n - 1),
+                 "logprobs": [logprob] * 24} for n, _ in ((700, 0), (300, 0))]
+    result = {"case": name, "num_gpu_blocks": blocks, "requests": requests}
+    if worker:
+        layer = {"written": (700 + 23 + 300 + 23) if written is None else written, "pad_zero": True,
+                 "no_nan_codes": True, "token_scales_positive": True}
+        result["worker"] = {"backends": ["NVFP4_MLA_SPARSE"], "wrapped": True, "layers": {"layer.0": layer}}
+    return result
+
+
+def test_the_serve_check_should_pass_consistent_engines_and_name_each_failure():
+    check = _serve_check()
+    good = {"nvfp4-368": _engine_result("nvfp4-368", 15762, -8.300),
+            "nvfp4-368-eager": _engine_result("nvfp4-368-eager", 15762, -8.305),
+            "nvfp4-432": _engine_result("nvfp4-432", 13975, -8.31),
+            "bf16": _engine_result("bf16", 1, -8.310, worker=False),
+            "fp8": _engine_result("fp8", 10001, -8.312, worker=False)}
+    lines, failures = check.compare(good, mtp=False)
+    assert failures == [], failures
+    assert any("1.576x (pages say 1.576x)" in line for line in lines), lines
+    bad = dict(good, **{"nvfp4-432": _engine_result("nvfp4-432", 9000, float("nan"), written=5),
+                        "nvfp4-368-eager": {"error": "Traceback: ValueError: Selected backend"}})
+    _, failures = check.compare(bad, mtp=False)
+    assert any("nvfp4-432: a logprob is not finite" in f for f in failures)
+    assert any("5 records written, 1046 tokens went through" in f for f in failures)
+    assert any("nvfp4-432: 9000 blocks" in f for f in failures)
+    assert any("nvfp4-368-eager: the engine failed" in f for f in failures)

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from contract import build_model, engine_config, environ, stand_in
-from nvfp4_mla import _abi
 from nvfp4_mla.vllm_plugin import kernels, serving
 
 D368 = serving.DTYPE_368
@@ -157,7 +156,8 @@ def _common(query_lens, seq_lens, block_table):
     token_req = torch.repeat_interleave(torch.arange(len(query_lens), dtype=torch.int32), torch.tensor(query_lens))
     slots = torch.cat([table[r, (p // 64)] * 64 + p % 64 for r, (q, s) in enumerate(zip(query_lens, seq_lens))
                        for p in [torch.arange(s - q, s)]]).long()
-    return CommonAttentionMetadata(query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=seq, num_reqs=len(seq),
+    return CommonAttentionMetadata(query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=seq,
+                                   num_reqs=len(seq),
                                    num_actual_tokens=int(qsl[-1]), max_query_len=max(query_lens),
                                    max_seq_len=max(seq_lens), block_table_tensor=table, slot_mapping=slots,
                                    seq_lens_cpu_upper_bound=seq.clone(), _token_to_req_indices_cache=token_req)

@@ -120,39 +120,45 @@ def bound_ops(plugin, device, layout, scale_mode, writer_policy=_abi.WRITER_POLI
 class _Shape(torch_ops._Described):
     """A tensor's description without its memory, for the plugin's shape-only entry
     (attend_workspace_bytes reads shapes, never data): contiguous strides and a placeholder address,
-    distinct a stand-in and 4 KiB aligned, which the plugin's checks take for a pointer and nothing
-    dereferences."""
+    one per argument (`role`), distinct and 4 KiB aligned, which the plugin's checks take for a
+    pointer and nothing dereferences."""
     __slots__ = ("_address",)
-    _next = [1 << 40]
 
-    def __init__(self, dtype, shape, device):
+    def __init__(self, dtype, shape, device, role):
         strides, step = [], 1
         for size in reversed(shape):
             strides.insert(0, step)
             step *= size
         super().__init__(torch.empty(0, dtype=dtype, device=device), tuple(shape), tuple(strides))
-        self._address = _Shape._next[0]
-        _Shape._next[0] += 1 << 40
+        self._address = (role + 1) << 40
 
     def data_ptr(self):
         return self._address
+
+
+_needs = {}  # (context, format, shapes) -> the workspace bytes the plugin asked for
 
 
 def plan_step(ops, rows, heads, topk, record, *, outer_scale=None):
     """A step's attend, planned before the forward (the metadata builder's build(), outside any
     capture): the plugin checks the shapes (a refusal raises here, in its words, not inside a
     captured forward) and says the scratch they need, which the context's kept workspace for the
-    current stream is grown to, so that eager steps allocate none. Returns the bytes (0: none)."""
+    current stream is grown to, so that eager steps allocate none. The plugin is asked once per
+    shape; returns the bytes (0: none)."""
     if rows == 0:
         return 0
     ctx = ops.context
     device = torch.device("cpu") if ctx.device[0] == _abi.DEVICE_CPU else torch.device("cuda", ctx.device[1])
-    args = ctx._attend_args(_Shape(torch.bfloat16, (rows, heads, ROW), device),
-                            _Shape(torch.int32, (rows, topk), device), _Shape(torch.uint8, (1, 1, record), device),
-                            _Shape(torch.bfloat16, (rows, heads, LATENT), device), ops.layout, ops.scale_mode,
-                            1.0, outer_scale, _Shape(torch.int32, (rows,), device),
-                            _Shape(torch.float32, (rows, heads), device), None)
-    need = ctx.attend_workspace_bytes(args)
+    key = (id(ctx), ops.layout, ops.scale_mode, outer_scale, rows, heads, topk, record)
+    need = _needs.get(key)
+    if need is None:
+        args = ctx._attend_args(_Shape(torch.bfloat16, (rows, heads, ROW), device, 0),
+                                _Shape(torch.int32, (rows, topk), device, 1),
+                                _Shape(torch.uint8, (1, 1, record), device, 2),
+                                _Shape(torch.bfloat16, (rows, heads, LATENT), device, 3), ops.layout, ops.scale_mode,
+                                1.0, outer_scale, _Shape(torch.int32, (rows,), device, 4),
+                                _Shape(torch.float32, (rows, heads), device, 5), None)
+        need = _needs[key] = ctx.attend_workspace_bytes(args)
     if need and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         ctx._workspace(torch_ops._stream(ctx), need, torch.empty(0, device=device))
     return need
