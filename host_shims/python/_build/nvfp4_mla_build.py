@@ -5,8 +5,8 @@ whatever the environment holds, and a plain virtual environment on Debian bookwo
 66 without `wheel`, which fails with "invalid command 'bdist_wheel'". This backend needs nothing
 but Python 3.8+, so `pip install host_shims/python` works as written online and offline, in any
 environment that has pip. It reads the [project] table of pyproject.toml (name, version,
-description, requires-python, license, readme, optional-dependencies) and ships the package folder
-`nvfp4_mla/`; tests/check_pip_install.sh installs it into a fresh virtual environment.
+description, requires-python, license, readme, optional-dependencies, entry-points) and ships the
+package folder `nvfp4_mla/`; tests/check_pip_install.sh installs it into a fresh virtual environment.
 
 Hooks: build_wheel, build_sdist, build_editable (a .pth file naming this folder),
 prepare_metadata_for_build_wheel, and the get_requires_* hooks (nothing). pip runs them with the
@@ -34,7 +34,7 @@ def _project():
     except ImportError:
         pass
     text = raw.decode("utf-8")
-    project, extras, table = {}, {}, None
+    project, extras, entry_points, table = {}, {}, {}, None
     for line in text.splitlines():
         line = line.split(" #")[0].strip()
         if line.startswith("["):
@@ -50,7 +50,11 @@ def _project():
             project[key] = {"text": re.search(r'"([^"]*)"', value).group(1)}
         elif table == "project.optional-dependencies":
             extras[key] = re.findall(r'"([^"]*)"', value)
+        elif table and table.startswith("project.entry-points."):
+            group = table[len("project.entry-points."):].strip('"')
+            entry_points.setdefault(group, {})[key] = value.strip('"')
     project["optional-dependencies"] = extras
+    project["entry-points"] = entry_points
     return project
 
 
@@ -79,6 +83,15 @@ def _metadata(project):
     return "\n".join(lines) + "\n" + body
 
 
+def _entry_points(project):
+    """entry_points.txt (group -> name -> object reference), or None when the project declares none."""
+    groups = project.get("entry-points") or {}
+    if not groups:
+        return None
+    return "".join(f"[{group}]\n" + "".join(f"{name} = {ref}\n" for name, ref in sorted(names.items())) + "\n"
+                   for group, names in sorted(groups.items()))
+
+
 def _wheel_file():
     return "Wheel-Version: 1.0\nGenerator: nvfp4_mla_build\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
 
@@ -98,6 +111,8 @@ def _write_wheel(wheel_directory, entries):
     info = f"{dist}-{version}.dist-info"
     entries = list(entries) + [(f"{info}/METADATA", _metadata(project).encode("utf-8")),
                                (f"{info}/WHEEL", _wheel_file().encode("utf-8"))]
+    if _entry_points(project):
+        entries.append((f"{info}/entry_points.txt", _entry_points(project).encode("utf-8")))
     record = []
     name = f"{dist}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(os.path.join(wheel_directory, name), "w", zipfile.ZIP_DEFLATED) as z:
@@ -126,7 +141,10 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     project = _project()
     info = f"{_dist_name(project)}-{project['version']}.dist-info"
     os.makedirs(os.path.join(metadata_directory, info), exist_ok=True)
-    for name, text in (("METADATA", _metadata(project)), ("WHEEL", _wheel_file())):
+    files = [("METADATA", _metadata(project)), ("WHEEL", _wheel_file())]
+    if _entry_points(project):
+        files.append(("entry_points.txt", _entry_points(project)))
+    for name, text in files:
         with open(os.path.join(metadata_directory, info, name), "w", encoding="utf-8") as f:
             f.write(text)
     return info

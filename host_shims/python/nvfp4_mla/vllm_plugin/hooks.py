@@ -1,0 +1,277 @@
+"""What registers the backend in vLLM 0.33, and what vLLM offers no hook for (imports vLLM and PyTorch).
+
+register()            the vllm.general_plugins entry point's body: the cache dtype names (a handler
+                      each: uint8 storage, KVQuantMode.NVFP4_DS_MLA), the NVFP4_MLA_SPARSE backend,
+                      the offload namespace; idempotent, as vLLM asks (it may run more than once a
+                      process).
+fused_norm_rope       DeepSeek-V3.2's attention writes the MLA cache inside a fused Triton kernel
+                      (vllm.models.deepseek_v32.attention.fused_norm_rope) that knows only vLLM's
+                      layouts: given mla_kv_cache=None it skips the write and still returns the normed
+                      latent and the roped k_pe (the route vLLM's HiSparse path takes). The wrapper
+                      does that for this plugin's dtypes and writes the records with the plugin
+                      (the op nvfp4_mla_vllm::kv_cache_update, opaque to torch.compile, so a captured
+                      graph records the writer's launch). Installed only after the wrapped function's
+                      signature is the one 0.33 has: another vLLM is refused, by version, before any
+                      cache is written.
+offload namespace     vLLM's file tier (vllm/v1/kv_offload/file_mapper.py) names a persistent cache
+                      folder by a hash of its fields, the cache dtype among them but nothing that
+                      tells calibrations apart; for this plugin's dtypes the plugin's cache identity
+                      (layout, scale mode, sha256 of the scales) joins the hashed fields.
+
+Why KVQuantMode.NVFP4_DS_MLA and not CUSTOM: in 0.33 CUSTOM has the value 12, which makes it an alias
+of OCTAVE_K3V4 (an IntEnum member with a taken value is that member), so a cache declared CUSTOM reads
+as Octave everywhere vLLM asks `is_octave` (KVQuantMode(12).name is "OCTAVE_K3V4"). NVFP4_DS_MLA is
+0.33's mode for "opaque-bytes NVFP4 DS-MLA layouts": quantized, no generic kernel path, exactly what
+these records are.
+"""
+
+import inspect
+import os
+import sys
+
+import torch
+
+from vllm.logger import init_logger
+
+from . import serving
+
+logger = init_logger("vllm.plugins.nvfp4_mla")
+
+# ---- register() ----
+
+
+class CacheDtypeHandler:
+    """vLLM's KVCacheDTypeHandler for one of the names (the subclasses carry `name`)."""
+    name = ""
+
+    def torch_dtype(self):
+        return torch.uint8
+
+    def quant_mode(self):
+        from vllm.v1.kv_cache_interface import KVQuantMode
+        return KVQuantMode.NVFP4_DS_MLA
+
+
+def register():
+    from vllm.config.cache import get_kv_cache_dtype_handler, register_kv_cache_dtype
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    decision = serving.current()  # the environment, read once for this process
+    for name in serving.DTYPES:
+        if not isinstance(get_kv_cache_dtype_handler(name), CacheDtypeHandler):
+            register_kv_cache_dtype(name)(type(f"Handler_{name}", (CacheDtypeHandler,), {"name": name}))
+    if serving.BACKEND_NAME in AttentionBackendEnum.__members__:
+        register_backend(AttentionBackendEnum[serving.BACKEND_NAME], serving.BACKEND_PATH)
+    else:
+        register_backend(serving.BACKEND_NAME, serving.BACKEND_PATH)
+    try:
+        install_offload_namespace()
+    except (ImportError, AttributeError, KeyError) as exc:  # an optional tier: never a reason to stop vLLM
+        logger.warning("nvfp4-mla: vLLM's offload file tier was not given the cache identity (%s): do not "
+                       "offload %s caches to persistent storage", exc, " / ".join(serving.DTYPES))
+    if "vllm.models.deepseek_v32.attention" in sys.modules:
+        wrap_fused_norm_rope()  # else the Impl wraps it when a layer is built (the module is loaded then)
+    if decision.error:
+        state = f"the backend refuses to serve: {decision.error}"
+    else:
+        state = (f"plugin {decision.plugin_path} (ABI {decision.plugin.abi}), cache identity {decision.identity}, "
+                 f"CUDA code for {', '.join(f'sm_{a}{b}' for a, b in decision.archs) or 'none'}")
+    logger.info("nvfp4-mla: registered --attention-backend %s and --kv-cache-dtype %s; %s", serving.BACKEND_NAME,
+                " / ".join(serving.DTYPES), state)
+
+
+# ---- Where a layer is found at run time (vLLM hands the cache update no layer). ----
+
+def attention_layers():
+    """name -> layer of the running model: the forward context's, else the current config's."""
+    from vllm.config import get_current_vllm_config_or_none
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    if is_forward_context_available():
+        return get_forward_context().no_compile_layers
+    config = get_current_vllm_config_or_none()
+    return config.compilation_config.static_forward_context if config is not None else {}
+
+
+def layer_name_of(impl):
+    """The name of the layer holding `impl` (its layer index gives it its calibrated scale)."""
+    for name, layer in attention_layers().items():
+        if getattr(layer, "impl", None) is impl:
+            return name
+    raise LookupError(f"{serving.BACKEND_NAME}: no attention layer holds this Impl; its outer scale is a layer's")
+
+
+_layers_by_cache = {}  # cache data pointer -> layer
+
+
+def layer_of_cache(kv_cache):
+    ptr = kv_cache.data_ptr()
+    layer = _layers_by_cache.get(ptr)
+    if layer is None or getattr(layer, "kv_cache", None) is None or layer.kv_cache.data_ptr() != ptr:
+        layer = next((lay for lay in attention_layers().values()
+                      if isinstance(getattr(lay, "kv_cache", None), torch.Tensor)
+                      and lay.kv_cache.numel() and lay.kv_cache.data_ptr() == ptr), None)
+        if layer is None:
+            raise LookupError(f"{serving.BACKEND_NAME}: no attention layer holds the cache at 0x{ptr:x}")
+        _layers_by_cache[ptr] = layer
+    return layer
+
+
+def checkpoint_dir(model, revision=None):
+    """The checkpoint folder the plugin reads calibrated scales from (config.json's
+    nvfp4_mla_outer_scales): `model` when it is a folder, else a Hugging Face id's snapshot already
+    in the local cache (never a download); None when neither (the environment's scales file, if
+    any, still applies)."""
+    if not model:
+        return None
+    if os.path.isdir(model):
+        return model
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        found = try_to_load_from_cache(model, "config.json", revision=revision)
+    except Exception:  # not a repo id, or no hub: no checkpoint scales to read
+        return None
+    return os.path.dirname(found) if isinstance(found, str) else None
+
+
+def local_model_dir(vllm_config):
+    """checkpoint_dir of the model a vLLM configuration serves."""
+    model_config = getattr(vllm_config, "model_config", None)
+    return checkpoint_dir(getattr(model_config, "model", None), getattr(model_config, "revision", None))
+
+
+# ---- The cache update as an operator (what the fused_norm_rope wrapper calls). ----
+
+_lib = torch.library.Library("nvfp4_mla_vllm", "FRAGMENT")
+torch.library.define("nvfp4_mla_vllm::kv_cache_update", "(Tensor kv_c_normed, Tensor k_pe, Tensor slot_mapping, "
+                     "Tensor(a!) kv_cache, str kv_cache_dtype) -> ()", lib=_lib)
+
+
+def _kv_cache_update(kv_c_normed, k_pe, slot_mapping, kv_cache, kv_cache_dtype):
+    layer = layer_of_cache(kv_cache)
+    layer.impl.do_kv_cache_update(kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, layer._k_scale)
+
+
+def _kv_cache_update_fake(kv_c_normed, k_pe, slot_mapping, kv_cache, kv_cache_dtype):
+    return None
+
+
+torch.library.impl("nvfp4_mla_vllm::kv_cache_update", ("CPU", "CUDA"), _kv_cache_update, lib=_lib)
+torch.library.register_fake("nvfp4_mla_vllm::kv_cache_update", _kv_cache_update_fake, lib=_lib)
+
+
+# ---- DeepSeek-V3.2's fused norm + RoPE: its cache write diverted to the plugin's writer. ----
+
+_EMPTY = inspect.Parameter.empty
+_POS, _KW = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+# vllm==0.33.0's vllm/models/deepseek_v32/common/kernels.py: fused_norm_rope(...) -> q_c_out,
+# parameter by parameter (name, kind, default). The wrapper passes every one through by name.
+FUSED_NORM_ROPE_PARAMETERS = (
+    ("positions", _POS, _EMPTY), ("q_c", _POS, _EMPTY), ("q_rms_norm_w", _POS, _EMPTY),
+    ("q_rms_eps", _POS, _EMPTY), ("kv_c", _POS, _EMPTY), ("kv_rms_norm_w", _POS, _EMPTY),
+    ("kv_rms_eps", _POS, _EMPTY), ("k_pe", _POS, _EMPTY), ("k_rope_cos_sin_cache", _POS, _EMPTY),
+    ("index_k", _POS, _EMPTY), ("index_k_layer_norm_w", _POS, _EMPTY), ("index_k_layer_norm_bias", _POS, _EMPTY),
+    ("index_k_layer_norm_eps", _POS, _EMPTY), ("index_k_rope_cos_sin_cache", _POS, _EMPTY),
+    ("topk_indices_buffer", _POS, _EMPTY), ("slot_mapping", _POS, None), ("indexer_slot_mapping", _POS, None),
+    ("indexer_k_cache", _POS, None), ("indexer_cache_shuffled", _POS, False), ("mla_kv_cache", _POS, None),
+    ("mla_kv_cache_dtype", _POS, "auto"), ("mla_k_scale", _POS, None), ("has_indexer", _POS, True),
+    ("index_rope_interleave", _POS, False), ("q_c_out", _POS, None), ("kv_c_out", _POS, None),
+    ("k_pe_out", _POS, None), ("index_k_out", _POS, None), ("skip_scale", _POS, False),
+)
+
+
+def check_fused_norm_rope(fn):
+    """Raises RuntimeError, naming the vLLM version and the first difference, unless `fn` has the
+    parameters 0.33's fused_norm_rope has."""
+    import vllm
+
+    got = tuple((p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values())
+    if got == FUSED_NORM_ROPE_PARAMETERS:
+        return
+    diff = next(((i, g, w) for i, (g, w) in enumerate(zip(got, FUSED_NORM_ROPE_PARAMETERS)) if g != w),
+                (min(len(got), len(FUSED_NORM_ROPE_PARAMETERS)), None, None))
+    where = (f"parameter {diff[0]} is {diff[1][0]!r} (default {diff[1][2]!r}) where 0.33 has {diff[2][0]!r} "
+             f"(default {diff[2][2]!r})" if diff[1] else
+             f"it has {len(got)} parameters where 0.33 has {len(FUSED_NORM_ROPE_PARAMETERS)}")
+    raise RuntimeError(f"nvfp4_mla.vllm_plugin: vLLM {vllm.__version__}'s vllm.models.deepseek_v32.attention."
+                       f"fused_norm_rope is not the one this plugin diverts ({where}); the plugin serves vllm==0.33.*, "
+                       f"whose fused kernel would otherwise write its own rows into {serving.BACKEND_NAME}'s cache")
+
+
+def make_fused_norm_rope(original):
+    """fused_norm_rope with the MLA cache write of this plugin's dtypes taken out of the fused kernel
+    (mla_kv_cache=None: it then writes only the indexer's keys) and done by the plugin's writer on
+    the kernel's normed latent and roped k_pe; every other dtype passes through untouched."""
+
+    def fused_norm_rope(positions, q_c, q_rms_norm_w, q_rms_eps, kv_c, kv_rms_norm_w, kv_rms_eps, k_pe,
+                        k_rope_cos_sin_cache, index_k, index_k_layer_norm_w, index_k_layer_norm_bias,
+                        index_k_layer_norm_eps, index_k_rope_cos_sin_cache, topk_indices_buffer, slot_mapping=None,
+                        indexer_slot_mapping=None, indexer_k_cache=None, indexer_cache_shuffled=False,
+                        mla_kv_cache=None, mla_kv_cache_dtype="auto", mla_k_scale=None, has_indexer=True,
+                        index_rope_interleave=False, q_c_out=None, kv_c_out=None, k_pe_out=None, index_k_out=None,
+                        skip_scale=False):
+        ours = mla_kv_cache is not None and mla_kv_cache_dtype in serving.DTYPES
+        if ours:
+            kv_c_out = torch.empty_like(kv_c) if kv_c_out is None else kv_c_out
+            k_pe_out = torch.empty_like(k_pe) if k_pe_out is None else k_pe_out
+        q = original(positions, q_c, q_rms_norm_w, q_rms_eps, kv_c, kv_rms_norm_w, kv_rms_eps, k_pe,
+                     k_rope_cos_sin_cache, index_k, index_k_layer_norm_w, index_k_layer_norm_bias,
+                     index_k_layer_norm_eps, index_k_rope_cos_sin_cache, topk_indices_buffer,
+                     slot_mapping=slot_mapping, indexer_slot_mapping=indexer_slot_mapping,
+                     indexer_k_cache=indexer_k_cache, indexer_cache_shuffled=indexer_cache_shuffled,
+                     mla_kv_cache=None if ours else mla_kv_cache,
+                     mla_kv_cache_dtype="auto" if ours else mla_kv_cache_dtype, mla_k_scale=mla_k_scale,
+                     has_indexer=has_indexer, index_rope_interleave=index_rope_interleave, q_c_out=q_c_out,
+                     kv_c_out=kv_c_out, k_pe_out=k_pe_out, index_k_out=index_k_out, skip_scale=skip_scale)
+        if ours and slot_mapping is not None:
+            torch.ops.nvfp4_mla_vllm.kv_cache_update(kv_c_out, k_pe_out, slot_mapping, mla_kv_cache,
+                                                     mla_kv_cache_dtype)
+        return q
+
+    fused_norm_rope.nvfp4_mla_original = original
+    return fused_norm_rope
+
+
+def wrap_fused_norm_rope():
+    """Install the wrapper where DeepSeek-V3.2's attention calls it (idempotent); RuntimeError on a
+    vLLM whose fused_norm_rope differs from 0.33's."""
+    import vllm.models.deepseek_v32.attention as attention
+
+    current = attention.fused_norm_rope
+    if getattr(current, "nvfp4_mla_original", None) is not None:
+        return current
+    check_fused_norm_rope(current)
+    attention.fused_norm_rope = make_fused_norm_rope(current)
+    return attention.fused_norm_rope
+
+
+# ---- The persistent offload tier's namespace. ----
+
+IDENTITY_FIELD = "nvfp4_mla_cache_identity"
+
+
+def cache_identity(model_name):
+    """The plugin's identity of the records this process writes, for a checkpoint (its calibrated
+    scales, when config.json has them); RuntimeError when the process cannot serve the records."""
+    decision = serving.current()
+    if decision.error:
+        raise RuntimeError(f"{serving.BACKEND_NAME}: no cache identity for an offload namespace: {decision.error}")
+    return decision.config(checkpoint_dir(model_name)).identity
+
+
+def install_offload_namespace():
+    """For this plugin's dtypes, vLLM's file tier hashes the cache identity with its other fields
+    (and writes it into the namespace's config.json); every other dtype keeps its folder."""
+    from vllm.v1.kv_offload.file_mapper import FileMapper
+
+    current = FileMapper.__dict__["_compute_base_path"].__func__
+    if getattr(current, "nvfp4_mla_original", None) is not None:
+        return
+
+    def _compute_base_path(root_dir, fields):
+        if fields.get("dtype") in serving.DTYPES and IDENTITY_FIELD not in fields:
+            fields[IDENTITY_FIELD] = cache_identity(fields.get("model_name"))
+        return current(root_dir, fields)
+
+    _compute_base_path.nvfp4_mla_original = current
+    FileMapper._compute_base_path = staticmethod(_compute_base_path)
