@@ -16,17 +16,42 @@
 
 #include "attend/attend_plan.h"
 #include "codec.h"
+#include "fp_codes.h"
 #include "nvfp4_mla_record.h"
 
 /* ---- stored fields as every reader takes them ----
  * Every CUDA reader takes a stored s_t, RoPE scale r, 656-byte tile scale or bf16 RoPE chunk (8
  * values in a uint4) through these, so that what a reader makes of a stored value is decided in one
- * place for each field. Today that is the value as stored: macros, because an inline function,
- * even the identity, changes the code nvcc generates around the loads. */
-#define stored_token_scale(s_t) (s_t)
-#define stored_rope_scale(r) (r)
-#define stored_tile_scale(scale) (scale)
-#define stored_rope_bf16(eight_values) (eight_values)
+ * place for each field: the corrupt-field rule of docs/record-format.md section 5, through the same
+ * functions the CPU readers call (kernels/fp_codes.h), so that both backends agree bit for bit. A
+ * scale that is NaN, +-Inf or negative reads as 0; a NaN or +-Inf bf16 RoPE value reads as 0. */
+#define stored_token_scale(s_t) nvfp4_scale_field(s_t)
+#define stored_rope_scale(r) nvfp4_scale_field(r)
+#define stored_tile_scale(scale) nvfp4_scale_field(scale)
+#define stored_rope_bf16(eight_values) rope_bf16x8_field(eight_values)
+
+/* Two stored bf16 values (a word) with nvfp4_rope_bf16_field applied to each, branch-free: a half whose
+ * exponent bits are all set (NaN, +-Inf) becomes +0. t's halves are 0 exactly there; t + 0x7FFF sets
+ * bit 15 of every other half without a carry into the next (t <= 0x7F80). */
+static __device__ __forceinline__ uint32_t rope_bf16x2_field(uint32_t w) {
+    const uint32_t t = ~w & 0x7F807F80u;
+    const uint32_t keep = (t + 0x7FFF7FFFu) & 0x80008000u; /* bit 15 of each finite half */
+    return w & (keep | (keep - (keep >> 15)));              /* 0xFFFF for those halves, else 0 */
+}
+static __device__ __forceinline__ uint4 rope_bf16x8_field(uint4 c) {
+    return make_uint4(rope_bf16x2_field(c.x), rope_bf16x2_field(c.y), rope_bf16x2_field(c.z), rope_bf16x2_field(c.w));
+}
+
+/* Four E4M3 codes (a word) with the NaN codes 0x7F / 0xFF, which no writer stores, replaced by the
+ * largest finite 0x7E / 0xFE, as every reader decodes them (docs/record-format.md section 3, and
+ * nvfp4_e4m3_decode on the CPU): before a conversion that would give NaN (the hardware's) or 480 (the
+ * bit moves). t's bytes are 0 exactly at those codes; t + 0x7F sets bit 7 of every other byte without
+ * a carry (t <= 0x7F), and the subtraction cannot borrow (those bytes are 0x7F or 0xFF). */
+static __device__ __forceinline__ uint32_t e4m3x4_finite(uint32_t w) {
+    const uint32_t t = ~w & 0x7F7F7F7Fu;
+    const uint32_t nan = ~(t + 0x7F7F7F7Fu) & 0x80808080u;
+    return w - (nan >> 7);
+}
 
 /* ---- the layouts ---- */
 
@@ -97,6 +122,7 @@ static __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_codes) {
 /* Eight E4M3 codes (bytes of lo, hi) times a binary32 scale, rounded to bf16 like the CPU decoder;
  * `interleave` gives the latent order (0,4),(1,5),(2,6),(3,7), else natural pairs (RoPE). */
 static __device__ __forceinline__ uint4 e4m3x8_scaled(uint32_t lo, uint32_t hi, float scale, bool interleave) {
+    lo = e4m3x4_finite(lo), hi = e4m3x4_finite(hi);
     uint32_t w[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -110,6 +136,7 @@ static __device__ __forceinline__ uint4 e4m3x8_scaled(uint32_t lo, uint32_t hi, 
 
 /* bf16x2 of E4M3 code `code` times 2^117 (exact: at most 4 significant bits, at most 448 * 2^117). */
 static __device__ __forceinline__ __nv_bfloat162 group_scale_x2(uint32_t code) {
+    code -= (code & 0x7Fu) == 0x7Fu ? 1u : 0u; /* the NaN codes read as +-448 (e4m3x4_finite) */
     const float d = __fmul_rn(e4m3x2_to_float2(code).x, 0x1p117f);
     return __floats2bfloat162_rn(d, d);
 }
@@ -160,8 +187,9 @@ static __device__ __forceinline__ void store_latent_groups8(uint8_t *row, BlockO
  * exponent is 120 short, then times 2^120 (subnormal codes become bf16 subnormals, which the
  * multiply takes exactly, as e2m1x8_block's do), in fewer instructions than a conversion through
  * f32 (docs/performance-notes.md, e4m3x4_bf16). The NaN codes 0x7F / 0xFF, which no writer
- * stores, read as -+480. */
+ * stores, read as +-448 (e4m3x4_finite; the bit moves alone would give 480). */
 static __device__ __forceinline__ uint2 e4m3x4_bf16(uint32_t w) {
+    w = e4m3x4_finite(w);
     const __nv_bfloat162 two120 = as_bf162(0x7B807B80u);
     const uint32_t t0 = __byte_perm(w, 0, 0x4140), t1 = __byte_perm(w, 0, 0x4342); /* codes 0, 1 | 2, 3 in the halves */
     const uint32_t b0 = ((t0 << 8) & 0x80008000u) | ((t0 << 4) & 0x07F007F0u);
