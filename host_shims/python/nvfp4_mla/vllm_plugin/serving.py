@@ -152,8 +152,11 @@ def decide(environ=None):
         fmt = CacheFormat.from_env(env)
     except PluginError as exc:
         return Decision(environ=env, error=str(exc))
+    if not env.get(_abi.PLUGIN_ENV):  # the snapshot's variable, not the process's: say so in its words
+        return Decision(environ=env, fmt=fmt, error=f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the "
+                                                    "plugin file or its folder)")
     try:
-        plugin = load(env.get(_abi.PLUGIN_ENV, ""))  # "" is not selected: the environment is the snapshot
+        plugin = load(env[_abi.PLUGIN_ENV])
     except PluginError as exc:
         return Decision(environ=env, fmt=fmt, error=str(exc))
     try:
