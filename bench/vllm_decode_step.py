@@ -50,8 +50,16 @@ sys.path.insert(0, HERE)
 import nvfp4_mla  # noqa: E402
 from nvfp4_mla import _abi  # noqa: E402
 from nvfp4_mla.vllm_plugin import kernels, serving  # noqa: E402
-from flashmla_compare import (BF16_GATHERED, SAME_BYTES, fp8_ds_mla_records, interleaved,  # noqa: E402
-                              load_flashmla, row_check)
+from attend_reference import fp8_ds_mla_records, row_check  # noqa: E402
+from flashmla_compare import interleaved, load_flashmla  # noqa: E402
+
+# attend_reference.row_check's bounds for the two comparisons here. The plugin path against a float32
+# attention over the plugin's own gathered bf16 rows: the gather's rounding alone moves a row by up to
+# ~1.6e-2 relative RMS and lse by ~3e-3 (bench/attend_reference.py says why flashmla_compare decodes the
+# records instead), so 5e-2 of RMS and of the row's max, 1e-2 of lse. FlashMLA against attend over the
+# same 656-byte records: 1e-2 (both read the same bf16 values); its lse is not compared.
+BF16_GATHERED = {"rel_rms": 5e-2, "elem_rel": 0.0, "of_row_max": 5e-2, "lse_rel": 1e-2}
+SAME_BYTES = {"rel_rms": 1e-2, "elem_rel": 0.0, "of_row_max": 1e-2, "lse_rel": 1e-5}
 
 D, DV = _abi.ROW_DIM, _abi.LATENT_DIM
 LAYOUT, MODE = _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN
@@ -128,8 +136,10 @@ class Layer:
                        direct)
         flat = self.c368.view(self.tokens, 368)
         records = bool(torch.equal(flat[self.slots], direct.view(self.batch, 368)))
-        ref_out, _ = kernels.reference_mqa(self.ops, self.q(), self.c368, self.idx, self.valid, sm_scale=SM_SCALE)
-        result = {"plugin_records_equal_direct_write": records, "plugin": row_check(self.out, ref_out, BF16_GATHERED)}
+        ref_out, ref_lse = kernels.reference_mqa(self.ops, self.q(), self.c368, self.idx, self.valid,
+                                                 sm_scale=SM_SCALE)
+        result = {"plugin_records_equal_direct_write": records,
+                  "plugin": row_check(self.out, self.lse, ref_out, ref_lse, BF16_GATHERED)}
         if not records:
             result["plugin"]["check"] = "FAIL"
         if fm_checked:
@@ -139,7 +149,7 @@ class Layer:
             want = torch.empty(self.batch, self.heads, DV, dtype=torch.bfloat16, device=self.c656.device)
             read656.attend(self.q_buf[:, :self.heads].contiguous(), self.idx, self.c656, sm_scale=SM_SCALE, out=want)
             result["flashmla_rows_equal"] = rows
-            result["flashmla"] = row_check(self.fm_out[:, 0, :self.heads], want, SAME_BYTES)
+            result["flashmla"] = row_check(self.fm_out[:, 0, :self.heads], None, want.float(), None, SAME_BYTES)
             if not rows:
                 result["flashmla"]["check"] = "FAIL"
         return result
