@@ -532,6 +532,7 @@ def parse_args(argv=None):
     ap.add_argument("--calls", type=int, default=20, help="captures of each call in one graph")
     ap.add_argument("--reps", type=int, default=7, help="interleaved repetitions a side, a round")
     ap.add_argument("--rounds", type=int, default=3, help="passes over everything (>= 3 for a headline)")
+    ap.add_argument("--warmup-rounds", type=int, default=1, help="unrecorded passes before the rounds")
     ap.add_argument("--max-peer-drift", type=float, default=0.03,
                     help="FlashMLA's largest move between rounds a headline accepts (0.03 = 3%%)")
     ap.add_argument("--flush-l2", action="store_true", help="add the after_flush mode to the grid")
@@ -587,13 +588,31 @@ def print_row(section, r):
     sys.stdout.flush()
 
 
+def clear_times(times):
+    """Empties every sample list in a row's nested `times` (a warm-up round's samples go)."""
+    for v in times.values():
+        if isinstance(v, list):
+            v.clear()
+        else:
+            clear_times(v)
+
+
 def run_rounds(rows, args):
-    for r in range(args.rounds):
+    """args.warmup_rounds unrecorded passes first: on the H200 the first cells of a fresh process read
+    both sides 4-12% apart from the later rounds (FlashMLA's 'drift' refused three headlines in a row),
+    then args.rounds recorded ones."""
+    for r in range(args.warmup_rounds + args.rounds):
         start = time.time()
         for section in ("grid", "decode", "prefill"):
             for row in rows[section]:
                 row.measure(args.reps)
-        print(f"round {r + 1} of {args.rounds}: {time.time() - start:.0f} s")
+        warm = r < args.warmup_rounds
+        if warm:
+            for section in ("grid", "decode", "prefill"):
+                for row in rows[section]:
+                    clear_times(row.times)
+        label = f"warm-up round {r + 1}" if warm else f"round {r + 1 - args.warmup_rounds} of {args.rounds}"
+        print(f"{label}: {time.time() - start:.0f} s")
         sys.stdout.flush()
 
 
