@@ -20,12 +20,16 @@ static void driver_version(char *out, size_t n) {
     if (!f) return;
     char line[512];
     if (fgets(line, sizeof line, f)) {
+        /* The first word after "Kernel Module" made of digits and dots with a dot in it: "for x86_64"
+         * may stand between ("Open Kernel Module for x86_64  580.159.04": digits alone read "86"). */
         const char *k = strstr(line, "Kernel Module");
-        if (k) {
-            k += strlen("Kernel Module");
-            while (*k == ' ' || (*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z')) k++; /* "for x86_64" */
-            size_t len = strspn(k, "0123456789.");
-            if (len > 0 && len < n) snprintf(out, n, "%.*s", (int)len, k);
+        for (k = k ? k + strlen("Kernel Module") : NULL; k && *k; k += strcspn(k, " \t")) {
+            k += strspn(k, " \t");
+            const size_t len = strspn(k, "0123456789."), word = strcspn(k, " \t\n");
+            if (len > 0 && len == word && memchr(k, '.', len) && len < n) {
+                snprintf(out, n, "%.*s", (int)len, k);
+                break;
+            }
         }
     }
     fclose(f);
