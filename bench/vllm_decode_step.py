@@ -34,13 +34,10 @@ Without a GPU, `--dry-run` runs the plugin path once, eagerly, on the CPU backen
 every check (what can be tried off the GPU machine; nothing is timed).
 """
 import argparse
-import datetime
 import json
 import math
 import statistics
 import os
-import platform
-import subprocess
 import sys
 
 import torch
@@ -53,6 +50,7 @@ from nvfp4_mla import _abi  # noqa: E402
 from nvfp4_mla.vllm_plugin import kernels, serving  # noqa: E402
 from attend_reference import BOUNDS, decode_368, fp8_ds_mla_records, matches_gather, reference, row_check  # noqa: E402,E501
 from flashmla_compare import interleaved, load_flashmla  # noqa: E402
+import provenance  # noqa: E402  (bench/provenance.py)
 
 # attend_reference.row_check's bounds for the two comparisons here. The plugin path: against a float32
 # attention over the records' decoded binary32 values (attend_reference.decode_368, held to the
@@ -226,27 +224,6 @@ def cell(ops, fm, args, batch, heads, device):
     return row
 
 
-def provenance(plugin, ctx, device):
-    def run(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    t = plugin.table
-    info = {"plugin": plugin.path, "plugin_version": (t.version or b"").decode(),
-            "plugin_revision": (t.git_revision or b"").decode(), "cuda_archs": (t.cuda_archs or b"").decode(),
-            "device": ctx.device_name, "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "command": " ".join([sys.executable] + sys.argv), "torch": torch.__version__,
-            "python": platform.python_version(),
-            "host": platform.node()}
-    if device == "cuda":
-        info["device"] = torch.cuda.get_device_name()
-        info["cuda"] = torch.version.cuda
-        info["driver"] = (run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
-                          or [""])[0]
-    return info
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flashmla", help="path of _flashmla_C.abi3.so (default: .anchor/'s, else import "
@@ -265,18 +242,20 @@ def main():
         args.batches, args.heads, args.layers, args.tokens, args.topk = [1, 8], [16], 2, 4096, 256
     elif not torch.cuda.is_available():
         sys.exit("no CUDA device: run on the GPU machine, or --dry-run for the CPU backend")
-    fm = None
+    fm, peer = None, None
     if not args.dry_run:
         default = os.path.join(HERE, "..", ".anchor", "_flashmla_C.abi3.so")
-        fm = load_flashmla(args.flashmla or (default if os.path.exists(default) else None))
+        peer_path = args.flashmla or (default if os.path.exists(default) else None)
+        fm = load_flashmla(peer_path)
+        peer = {"path": peer_path, "wheel": "vllm==0.33.0"} if peer_path else None
     plugin = nvfp4_mla.load()
     ops = kernels.bound_ops(plugin, device, LAYOUT, MODE)
-    info = provenance(plugin, ops.context, device)
+    info = provenance.collect(plugin, torch, peer=peer)  # bench/provenance.py, as every results file
     record, fp8 = _abi.record_bytes(LAYOUT), serving.FP8_DS_MLA_BYTES
     stored = {"nvfp4_mla368_ds_mla": record, "fp8_ds_mla": fp8, "indexer_row": serving.INDEXER_ROW_BYTES,
               "gain_with_indexer": serving.capacity_gain(serving.DTYPE_368),
               "gain_without_indexer": serving.capacity_gain(serving.DTYPE_368, indexer=False)}
-    print(f"device: {info['device']}; plugin {plugin.path} ({info['plugin_revision'] or 'no revision'})")
+    print(f"device: {info['device']['name']}; plugin {plugin.path} ({info['plugin']['git_revision'] or 'no revision'})")
     print(f"bytes a token and layer: nvfp4 {record} / FlashMLA {fp8}; with DeepSeek-V3.2's {serving.INDEXER_ROW_BYTES}-"
           f"byte indexer row {record + serving.INDEXER_ROW_BYTES} / {fp8 + serving.INDEXER_ROW_BYTES}: "
           f"{stored['gain_with_indexer']:.2f}x the tokens ({stored['gain_without_indexer']:.2f}x without an indexer)")
