@@ -30,7 +30,7 @@ typedef struct capture {
 static int capture_from_array(const char *path, const cJSON *array, double factor, capture_t *c) {
     int rc = 0;
     c->layers = 0;
-    for (const cJSON *item = rc ? NULL : array->child; item && !rc; item = item->next) {
+    for (const cJSON *item = array->child; item && !rc; item = item->next) {
         if (c->layers >= MAX_LAYERS) {
             rc = cli_fail("calibrate", "%s: more than %d layers", path, MAX_LAYERS);
         } else if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble) || item->valuedouble <= 0) {
@@ -132,7 +132,7 @@ static int load_capture(const char *path, capture_t *c, int v1_file) {
     char *s = (char *)text; /* NUL-terminated by cli_read_file */
     size_t i = 0;
     while (i < len && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) i++;
-    const char *nul = memchr(s, '\0', len);
+    const char *nul = v1_file ? NULL : memchr(s, '\0', len); /* a line capture's NUL (below) */
     int rc;
     if (!v1_file && !(i < len && s[i] == '[') && nul) {
         /* the lines parser stops at a NUL, so every layer after it would be dropped without a word */

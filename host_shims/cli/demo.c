@@ -84,14 +84,13 @@ static int demo_layer(cli_host_t *host, const nvfp4_mla_config_t *cfg, synth_rng
 }
 
 /* The shallowest, a middle and the deepest layer, written and decoded in every mode. Static scales
- * come from the plugin's configuration (`static_env`), exactly as a server gets them. */
-static int demo_layers(cli_host_t *host, const cli_profile_t *profile, const char *const *static_env,
-                       uint32_t policy) {
-    nvfp4_mla_config_t *cfg;
-    if (cli_config_for_env(host, static_env, &cfg) != NVFP4_MLA_OK) {
-        char why[2048];
-        cli_scales_refusal(host, profile->scales_path, profile->label, why, sizeof why);
-        return cli_fail("demo", "the plugin refuses the scales file %s: %s", profile->label, why);
+ * come from the plugin's configuration of the profile's scales file (cli_scales_config), exactly as a
+ * server gets them. */
+static int demo_layers(cli_host_t *host, const cli_profile_t *profile, uint32_t policy) {
+    nvfp4_mla_config_t *cfg = cli_scales_config(host, "demo", profile->scales_path, profile->label,
+                                                 "the plugin refuses the scales file %s: %s");
+    if (!cfg) {
+        return 1;
     }
     const double *max_abs = profile->max_abs;
     int shallow = 0, deep = 0;
@@ -135,7 +134,7 @@ int cli_demo_cmd(int argc, char **argv) {
     char env_file[CLI_SCALES_ENV_MAX];
     const char *static_env[3];
     cli_scales_env(profile.scales_path, env_file, static_env);
-    int rc = demo_layers(&host, &profile, static_env, policy);
+    int rc = demo_layers(&host, &profile, policy);
     if (!rc) {
         printf("\ncache identity per configuration (persistent offload namespaces):\n");
         const char *none[] = {NULL};

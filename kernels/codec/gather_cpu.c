@@ -58,12 +58,10 @@ void nvfp4_mla_decode_record_cpu(const uint8_t *record, int32_t record_bytes, in
                                  float outer_scale, uint16_t *row) {
     float values[NVFP4_MLA_ROW_DIM];
     nvfp4_mla_decode_record_f32_cpu(record, record_bytes, per_token, outer_scale, values);
-    const int rounded = record_bytes == NVFP4_MLA_RECORD_BYTES_368 ? NVFP4_MLA_ROW_DIM : NVFP4_MLA_LATENT_DIM;
-    for (int i = 0; i < rounded; i++) {
+    /* 432's RoPE: bf16 -> binary32 -> bf16 gives back the stored bits, -0 and subnormals included, now
+     * that the field rule has read NaN and +-Inf as 0 (NaN payloads were the reason for a copy). */
+    for (int i = 0; i < NVFP4_MLA_ROW_DIM; i++) {
         row[i] = nvfp4_f32_to_bf16(values[i]);
-    }
-    if (rounded == NVFP4_MLA_LATENT_DIM) { /* 432: the stored bf16 bits, NaN and +-Inf read as 0 */
-        copy_rope_bf16(record + NVFP4_MLA_RECORD_ROPE_OFFSET, row + NVFP4_MLA_LATENT_DIM);
     }
 }
 
