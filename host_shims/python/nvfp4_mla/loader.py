@@ -41,6 +41,9 @@ class PluginNotSelected(PluginError):
 HOST_ABI = f"{_abi.ABI_MAJOR}.{_abi.ABI_MINOR}"
 
 
+# What a host without a selection is told (the environment variable unset or empty).
+NOT_SELECTED = f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the plugin file or its folder)"
+
 _KEYWORD_LIKE = ("none", "0", "1", "false", "true", "off", "on", "no", "yes", "disable", "disabled")
 
 
@@ -58,7 +61,7 @@ def _select(selection):
     if not selection:
         raise PluginNotSelected("no nvfp4-mla plugin selected (the plugin selection is empty: give the plugin file or "
                                 "its folder)" if given else
-                                f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the plugin file or its folder)",
+                                NOT_SELECTED,
                                 "not_selected")
     if selection == "none":
         raise PluginDisabled("nvfp4-mla plugin disabled (the plugin selection is \"none\")" if given else

@@ -461,4 +461,4 @@ def bind(ctx, config=None, *, layout=None, scale_mode=None, writer_policy=None):
     if layout is None or scale_mode is None:
         raise ValueError("bind: give a PluginConfig or both layout= and scale_mode=")
     calibrated = config.num_layers if config is not None and config.scale_mode == _abi.SCALE_STATIC else 0
-    return BoundOps(ctx, layout, scale_mode, _policy(writer_policy), calibrated)
+    return BoundOps(ctx, layout, scale_mode, writer_policy, calibrated)  # BoundOps checks the policy by name

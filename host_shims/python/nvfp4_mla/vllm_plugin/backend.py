@@ -36,13 +36,18 @@ from .. import _abi
 from . import hooks, kernels, serving
 
 
+def _bound(decision, device):
+    """The decision's torch ops on `device` (kernels.bound_ops: a context a device and process)."""
+    return kernels.bound_ops(decision.plugin, device, decision.layout, decision.scale_mode, decision.writer_policy)
+
+
 def _ops(dtype, device):
-    """The serving format's torch ops on `device` (a context a device and process), or the refusal."""
+    """The serving format's torch ops on `device`, or the refusal."""
     decision = serving.current()
     reason = decision.refusal(dtype)
     if reason:
         raise ValueError(reason)
-    return kernels.bound_ops(decision.plugin, device, decision.layout, decision.scale_mode, decision.writer_policy)
+    return _bound(decision, device)
 
 
 class NvFp4MlaSparseBackend(AttentionBackend):
@@ -170,10 +175,14 @@ class NvFp4MlaSparseImpl(SparseMLACommonImpl[NvFp4MlaSparseMetadata]):
         decision.config(self._model_dir)  # the checkpoint's scales, read now: refused here, not mid-step
         self._scale = None
         self._scale_known = decision.scale_mode == _abi.SCALE_PER_TOKEN  # per token: no layer scale
+        self._ops_of = {}  # torch.device -> BoundOps (_ops)
 
     def _ops(self, device):
-        return kernels.bound_ops(self._decision.plugin, device, self._decision.layout, self._decision.scale_mode,
-                                 self._decision.writer_policy)
+        """The ops of the cache's device, looked up once a device (every layer's step calls this twice)."""
+        ops = self._ops_of.get(device)
+        if ops is None:
+            ops = self._ops_of[device] = _bound(self._decision, device)
+        return ops
 
     def _outer_scale(self, layer=None):
         """This layer's calibrated outer scale (static mode; None per token), found once by its layer
@@ -191,7 +200,5 @@ class NvFp4MlaSparseImpl(SparseMLACommonImpl[NvFp4MlaSparseMetadata]):
 
     def do_kv_cache_update(self, kv_c_normed, k_pe, kv_cache, slot_mapping, kv_cache_dtype, k_scale,
                            skip_scale=False):
-        if kv_cache.numel() == 0:
-            return
         kernels.cache_update(self._ops(kv_cache.device), kv_c_normed, k_pe, kv_cache, slot_mapping,
                              outer_scale=self._outer_scale())

@@ -75,7 +75,7 @@ def register():
         state = f"the backend refuses to serve: {decision.error}"
     else:
         state = (f"plugin {decision.plugin_path} (ABI {decision.plugin.abi}), cache identity {decision.identity}, "
-                 f"CUDA code for {', '.join(f'sm_{a}{b}' for a, b in decision.archs) or 'none'}")
+                 f"CUDA code for {', '.join(map(serving.sm_name, decision.archs)) or 'none'}")
     logger.info("nvfp4-mla: registered --attention-backend %s and --kv-cache-dtype %s; %s", serving.BACKEND_NAME,
                 " / ".join(serving.DTYPES), state)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from .. import _abi
 from ..config import FP8_ROPE_ENV, CacheFormat
+from .. import loader
 from ..loader import PluginError, load, require
 
 BACKEND_NAME = "NVFP4_MLA_SPARSE"
@@ -71,7 +72,7 @@ def parse_cuda_archs(text):
     return tuple(caps)
 
 
-def _sm(capability):
+def sm_name(capability):
     return f"sm_{capability[0]}{capability[1]}"
 
 
@@ -120,9 +121,9 @@ class Decision:
         except PluginError as exc:
             return f"{BACKEND_NAME} cannot serve {dtype}: {exc}"
         if capability is not None and tuple(capability) not in self.archs:
-            held = ", ".join(_sm(c) for c in self.archs) or "none (a CPU-only build)"
+            held = ", ".join(sm_name(c) for c in self.archs) or "none (a CPU-only build)"
             return (f"{BACKEND_NAME}: nvfp4-mla plugin {self.plugin_path} holds CUDA code for {held}; this GPU "
-                    f"is {_sm(tuple(capability))} (compute capability {capability[0]}.{capability[1]})")
+                    f"is {sm_name(tuple(capability))} (compute capability {capability[0]}.{capability[1]})")
         return None
 
     def config(self, model_dir=None):
@@ -153,8 +154,7 @@ def decide(environ=None):
     except PluginError as exc:
         return Decision(environ=env, error=str(exc))
     if not env.get(_abi.PLUGIN_ENV):  # the snapshot's variable, not the process's: say so in its words
-        return Decision(environ=env, fmt=fmt, error=f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the "
-                                                    "plugin file or its folder)")
+        return Decision(environ=env, fmt=fmt, error=loader.NOT_SELECTED)
     try:
         plugin = load(env[_abi.PLUGIN_ENV])
     except PluginError as exc:
