@@ -385,9 +385,6 @@ class GridCell:
     def drifts(self):
         return [(f"{self.name()} {mode}", drift(t["flashmla"])) for mode, t in self.times.items()]
 
-    def release(self):
-        del self.graphs
-
 
 class Decode128:
     """Batch 128 at one h, eager back-to-back launches: FlashMLA, attend on 656 and on 368 records."""

@@ -48,6 +48,7 @@ from nvfp4_mla import LAYOUT_FP8_ROPE_368 as LAYOUT, SCALE_PER_TOKEN as MODE
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # noqa: E402  (bench/provenance.py)
+from figures import STEP_COLUMNS  # noqa: E402  (the step table's columns, as BENCHMARKS.md renders them)
 
 TOPK, SM_SCALE = 2048, 576 ** -0.5
 KW = dict(layout=LAYOUT, scale_mode=MODE)
@@ -283,8 +284,6 @@ def pick_lib(device, cache_tokens):
 
 
 TARGET_US = 8.0  # host us a prepared attend run() (issue 17; issue 47 re-measured it)
-STEP_COLUMNS = ["step one-shot", "step prepared", "step graph replay", "graph replay host", "step graph GPU",
-                "replay bound by"]
 
 
 def mark_target(host):
