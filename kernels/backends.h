@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attend/attend_launches.h"
 #include "codec.h"
 
 #ifdef __cplusplus
@@ -28,8 +29,14 @@ typedef struct nvfp4_mla_backend_ops {
      * attend_workspace_bytes reports to the host. */
     uint64_t (*attend_workspace)(const nvfp4_mla_attend_kernel_args_t *args);
     /* Attention. Plans once for the call and refuses (INVALID_ARGUMENT, both sizes named) when
-     * args->workspace_bytes is less than that plan needs, before writing anything. */
-    void (*attend)(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+     * args->workspace_bytes is less than that plan needs, before writing anything. `launches` is the
+     * context's launch table (attend_launches.h: CUDA, made on first use, *launches NULL until then;
+     * the CPU ignores it). */
+    void (*attend)(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_attend_launches_t **launches,
+                   nvfp4_mla_kernel_result_t *result);
+    /* Releases a context's launch table (NULL: nothing), its graphs and capture stream, on the context's
+     * device; called by shutdown. Never fails (what the driver refuses is dropped). */
+    void (*release_launches)(int32_t device_index, nvfp4_attend_launches_t *launches);
     /* The merge of partial attentions (kernels/merge/merge_*.{c,cu}). */
     void (*merge)(const nvfp4_mla_merge_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 } nvfp4_mla_backend_ops_t;
@@ -39,7 +46,9 @@ extern const nvfp4_mla_backend_ops_t nvfp4_mla_cpu_ops;
 void nvfp4_mla_write_cpu(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 void nvfp4_mla_gather_cpu(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 uint64_t nvfp4_mla_attend_workspace_cpu(const nvfp4_mla_attend_kernel_args_t *args);
-void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_attend_launches_t **launches,
+                          nvfp4_mla_kernel_result_t *result);
+void nvfp4_mla_release_launches_cpu(int32_t device_index, nvfp4_attend_launches_t *launches);
 void nvfp4_mla_merge_cpu(const nvfp4_mla_merge_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 
 /* ---- CUDA (kernels/{codec,attend,merge}/..._cuda.cu, cuda_device.cu): built when the toolkit is there. ---- */
@@ -67,7 +76,9 @@ extern const nvfp4_mla_backend_ops_t nvfp4_mla_cuda_ops;
 void nvfp4_mla_write_cuda(const nvfp4_mla_write_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 void nvfp4_mla_gather_cuda(const nvfp4_mla_gather_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kernel_args_t *args);
-void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
+void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_attend_launches_t **launches,
+                           nvfp4_mla_kernel_result_t *result);
+void nvfp4_mla_release_launches_cuda(int32_t device_index, nvfp4_attend_launches_t *launches);
 void nvfp4_mla_merge_cuda(const nvfp4_mla_merge_kernel_args_t *args, nvfp4_mla_kernel_result_t *result);
 /* Lets every attend kernel use `smem_per_block` bytes of dynamic shared memory on the current
  * device, and counts into *quad_clusters the clusters of 4 attend CTAs it runs at once

@@ -62,4 +62,4 @@ extern "C" int nvfp4_mla_cuda_prepare(int ordinal, nvfp4_mla_cuda_limits_t *limi
 
 extern "C" const nvfp4_mla_backend_ops_t nvfp4_mla_cuda_ops = {"cuda", nvfp4_mla_write_cuda, nvfp4_mla_gather_cuda,
                                                                nvfp4_mla_attend_workspace_cuda, nvfp4_mla_attend_cuda,
-                                                               nvfp4_mla_merge_cuda};
+                                                               nvfp4_mla_release_launches_cuda, nvfp4_mla_merge_cuda};

@@ -126,6 +126,7 @@ nvfp4_mla_status_t nvfp4_context_shutdown(nvfp4_mla_context_t *ctx) {
     nvfp4_mla_status_t st = ctx ? nvfp4_context_check(ctx, "shutdown") : NVFP4_MLA_OK;
     if (ctx && !st) {
         ctx->magic = 0; /* a second shutdown of this pointer is refused, not a double free */
+        ctx->ops->release_launches(ctx->device_index, ctx->attend_launches);
         free(ctx);
     }
     return st;

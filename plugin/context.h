@@ -25,6 +25,8 @@ struct nvfp4_mla_context {
     nvfp4_mla_cuda_limits_t cuda;   /* CUDA contexts: the device as read at init, smem after the cap */
     int32_t attend_force_mma_sync;  /* NVFP4_MLA_ATTEND_MMA=sync */
     int32_t attend_merge_mode;      /* NVFP4_ATTEND_MERGE_*, from NVFP4_MLA_ATTEND_MERGE */
+    nvfp4_attend_launches_t *attend_launches; /* CUDA: eager calls' prebuilt launches (attend_launches.h),
+                                                 made by the first attend that needs it, released by shutdown */
 };
 
 nvfp4_mla_status_t nvfp4_context_init(const nvfp4_mla_init_args_t *args, nvfp4_mla_context_t **out);

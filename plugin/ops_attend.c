@@ -192,6 +192,6 @@ nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_att
         return st;
     }
     nvfp4_mla_kernel_result_t res = {0, ""};
-    ctx->ops->attend(&k, &res); /* plans once, and refuses a workspace shorter than its plan */
+    ctx->ops->attend(&k, &ctx->attend_launches, &res); /* plans once, and refuses a workspace shorter than its plan */
     return nvfp4_finish("attend", &res);
 }

@@ -130,6 +130,11 @@ def rounds_and_headline():
     expect(h["refused"] and "rerun" in h["reason"] and h["unstable"][0]["where"] == "c",
            "a peer that moved 4% between rounds: no headline, rerun")
     expect(fc.headline(ok_rows, 2, 0.03)["refused"], "two rounds: no headline")
+    # Five rounds: one round apart from the rest (here 9% slow) is set aside; two apart are not.
+    expect(abs(fc.drift([100.0, 109.0, 101.0, 100.5, 102.0]) - 1.5 / 100.5) < 1e-9,
+           "five rounds: the drift of the middle three (100.5 .. 102)")
+    expect(fc.drift([100.0, 109.0, 108.0, 100.5, 102.0]) > 0.03, "five rounds, two of them 8-9% slow: still a drift")
+    expect(abs(fc.drift([100.0, 104.0, 101.0]) - 0.04) < 1e-9, "three rounds: every round counts")
     s = fc.ratio_summary([20.0, 21.0, 19.0], [10.0, 10.0, 10.0])
     expect(s["median"] == 2.0 and s["min"] == 1.9 and s["max"] == 2.1, "a ratio is the median of the rounds' ratios")
 
@@ -258,8 +263,8 @@ def dry_run_cpu():
            all(len(c) == 4 for c in (r["checks"] for r in report["grid"])) and not report["headline"]["refused"],
            "flashmla_compare.py runs end to end on the CPU: 8 grid cells in two modes, batch 128 and prefill rows, "
            "every check PASS, a headline")
-    expect(report["config"]["decode_matches_gather"] and all(len(r["flashmla_us"]["rounds"]) == 3 for r in report["decode"]),
-           "its reference decode matches the gather and every figure has three rounds")
+    expect(report["config"]["decode_matches_gather"] and all(len(r["flashmla_us"]["rounds"]) == 5 for r in report["decode"]),
+           "its reference decode matches the gather and every figure has five rounds (the default)")
     expect(all("alone" in r and "interleaved" in r for r in report["prefill"]), "prefill is timed alone and interleaved")
     print(compare_table.figures.compare_tables(compare_table.figures.upgrade("flashmla_compare.json", report)))
     return rows

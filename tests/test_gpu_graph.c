@@ -10,8 +10,9 @@
  * attend_workspace_bytes answers during capture (it reads shapes only). Split-K merges: under the
  * default NVFP4_MLA_ATTEND_MERGE=auto a captured attend merges with a second kernel (a graph node of
  * its own) and an eager one inside its launch, so every replay is also checked bit for bit against
- * the other merge; with in-launch the graph holds one attend node. And init's attention settings
- * from the host's snapshot (ABI 1.1). Exits 77 without a device. */
+ * the other merge; with in-launch the graph holds one attend node. Eager calls whose arguments repeat
+ * (the context's own prebuilt graphs, attend_launches.h) write what their structs say. And init's
+ * attention settings from the host's snapshot (ABI 1.1). Exits 77 without a device. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <setjmp.h>
@@ -301,6 +302,79 @@ static void graph_should_replay_the_merge_in_the_launch_like_eager_calls(void **
     ctx = default_ctx;
 }
 
+/* An eager attend whose arguments repeat launches, from its second call on, the graph the context built
+ * of its kernels (kernels/attend/attend_launches.h): every call must still be the call its struct
+ * describes. Three calls with one struct (direct, graph built, graph reused) write the same bytes, the
+ * first one's merge in the launch and the graph's merge kernel included; the struct pointed at another
+ * out and lse writes there and leaves the old buffers alone; and the new data in the inputs is read. */
+static void eager_repeats_should_write_what_their_arguments_say(int64_t heads, int64_t batch) {
+    step_t s;
+    step_init(&s, batch, heads);
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    refill(&s, 0);
+    const size_t out_bytes = (size_t)batch * heads * 512 * 2, lse_bytes = (size_t)batch * heads * 4;
+    uint16_t *first = malloc(out_bytes), *got = malloc(out_bytes), *poison = malloc(out_bytes);
+    float *first_lse = malloc(lse_bytes), *got_lse = malloc(lse_bytes);
+    memset(poison, 0xFF, out_bytes);
+    calls_t e = calls_for(&s, 1, stream);
+    for (int call = 0; call < 3; call++) {
+        CK(cudaMemsetAsync(s.out[1], 0xFF, out_bytes, stream));
+        CK(cudaMemsetAsync(s.lse[1], 0xFF, lse_bytes, stream));
+        OK(plugin->attend(ctx, &e.a));
+        CK(cudaStreamSynchronize(stream));
+        CK(cudaMemcpy(call ? got : first, s.out[1], out_bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(call ? got_lse : first_lse, s.lse[1], lse_bytes, cudaMemcpyDeviceToHost));
+        if (call && (memcmp(first, got, out_bytes) || memcmp(first_lse, got_lse, lse_bytes)))
+            fail_msg("h %lld batch %lld: eager call %d of one struct differs from the first", (long long)heads,
+                     (long long)batch, call + 1);
+    }
+    assert_memory_not_equal(first, poison, out_bytes);
+    /* The same struct with out and lse moved to run 0's buffers: written there, run 1's left poisoned. */
+    calls_t moved = e;
+    moved.a.out.data = s.out[0], moved.a.lse.data = s.lse[0];
+    CK(cudaMemset(s.out[1], 0xFF, out_bytes));
+    for (int call = 0; call < 2; call++) {
+        CK(cudaMemset(s.out[0], 0xFF, out_bytes));
+        OK(plugin->attend(ctx, &moved.a));
+        CK(cudaStreamSynchronize(stream));
+        CK(cudaMemcpy(got, s.out[0], out_bytes, cudaMemcpyDeviceToHost));
+        assert_memory_equal(got, first, out_bytes);
+    }
+    CK(cudaMemcpy(got, s.out[1], out_bytes, cudaMemcpyDeviceToHost));
+    assert_memory_equal(got, poison, out_bytes);
+    /* New queries under the first struct (its graph built): the output follows them. */
+    refill(&s, 1);
+    OK(plugin->attend(ctx, &e.a));
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaMemcpy(got, s.out[1], out_bytes, cudaMemcpyDeviceToHost));
+    assert_memory_not_equal(got, first, out_bytes);
+    assert_memory_not_equal(got, poison, out_bytes);
+    free(first), free(got), free(poison), free(first_lse), free(got_lse);
+    step_free(&s);
+    CK(cudaStreamDestroy(stream));
+}
+
+static void eager_repeats_should_follow_their_arguments_h16_batch1(void **state) {
+    (void)state;
+    eager_repeats_should_write_what_their_arguments_say(16, 1); /* 32 splits: the merge kernel */
+}
+
+static void eager_repeats_should_follow_their_arguments_h16_batch32(void **state) {
+    (void)state;
+    eager_repeats_should_write_what_their_arguments_say(16, 32); /* a direct call merges in the launch */
+}
+
+static void eager_repeats_should_follow_their_arguments_h128_batch8(void **state) {
+    (void)state;
+    eager_repeats_should_write_what_their_arguments_say(128, 8); /* the wide kind, split */
+}
+
+static void eager_repeats_should_follow_their_arguments_h128_batch64(void **state) {
+    (void)state;
+    eager_repeats_should_write_what_their_arguments_say(128, 64); /* unsplit: one kernel in the graph */
+}
+
 /* A CUDA context reads its attention settings from the host's snapshot (init_args.environ, ABI
  * 1.1) when one is passed, ignoring the process environment; a 1.0-sized struct (no snapshot)
  * reads the process environment. */
@@ -371,6 +445,10 @@ int main(void) {
         cmocka_unit_test(graph_should_replay_h128_batch32_like_eager_calls),
         cmocka_unit_test(graph_should_replay_the_merge_in_the_launch_like_eager_calls),
         cmocka_unit_test(refused_call_should_leave_the_capture_valid),
+        cmocka_unit_test(eager_repeats_should_follow_their_arguments_h16_batch1),
+        cmocka_unit_test(eager_repeats_should_follow_their_arguments_h16_batch32),
+        cmocka_unit_test(eager_repeats_should_follow_their_arguments_h128_batch8),
+        cmocka_unit_test(eager_repeats_should_follow_their_arguments_h128_batch64),
         cmocka_unit_test(init_should_read_the_attention_settings_from_the_host_snapshot),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

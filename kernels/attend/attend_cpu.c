@@ -49,7 +49,9 @@ static int64_t load_rows(const nvfp4_mla_attend_kernel_args_t *a, int64_t qi, fl
     return n;
 }
 
-void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *a, nvfp4_mla_kernel_result_t *result) {
+void nvfp4_mla_attend_cpu(const nvfp4_mla_attend_kernel_args_t *a, nvfp4_attend_launches_t **launches,
+                          nvfp4_mla_kernel_result_t *result) {
+    (void)launches; /* a CUDA context's table (backends.h) */
     float *rows = malloc((size_t)(a->topk ? a->topk : 1) * 576 * sizeof *rows);
     double *scores = malloc((size_t)(a->topk ? a->topk : 1) * sizeof *scores);
     double acc[512];

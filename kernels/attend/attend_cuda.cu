@@ -10,7 +10,9 @@
  * merge of split-K partials: a second kernel, one CTA a (query, head) row, launched dependent on
  * the attention grid, or, for small merges, the producer warps of each group's last split inside
  * the launch (merge_if_last: one launch, less host time, more GPU time). NVFP4_MLA_ATTEND_MERGE
- * picks; auto merges in the launch on an eager stream, with the kernel on a capturing one.
+ * picks; auto merges in the launch on an eager stream, with the kernel on a capturing one. An eager
+ * call whose arguments the context saw before launches as one prebuilt graph of its kernels
+ * (attend_launches.h: one host launch whatever the graph holds, so auto takes the merge kernel there).
  *
  * Differences from the CPU reference (attention in double over the same binary32 values): scales
  * applied to f32 sums instead of elements, P rounded to bf16 for the tensor cores (against a
@@ -27,6 +29,7 @@
 #include <string.h>
 
 #include "attend_kernels.cuh"
+#include "attend_launches.h"
 #include "attend_split_merge.cuh"
 #include "backends.h"
 #include "codec.h"
@@ -68,11 +71,22 @@ extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kerne
  * reallocation overlap that grid's tail, and in a graph its node's launch does (the kernel waits,
  * pdl_wait, before it reads or writes global memory). An unsplit grid runs for tens of
  * microseconds or more and gains nothing from it: it launches as a plain kernel, as before. */
-static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
+static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl, void *stream) {
     const attend_kernel_t kernel = attend_kernel_for(a->record_bytes, attend_kind_of(&pl), attend_variant_of(&pl));
     if (!kernel) return cudaErrorInvalidDeviceFunction; /* a plan outside the table: none is (test_attend_plan) */
-    return nvfp4_launch_clustered(kernel, pl.grid, pl.threads, pl.bytes, a->stream, pl.splits > 1,
+    return nvfp4_launch_clustered(kernel, pl.grid, pl.threads, pl.bytes, stream, pl.splits > 1,
                                   attend_placement_cluster(a, &pl), *a, pl);
+}
+
+/* The call's kernels on `stream`: the attention grid, then, for a split plan without the in-launch
+ * merge, the merge kernel, one CTA a (query, head) row, dependent on it. */
+static cudaError_t launch_call(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl, void *stream) {
+    cudaError_t err = launch_plan(a, pl, stream);
+    if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch) {
+        err = nvfp4_launch(merge_kernel_for(pl.splits), (unsigned)(a->num_queries * a->num_heads), ATT_MERGE_THREADS,
+                           0, stream, true, *a, (int)pl.splits);
+    }
+    return err;
 }
 
 /* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the
@@ -81,7 +95,7 @@ static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const at
  * blocking stream of the device captures, or an earlier asynchronous error) counts as capturing;
  * the launch then reports the error itself.
  * The query reads the stream's capture state on the host (a fraction of a microsecond): no device
- * query, safe while capturing, and made only for calls the plan would merge in the launch. */
+ * query, safe while capturing. */
 static bool stream_capturing(void *stream) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing((cudaStream_t)stream, &capture) != cudaSuccess) {
@@ -91,7 +105,69 @@ static bool stream_capturing(void *stream) {
     return capture != cudaStreamCaptureStatusNone;
 }
 
-extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_mla_kernel_result_t *result) {
+/* ---- eager calls as prebuilt graphs (attend_launches.h) ---- */
+
+static void destroy_graph(void *graph) {
+    (void)cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+/* The call's kernels (launch_call) captured on the table's own stream and instantiated; NULL when any
+ * step fails (the error is cleared: the caller then launches directly, which reports its own). The
+ * capture is thread-local: it neither sees nor disturbs captures on other threads' streams. */
+static cudaGraphExec_t build_graph(nvfp4_attend_launches_t *t, const nvfp4_mla_attend_kernel_args_t *a,
+                                   const attend_plan &pl) {
+    if (!t->capture_stream) {
+        cudaStream_t s = NULL;
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return NULL;
+        }
+        t->capture_stream = s;
+    }
+    const cudaStream_t s = (cudaStream_t)t->capture_stream;
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    const cudaError_t launched = launch_call(a, pl, s);
+    cudaGraph_t graph = NULL;
+    const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+    cudaGraphExec_t exec = NULL;
+    if (launched != cudaSuccess || ended != cudaSuccess || !graph ||
+        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+        exec = NULL;
+        (void)cudaGetLastError();
+    }
+    if (graph) (void)cudaGraphDestroy(graph);
+    return exec;
+}
+
+/* The prebuilt graph for this eager call, built now when the table has seen its arguments before; NULL:
+ * launch directly (a first call, a table that cannot be allocated, a graph that could not be built). */
+static cudaGraphExec_t eager_graph(nvfp4_attend_launches_t **launches, const nvfp4_mla_attend_kernel_args_t *a,
+                                   const attend_plan &planned) {
+    if (!*launches && !(*launches = (nvfp4_attend_launches_t *)calloc(1, sizeof **launches))) return NULL;
+    attend_launch_entry *e = attend_launch_lookup(*launches, a, destroy_graph);
+    if (!e->graph && e->calls >= 2 && !e->no_graph) {
+        attend_plan pl = planned;
+        if (a->merge_mode == NVFP4_ATTEND_MERGE_AUTO) pl.one_launch = 0; /* one host launch either way */
+        e->graph = build_graph(*launches, a, pl);
+        e->no_graph = !e->graph;
+    }
+    return (cudaGraphExec_t)e->graph;
+}
+
+extern "C" void nvfp4_mla_release_launches_cuda(int32_t device_index, nvfp4_attend_launches_t *launches) {
+    if (!launches) return;
+    nvfp4_device_guard guard(device_index); /* a failed guard: the driver is gone, so are the graphs */
+    attend_launch_clear(launches, destroy_graph);
+    if (launches->capture_stream) (void)cudaStreamDestroy((cudaStream_t)launches->capture_stream);
+    (void)cudaGetLastError();
+    free(launches);
+}
+
+extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_attend_launches_t **launches,
+                                      nvfp4_mla_kernel_result_t *result) {
     if (args->num_queries == 0) {
         nvfp4_cuda_result(result, cudaSuccess, "attend");
         return;
@@ -120,20 +196,17 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     if (!nvfp4_cuda_grid_fits(pl.grid, result, "attend", pl.grid, "CTAs")) {
         return;
     }
-    if (pl.one_launch && args->merge_mode == NVFP4_ATTEND_MERGE_AUTO && stream_capturing(args->stream)) {
-        pl.one_launch = 0;
-    }
-    const bool merge_kernel = pl.splits > 1 && !pl.one_launch;
     const int64_t rows = args->num_queries * args->num_heads; /* the merge kernel's CTAs */
-    if (merge_kernel && !nvfp4_cuda_grid_fits(rows, result, "attend", rows, "merged rows")) {
+    if (pl.splits > 1 && !nvfp4_cuda_grid_fits(rows, result, "attend", rows, "merged rows")) {
         return;
     }
-    cudaError_t err = launch_plan(args, pl);
-    if (err == cudaSuccess && merge_kernel) {
-        err = nvfp4_launch(merge_kernel_for(pl.splits), (unsigned)rows, ATT_MERGE_THREADS, 0, args->stream, true,
-                           *args, (int)pl.splits);
+    if (stream_capturing(args->stream)) {
+        if (args->merge_mode == NVFP4_ATTEND_MERGE_AUTO) pl.one_launch = 0;
+    } else if (const cudaGraphExec_t graph = eager_graph(launches, args, pl)) {
+        nvfp4_cuda_result(result, cudaGraphLaunch(graph, (cudaStream_t)args->stream), "attend: graph launch");
+        return;
     }
-    nvfp4_cuda_result(result, err, "attend: kernel launch");
+    nvfp4_cuda_result(result, launch_call(args, pl, args->stream), "attend: kernel launch");
 }
 
 /* ---- once per context ---- */

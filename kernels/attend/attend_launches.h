@@ -1,0 +1,63 @@
+/* The eager attend calls' launch table, on the host (attend_launches.c): a CUDA context remembers the
+ * calls it saw, by their complete kernel arguments, and from an argument struct's second call on
+ * launches it as one prebuilt CUDA graph holding the call's every kernel (the attention grid and, for
+ * split-K, the merge kernel, with the programmatic edge between them).
+ *
+ * Why: a kernel launch costs 3.5-4.5 us of host time on the H200's host, a split call launches two,
+ * and an engine's eager decode loop (the prepared calls of host_shims/python/nvfp4_mla/prepared.py,
+ * the torch ops' cached path) repeats the same arguments every step; cudaGraphLaunch of a prebuilt
+ * graph costs 2.0-2.6 us whatever it holds (docs/performance-notes.md, "Host side"). A graph holds the
+ * launches' parameters by value, so one built for an argument struct is exactly that call: the key is
+ * the whole struct, stream included, and any other struct is another entry.
+ *
+ * What stays as it was: calls on a capturing stream (cudaGraphLaunch is refused there, and the
+ * engine's own graph already pays no host time) and a struct's first call launch directly, so a
+ * one-shot call never pays for a graph (building one costs ~150 us). The table is the context's (one
+ * thread at a time, the context's rule) and holds at most ATT_LAUNCH_ENTRIES structs, the least
+ * recently used one making room. Plain C over opaque graph handles: tests/test_attend_launches.c
+ * holds its rules without a GPU; attend_cuda.cu builds, launches and destroys the graphs.
+ */
+#ifndef NVFP4_MLA_ATTEND_LAUNCHES_H
+#define NVFP4_MLA_ATTEND_LAUNCHES_H
+
+#include <stdint.h>
+
+#include "codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Structs the table remembers: a model's layers (61 for DeepSeek-V3.2) times a decode and a prefill
+ * call each fit. */
+#define ATT_LAUNCH_ENTRIES 128
+
+typedef struct attend_launch_entry {
+    nvfp4_mla_attend_kernel_args_t key; /* the call's arguments, compared byte for byte (no padding) */
+    void *graph;       /* its cudaGraphExec_t once built; NULL before, or when building it failed */
+    uint64_t last_use; /* the table's clock at this entry's last call: the least recent is replaced */
+    int32_t calls;     /* calls with this key since it entered the table (1 = first seen now) */
+    int32_t no_graph;  /* 1: building its graph failed once; the key launches directly from then on */
+} attend_launch_entry;
+
+/* The table; zero-initialised (calloc) is empty. */
+typedef struct nvfp4_attend_launches {
+    attend_launch_entry entries[ATT_LAUNCH_ENTRIES];
+    int32_t used;           /* entries[0 .. used) hold keys */
+    uint64_t clock;         /* calls looked up */
+    void *capture_stream;   /* the cudaStream_t graphs are captured on (attend_cuda.cu); NULL until one is */
+} nvfp4_attend_launches_t;
+
+/* The entry of `key`: an existing one with calls + 1, or a new one with calls = 1 and no graph, made
+ * in a free slot or in the least recently used one, whose graph (if any) goes to release(graph) first.
+ * Never NULL. */
+attend_launch_entry *attend_launch_lookup(nvfp4_attend_launches_t *table, const nvfp4_mla_attend_kernel_args_t *key,
+                                          void (*release)(void *graph));
+
+/* Every entry's graph to release(graph), the table emptied (the capture stream is the caller's). */
+void attend_launch_clear(nvfp4_attend_launches_t *table, void (*release)(void *graph));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

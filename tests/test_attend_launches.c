@@ -1,0 +1,143 @@
+/* The eager attend calls' launch table (kernels/attend/attend_launches.h), on the CPU with fake graph
+ * handles: a struct's first call gets a new entry, its repeats the same one, any byte of the key makes
+ * another, and a full table replaces its least recently used entry, releasing that entry's graph. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "attend/attend_launches.h"
+
+static int released;      /* release() calls */
+static void *last_freed;  /* release()'s last argument */
+
+static void release(void *graph) {
+    released++;
+    last_freed = graph;
+}
+
+/* A decode call's arguments; `layer` tells the layers' calls apart by their cache and q, as a model's do. */
+static nvfp4_mla_attend_kernel_args_t call_of(uintptr_t layer) {
+    nvfp4_mla_attend_kernel_args_t a;
+    memset(&a, 0, sizeof a);
+    a.q = (const uint16_t *)(0x10000 + layer * 0x1000);
+    a.out = (uint16_t *)(0x20000 + layer * 0x1000);
+    a.cache = (const uint8_t *)(0x40000000 + layer * 0x100000);
+    a.slots = (const int32_t *)0x30000;
+    a.stream = (void *)0x77;
+    a.num_queries = 8, a.num_heads = 128, a.topk = 2048, a.record_bytes = 368, a.sm_scale = 0.0417f;
+    return a;
+}
+
+static nvfp4_attend_launches_t *new_table(void) {
+    released = 0, last_freed = NULL;
+    nvfp4_attend_launches_t *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    return t;
+}
+
+static void lookup_should_count_the_calls_of_one_struct(void **state) {
+    (void)state;
+    nvfp4_attend_launches_t *t = new_table();
+    const nvfp4_mla_attend_kernel_args_t a = call_of(0);
+    attend_launch_entry *first = attend_launch_lookup(t, &a, release);
+    assert_int_equal(first->calls, 1);
+    assert_null(first->graph);
+    assert_int_equal(first->no_graph, 0);
+    first->graph = (void *)0xA1; /* what attend_cuda.cu does on the second call */
+    nvfp4_mla_attend_kernel_args_t same = call_of(0);
+    attend_launch_entry *again = attend_launch_lookup(t, &same, release);
+    assert_ptr_equal(again, first);
+    assert_int_equal(again->calls, 2);
+    assert_ptr_equal(again->graph, (void *)0xA1);
+    assert_int_equal(t->used, 1);
+    attend_launch_clear(t, release);
+    assert_int_equal(released, 1);
+    assert_ptr_equal(last_freed, (void *)0xA1);
+    assert_int_equal(t->used, 0);
+    free(t);
+}
+
+/* Every field is part of the key: a call that differs in any byte is another call (its graph would
+ * launch the old pointers, rows or scale). */
+static void lookup_should_tell_apart_structs_that_differ_in_any_byte(void **state) {
+    (void)state;
+    nvfp4_attend_launches_t *t = new_table();
+    const nvfp4_mla_attend_kernel_args_t a = call_of(0);
+    for (size_t byte = 0; byte < sizeof a; byte++) {
+        attend_launch_clear(t, release);
+        attend_launch_entry *base = attend_launch_lookup(t, &a, release);
+        base->graph = (void *)0xB0;
+        nvfp4_mla_attend_kernel_args_t b = a;
+        ((unsigned char *)&b)[byte] ^= 0x01;
+        attend_launch_entry *e = attend_launch_lookup(t, &b, release);
+        assert_ptr_not_equal(e, base);
+        assert_int_equal(e->calls, 1);
+        assert_null(e->graph);
+        assert_int_equal(t->used, 2);
+    }
+    assert_int_equal(released, (int)sizeof a - 1); /* each round's base graph, released by the next clear */
+    attend_launch_entry *base = attend_launch_lookup(t, &a, release);
+    assert_int_equal(base->calls, 2);
+    /* The examples an engine meets: another stream, another out, another row count, another scale. */
+    nvfp4_mla_attend_kernel_args_t b = a;
+    b.stream = (void *)0x78;
+    assert_ptr_not_equal(attend_launch_lookup(t, &b, release), base);
+    b = a, b.num_queries = 7;
+    assert_ptr_not_equal(attend_launch_lookup(t, &b, release), base);
+    b = a, b.sm_scale = 0.05f;
+    assert_ptr_not_equal(attend_launch_lookup(t, &b, release), base);
+    attend_launch_clear(t, release);
+    free(t);
+}
+
+/* A model's layers in turn: up to ATT_LAUNCH_ENTRIES structs keep their graphs; one more replaces the
+ * least recently used (the first layer here), whose graph is released, not leaked. */
+static void full_table_should_replace_the_least_recently_used_entry(void **state) {
+    (void)state;
+    nvfp4_attend_launches_t *t = new_table();
+    for (uintptr_t layer = 0; layer < ATT_LAUNCH_ENTRIES; layer++) {
+        const nvfp4_mla_attend_kernel_args_t a = call_of(layer);
+        attend_launch_entry *e = attend_launch_lookup(t, &a, release);
+        assert_int_equal(e->calls, 1);
+        e->graph = (void *)(0x1000 + layer);
+    }
+    assert_int_equal(t->used, ATT_LAUNCH_ENTRIES);
+    assert_int_equal(released, 0);
+    /* Layer 0 called again: now layer 1 is the least recently used. */
+    const nvfp4_mla_attend_kernel_args_t l0 = call_of(0);
+    assert_int_equal(attend_launch_lookup(t, &l0, release)->calls, 2);
+    const nvfp4_mla_attend_kernel_args_t extra = call_of(ATT_LAUNCH_ENTRIES);
+    attend_launch_entry *e = attend_launch_lookup(t, &extra, release);
+    assert_int_equal(released, 1);
+    assert_ptr_equal(last_freed, (void *)0x1001);
+    assert_int_equal(e->calls, 1);
+    assert_null(e->graph);
+    assert_int_equal(t->used, ATT_LAUNCH_ENTRIES);
+    /* Layer 0 kept its entry and graph; layer 1 starts over. */
+    attend_launch_entry *k0 = attend_launch_lookup(t, &l0, release);
+    assert_int_equal(k0->calls, 3);
+    assert_ptr_equal(k0->graph, (void *)0x1000);
+    const nvfp4_mla_attend_kernel_args_t l1 = call_of(1);
+    attend_launch_entry *k1 = attend_launch_lookup(t, &l1, release);
+    assert_int_equal(k1->calls, 1);
+    assert_null(k1->graph);
+    assert_int_equal(released, 2); /* layer 2, now the least recent, made room for layer 1 */
+    assert_ptr_equal(last_freed, (void *)0x1002);
+    attend_launch_clear(t, release);
+    assert_int_equal(released, 2 + ATT_LAUNCH_ENTRIES - 2); /* every graph still held: 128 less the new two */
+    free(t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lookup_should_count_the_calls_of_one_struct),
+        cmocka_unit_test(lookup_should_tell_apart_structs_that_differ_in_any_byte),
+        cmocka_unit_test(full_table_should_replace_the_least_recently_used_entry),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
