@@ -15,7 +15,7 @@ WHAT = {  # file: (what it holds, the command that makes it on the GPU machine)
     "bench-99kb.json": ("attend in the 99 KB configuration (sm_120 parts), on the H200",
                         "NVFP4_MLA_ATTEND_SMEM_CAP=101376 build-gpu/bench/nvfp4-mla-bench --only attend "
                         "--json bench-99kb.json"),
-    "flashmla_compare.json": ("attend against FlashMLA: decode grid (two modes), batch 128, prefill; 3 rounds",
+    "flashmla_compare.json": ("attend against FlashMLA: decode grid (two modes), batch 128, prefill; 5 rounds",
                               "python3 bench/flashmla_compare.py --flashmla .anchor/_flashmla_C.abi3.so "
                               "--json flashmla_compare.json"),
     "hot_path.json": ("host launch rate per call through the Python shim, and decode steps (GPU time labelled)",
