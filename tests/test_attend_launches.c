@@ -62,6 +62,24 @@ static void lookup_should_count_the_calls_of_one_struct(void **state) {
     free(t);
 }
 
+/* A key called past INT32_MAX times keeps its count there (a signed overflow would be undefined) and its
+ * graph. */
+static void lookup_should_saturate_the_call_count(void **state) {
+    (void)state;
+    nvfp4_attend_launches_t *t = new_table();
+    const nvfp4_mla_attend_kernel_args_t a = call_of(0);
+    attend_launch_entry *e = attend_launch_lookup(t, &a, release);
+    e->graph = (void *)0xC0;
+    e->calls = INT32_MAX - 1;
+    assert_int_equal(attend_launch_lookup(t, &a, release)->calls, INT32_MAX);
+    attend_launch_entry *again = attend_launch_lookup(t, &a, release);
+    assert_ptr_equal(again, e);
+    assert_int_equal(again->calls, INT32_MAX);
+    assert_ptr_equal(again->graph, (void *)0xC0);
+    attend_launch_clear(t, release);
+    free(t);
+}
+
 /* Every field is part of the key: a call that differs in any byte is another call (its graph would
  * launch the old pointers, rows or scale). */
 static void lookup_should_tell_apart_structs_that_differ_in_any_byte(void **state) {
@@ -136,6 +154,7 @@ static void full_table_should_replace_the_least_recently_used_entry(void **state
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lookup_should_count_the_calls_of_one_struct),
+        cmocka_unit_test(lookup_should_saturate_the_call_count),
         cmocka_unit_test(lookup_should_tell_apart_structs_that_differ_in_any_byte),
         cmocka_unit_test(full_table_should_replace_the_least_recently_used_entry),
     };

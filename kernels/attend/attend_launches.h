@@ -36,7 +36,7 @@ typedef struct attend_launch_entry {
     nvfp4_mla_attend_kernel_args_t key; /* the call's arguments, compared byte for byte (no padding) */
     void *graph;       /* its cudaGraphExec_t once built; NULL before, or when building it failed */
     uint64_t last_use; /* the table's clock at this entry's last call: the least recent is replaced */
-    int32_t calls;     /* calls with this key since it entered the table (1 = first seen now) */
+    int32_t calls;     /* calls with this key since it entered the table (1 = first seen now), up to INT32_MAX */
     int32_t no_graph;  /* 1: building its graph failed once; the key launches directly from then on */
 } attend_launch_entry;
 
