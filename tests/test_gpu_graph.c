@@ -306,7 +306,8 @@ static void graph_should_replay_the_merge_in_the_launch_like_eager_calls(void **
  * of its kernels (kernels/attend/attend_launches.h): every call must still be the call its struct
  * describes. Three calls with one struct (direct, graph built, graph reused) write the same bytes, the
  * first one's merge in the launch and the graph's merge kernel included; the struct pointed at another
- * out and lse writes there and leaves the old buffers alone; and the new data in the inputs is read. */
+ * out and lse writes there and leaves the old buffers alone; and new data in the inputs gives what a
+ * direct launch of another struct over the same data gives. */
 static void eager_repeats_should_write_what_their_arguments_say(int64_t heads, int64_t batch) {
     step_t s;
     step_init(&s, batch, heads);
@@ -330,26 +331,39 @@ static void eager_repeats_should_write_what_their_arguments_say(int64_t heads, i
                      (long long)batch, call + 1);
     }
     assert_memory_not_equal(first, poison, out_bytes);
-    /* The same struct with out and lse moved to run 0's buffers: written there, run 1's left poisoned. */
+    /* The same struct with out and lse moved to run 0's buffers: written there, run 1's left poisoned.
+     * The poison goes on the calls' stream: a non-blocking stream does not wait for the legacy stream's
+     * cudaMemset, which could land after a stray write and hide it. */
     calls_t moved = e;
     moved.a.out.data = s.out[0], moved.a.lse.data = s.lse[0];
-    CK(cudaMemset(s.out[1], 0xFF, out_bytes));
+    CK(cudaMemsetAsync(s.out[1], 0xFF, out_bytes, stream));
+    CK(cudaMemsetAsync(s.lse[1], 0xFF, lse_bytes, stream));
     for (int call = 0; call < 2; call++) {
-        CK(cudaMemset(s.out[0], 0xFF, out_bytes));
+        CK(cudaMemsetAsync(s.out[0], 0xFF, out_bytes, stream));
+        CK(cudaMemsetAsync(s.lse[0], 0xFF, lse_bytes, stream));
         OK(plugin->attend(ctx, &moved.a));
         CK(cudaStreamSynchronize(stream));
         CK(cudaMemcpy(got, s.out[0], out_bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(got_lse, s.lse[0], lse_bytes, cudaMemcpyDeviceToHost));
         assert_memory_equal(got, first, out_bytes);
+        assert_memory_equal(got_lse, first_lse, lse_bytes);
     }
     CK(cudaMemcpy(got, s.out[1], out_bytes, cudaMemcpyDeviceToHost));
     assert_memory_equal(got, poison, out_bytes);
-    /* New queries under the first struct (its graph built): the output follows them. */
+    CK(cudaMemcpy(got_lse, s.lse[1], lse_bytes, cudaMemcpyDeviceToHost));
+    assert_memory_equal(got_lse, poison, lse_bytes); /* poison: out_bytes >= lse_bytes of 0xFF */
+    /* New queries under the first struct (its graph built): the output follows them, bit for bit what a
+     * struct this test has not called writes (run 0's cache, a copy of run 1's, its own workspace and
+     * outputs: its first call, a direct launch). */
     refill(&s, 1);
     OK(plugin->attend(ctx, &e.a));
+    const calls_t fresh = calls_for(&s, 0, stream);
+    OK(plugin->attend(ctx, &fresh.a));
     CK(cudaStreamSynchronize(stream));
+    assert_same(s.out[0], s.out[1], out_bytes, "out of new queries", 1);
+    assert_same(s.lse[0], s.lse[1], lse_bytes, "lse of new queries", 1);
     CK(cudaMemcpy(got, s.out[1], out_bytes, cudaMemcpyDeviceToHost));
     assert_memory_not_equal(got, first, out_bytes);
-    assert_memory_not_equal(got, poison, out_bytes);
     free(first), free(got), free(poison), free(first_lse), free(got_lse);
     step_free(&s);
     CK(cudaStreamDestroy(stream));
