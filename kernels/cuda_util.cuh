@@ -88,6 +88,50 @@ static inline cudaError_t nvfp4_launch_clustered(void (*kernel)(Params...), dim3
     return cudaLaunchKernelEx(&config, kernel, static_cast<Args &&>(args)...);
 }
 
+/* The type itself, in a context that deduces nothing (nvfp4_graph_add_kernel's arguments take the
+ * kernel's parameter types). */
+template <typename T>
+struct nvfp4_same_type {
+    typedef T type;
+};
+
+/* Adds to `graph` a kernel node running kernel(args...) as nvfp4_launch_clustered launches it (grid,
+ * block, smem, clusters of `cluster` along x), after `after` (NULL: a root node): through a
+ * programmatic edge when `dependent` (the edge a captured dependent launch records: the kernel's
+ * pdl_wait pairs with it), else a full one. Built without a stream capture, which would fail other
+ * host threads' device-wide synchronisation while open. Returns the first error. */
+template <typename... Params>
+static inline cudaError_t nvfp4_graph_add_kernel(cudaGraph_t graph, cudaGraphNode_t *node, cudaGraphNode_t after,
+                                                 bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block,
+                                                 size_t smem, int cluster,
+                                                 typename nvfp4_same_type<Params>::type... args) {
+    void *params[] = {(void *)&args...};
+    cudaKernelNodeParams p = {};
+    p.func = (void *)kernel;
+    p.gridDim = grid;
+    p.blockDim = block;
+    p.sharedMemBytes = (unsigned)smem;
+    p.kernelParams = params;
+    cudaError_t e = cudaGraphAddKernelNode(node, graph, NULL, 0, &p);
+    if (e == cudaSuccess && cluster > 1) {
+        const cudaLaunchAttributeValue dim = nvfp4_cluster_attribute(cluster).val;
+        e = cudaGraphKernelNodeSetAttribute(*node, cudaLaunchAttributeClusterDimension, &dim);
+    }
+    if (e == cudaSuccess && after) {
+        cudaGraphEdgeData edge = {};
+        if (dependent) {
+            edge.from_port = cudaGraphKernelNodePortProgrammatic;
+            edge.type = cudaGraphDependencyTypeProgrammatic;
+        }
+#if CUDART_VERSION >= 13000
+        e = cudaGraphAddDependencies(graph, &after, node, &edge, 1);
+#else
+        e = cudaGraphAddDependencies_v2(graph, &after, node, &edge, 1);
+#endif
+    }
+    return e;
+}
+
 /* nvfp4_launch_clustered without clusters. */
 template <typename... Params, typename... Args>
 static inline cudaError_t nvfp4_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, void *stream,

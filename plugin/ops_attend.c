@@ -192,6 +192,20 @@ nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_att
         return st;
     }
     nvfp4_mla_kernel_result_t res = {0, ""};
+    const nvfp4_attend_launches_t *t = ctx->attend_launches;
+    const int32_t built = t ? t->graphs_built : 0, failed = t ? t->graphs_failed : 0;
     ctx->ops->attend(&k, &ctx->attend_launches, &res); /* plans once, and refuses a workspace shorter than its plan */
+    if ((t = ctx->attend_launches) && t->graphs_built != built) {
+        nvfp4_log(&ctx->host, NVFP4_MLA_LOG_DEBUG,
+                  "nvfp4-mla: attend: call %d of one argument struct: its launches are now one prebuilt graph "
+                  "(%d structs in the table, %d graphs built)",
+                  ATT_LAUNCH_BUILD_AT, t->used, t->graphs_built);
+    }
+    if (t && t->graphs_failed != failed) {
+        nvfp4_log(&ctx->host, NVFP4_MLA_LOG_WARN,
+                  "nvfp4-mla: attend: could not build a launch graph for a repeated call (%d so far); it "
+                  "launches its kernels directly from now on",
+                  t->graphs_failed);
+    }
     return nvfp4_finish("attend", &res);
 }

@@ -48,7 +48,7 @@ static void lookup_should_count_the_calls_of_one_struct(void **state) {
     assert_int_equal(first->calls, 1);
     assert_null(first->graph);
     assert_int_equal(first->no_graph, 0);
-    first->graph = (void *)0xA1; /* what attend_cuda.cu does on the second call */
+    first->graph = (void *)0xA1; /* what attend_cuda.cu does at call ATT_LAUNCH_BUILD_AT */
     nvfp4_mla_attend_kernel_args_t same = call_of(0);
     attend_launch_entry *again = attend_launch_lookup(t, &same, release);
     assert_ptr_equal(again, first);

@@ -302,13 +302,31 @@ static void graph_should_replay_the_merge_in_the_launch_like_eager_calls(void **
     ctx = default_ctx;
 }
 
-/* An eager attend whose arguments repeat launches, from its second call on, the graph the context built
- * of its kernels (kernels/attend/attend_launches.h): every call must still be the call its struct
- * describes. Three calls with one struct (direct, graph built, graph reused) write the same bytes, the
- * first one's merge in the launch and the graph's merge kernel included; the struct pointed at another
- * out and lse writes there and leaves the old buffers alone; and new data in the inputs gives what a
- * direct launch of another struct over the same data gives. */
+/* The prebuilt-graph lines the plugin logs (DEBUG, one a graph built; WARN, one a build that failed). */
+static int graphs_logged, graph_failures_logged;
+
+static void count_graph_lines(void *user, int32_t level, const char *line) {
+    (void)user;
+    if (strstr(line, "now one prebuilt graph")) graphs_logged++;
+    if (level == NVFP4_MLA_LOG_WARN && strstr(line, "could not build a launch graph")) graph_failures_logged++;
+}
+
+/* Calls per struct before its graph: ATT_LAUNCH_BUILD_AT (kernels/attend/attend_launches.h). */
+enum { GRAPH_AT = 4 };
+
+/* An eager attend whose arguments repeat launches, from its GRAPH_AT-th call on, the graph the
+ * context built of its kernels (kernels/attend/attend_launches.h): every call must still be the call
+ * its struct describes. GRAPH_AT + 1 calls of one struct (direct, graph built, graph reused) write the
+ * same bytes, a direct call's merge in the launch and the graph's merge kernel included, and the log
+ * says the graph was built once, at that call; the struct pointed at another out and lse writes there
+ * (its own graph) and leaves the old buffers alone; and new data in the inputs is read. A context of
+ * its own, with a log sink. */
 static void eager_repeats_should_write_what_their_arguments_say(int64_t heads, int64_t batch) {
+    nvfp4_mla_host_desc_t host = {sizeof host, 0, "test_gpu_graph", count_graph_lines, NULL};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, &host, {0}, NULL};
+    nvfp4_mla_context_t *logged = NULL;
+    OK(plugin->init(&init, &logged));
+    graphs_logged = graph_failures_logged = 0;
     step_t s;
     step_init(&s, batch, heads);
     cudaStream_t stream;
@@ -319,16 +337,17 @@ static void eager_repeats_should_write_what_their_arguments_say(int64_t heads, i
     float *first_lse = malloc(lse_bytes), *got_lse = malloc(lse_bytes);
     memset(poison, 0xFF, out_bytes);
     calls_t e = calls_for(&s, 1, stream);
-    for (int call = 0; call < 3; call++) {
+    for (int call = 1; call <= GRAPH_AT + 1; call++) {
         CK(cudaMemsetAsync(s.out[1], 0xFF, out_bytes, stream));
         CK(cudaMemsetAsync(s.lse[1], 0xFF, lse_bytes, stream));
-        OK(plugin->attend(ctx, &e.a));
+        OK(plugin->attend(logged, &e.a));
         CK(cudaStreamSynchronize(stream));
-        CK(cudaMemcpy(call ? got : first, s.out[1], out_bytes, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(call ? got_lse : first_lse, s.lse[1], lse_bytes, cudaMemcpyDeviceToHost));
-        if (call && (memcmp(first, got, out_bytes) || memcmp(first_lse, got_lse, lse_bytes)))
+        assert_int_equal(graphs_logged, call >= GRAPH_AT ? 1 : 0);
+        CK(cudaMemcpy(call > 1 ? got : first, s.out[1], out_bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(call > 1 ? got_lse : first_lse, s.lse[1], lse_bytes, cudaMemcpyDeviceToHost));
+        if (call > 1 && (memcmp(first, got, out_bytes) || memcmp(first_lse, got_lse, lse_bytes)))
             fail_msg("h %lld batch %lld: eager call %d of one struct differs from the first", (long long)heads,
-                     (long long)batch, call + 1);
+                     (long long)batch, call);
     }
     assert_memory_not_equal(first, poison, out_bytes);
     /* The same struct with out and lse moved to run 0's buffers: written there, run 1's left poisoned.
@@ -338,11 +357,12 @@ static void eager_repeats_should_write_what_their_arguments_say(int64_t heads, i
     moved.a.out.data = s.out[0], moved.a.lse.data = s.lse[0];
     CK(cudaMemsetAsync(s.out[1], 0xFF, out_bytes, stream));
     CK(cudaMemsetAsync(s.lse[1], 0xFF, lse_bytes, stream));
-    for (int call = 0; call < 2; call++) {
+    for (int call = 1; call <= GRAPH_AT + 1; call++) {
         CK(cudaMemsetAsync(s.out[0], 0xFF, out_bytes, stream));
         CK(cudaMemsetAsync(s.lse[0], 0xFF, lse_bytes, stream));
-        OK(plugin->attend(ctx, &moved.a));
+        OK(plugin->attend(logged, &moved.a));
         CK(cudaStreamSynchronize(stream));
+        assert_int_equal(graphs_logged, call >= GRAPH_AT ? 2 : 1);
         CK(cudaMemcpy(got, s.out[0], out_bytes, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(got_lse, s.lse[0], lse_bytes, cudaMemcpyDeviceToHost));
         assert_memory_equal(got, first, out_bytes);
@@ -356,17 +376,20 @@ static void eager_repeats_should_write_what_their_arguments_say(int64_t heads, i
      * struct this test has not called writes (run 0's cache, a copy of run 1's, its own workspace and
      * outputs: its first call, a direct launch). */
     refill(&s, 1);
-    OK(plugin->attend(ctx, &e.a));
+    OK(plugin->attend(logged, &e.a));
     const calls_t fresh = calls_for(&s, 0, stream);
-    OK(plugin->attend(ctx, &fresh.a));
+    OK(plugin->attend(logged, &fresh.a));
     CK(cudaStreamSynchronize(stream));
     assert_same(s.out[0], s.out[1], out_bytes, "out of new queries", 1);
     assert_same(s.lse[0], s.lse[1], lse_bytes, "lse of new queries", 1);
     CK(cudaMemcpy(got, s.out[1], out_bytes, cudaMemcpyDeviceToHost));
     assert_memory_not_equal(got, first, out_bytes);
+    assert_int_equal(graphs_logged, 2);
+    assert_int_equal(graph_failures_logged, 0);
     free(first), free(got), free(poison), free(first_lse), free(got_lse);
     step_free(&s);
     CK(cudaStreamDestroy(stream));
+    OK(plugin->shutdown(logged));
 }
 
 static void eager_repeats_should_follow_their_arguments_h16_batch1(void **state) {

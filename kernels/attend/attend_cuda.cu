@@ -111,48 +111,46 @@ static void destroy_graph(void *graph) {
     (void)cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
-/* The call's kernels (launch_call) captured on the table's own stream and instantiated; NULL when any
- * step fails (the error is cleared: the caller then launches directly, which reports its own). The
- * capture is thread-local: it neither sees nor disturbs captures on other threads' streams. */
-static cudaGraphExec_t build_graph(nvfp4_attend_launches_t *t, const nvfp4_mla_attend_kernel_args_t *a,
-                                   const attend_plan &pl) {
-    if (!t->capture_stream) {
-        cudaStream_t s = NULL;
-        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return NULL;
-        }
-        t->capture_stream = s;
-    }
-    const cudaStream_t s = (cudaStream_t)t->capture_stream;
-    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    const cudaError_t launched = launch_call(a, pl, s);
+/* The call's kernels (launch_call's) as a graph, built node by node (no stream capture: one open on
+ * any stream of the device would fail another host thread's cudaDeviceSynchronize meanwhile) and
+ * instantiated; NULL when any step fails (the error is cleared: the caller then launches directly,
+ * which reports its own). */
+static cudaGraphExec_t build_graph(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
+    const attend_kernel_t kernel = attend_kernel_for(a->record_bytes, attend_kind_of(&pl), attend_variant_of(&pl));
+    if (!kernel) return NULL;
     cudaGraph_t graph = NULL;
-    const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+    cudaGraphNode_t attention = NULL, merge = NULL;
     cudaGraphExec_t exec = NULL;
-    if (launched != cudaSuccess || ended != cudaSuccess || !graph ||
-        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    cudaError_t e = cudaGraphCreate(&graph, 0);
+    if (e == cudaSuccess)
+        e = nvfp4_graph_add_kernel(graph, &attention, NULL, false, kernel, dim3(pl.grid), dim3(pl.threads), pl.bytes,
+                                   attend_placement_cluster(a, &pl), *a, pl);
+    if (e == cudaSuccess && pl.splits > 1 && !pl.one_launch)
+        e = nvfp4_graph_add_kernel(graph, &merge, attention, true, merge_kernel_for(pl.splits),
+                                   dim3((unsigned)(a->num_queries * a->num_heads)), dim3(ATT_MERGE_THREADS), 0, 1, *a,
+                                   (int)pl.splits);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) (void)cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
         exec = NULL;
         (void)cudaGetLastError();
     }
-    if (graph) (void)cudaGraphDestroy(graph);
     return exec;
 }
 
-/* The prebuilt graph for this eager call, built now when the table has seen its arguments before; NULL:
- * launch directly (a first call, a table that cannot be allocated, a graph that could not be built). */
+/* The prebuilt graph for this eager call, built now at its struct's ATT_LAUNCH_BUILD_AT-th call; NULL:
+ * launch directly (an earlier call, a table that cannot be allocated, a graph that could not be built). */
 static cudaGraphExec_t eager_graph(nvfp4_attend_launches_t **launches, const nvfp4_mla_attend_kernel_args_t *a,
                                    const attend_plan &planned) {
     if (!*launches && !(*launches = (nvfp4_attend_launches_t *)calloc(1, sizeof **launches))) return NULL;
     attend_launch_entry *e = attend_launch_lookup(*launches, a, destroy_graph);
-    if (!e->graph && e->calls >= 2 && !e->no_graph) {
+    if (!e->graph && e->calls >= ATT_LAUNCH_BUILD_AT && !e->no_graph) {
         attend_plan pl = planned;
         if (a->merge_mode == NVFP4_ATTEND_MERGE_AUTO) pl.one_launch = 0; /* one host launch either way */
-        e->graph = build_graph(*launches, a, pl);
+        e->graph = build_graph(a, pl);
         e->no_graph = !e->graph;
+        if (e->graph) (*launches)->graphs_built++;
+        else (*launches)->graphs_failed++;
     }
     return (cudaGraphExec_t)e->graph;
 }
@@ -161,7 +159,6 @@ extern "C" void nvfp4_mla_release_launches_cuda(int32_t device_index, nvfp4_atte
     if (!launches) return;
     nvfp4_device_guard guard(device_index); /* a failed guard: the driver is gone, so are the graphs */
     attend_launch_clear(launches, destroy_graph);
-    if (launches->capture_stream) (void)cudaStreamDestroy((cudaStream_t)launches->capture_stream);
     (void)cudaGetLastError();
     free(launches);
 }

@@ -1,7 +1,7 @@
 /* The eager attend calls' launch table, on the host (attend_launches.c): a CUDA context remembers the
- * calls it saw, by their complete kernel arguments, and from an argument struct's second call on
- * launches it as one prebuilt CUDA graph holding the call's every kernel (the attention grid and, for
- * split-K, the merge kernel, with the programmatic edge between them).
+ * calls it saw, by their complete kernel arguments, and from an argument struct's ATT_LAUNCH_BUILD_AT-th
+ * call on launches it as one prebuilt CUDA graph holding the call's every kernel (the attention grid
+ * and, for split-K, the merge kernel, with the programmatic edge between them).
  *
  * Why: a kernel launch costs 3.5-4.5 us of host time on the H200's host, a split call launches two,
  * and an engine's eager decode loop (the prepared calls of host_shims/python/nvfp4_mla/prepared.py,
@@ -11,10 +11,12 @@
  * the whole struct, stream included, and any other struct is another entry.
  *
  * What stays as it was: calls on a capturing stream (cudaGraphLaunch is refused there, and the
- * engine's own graph already pays no host time) and a struct's first call launch directly, so a
- * one-shot call never pays for a graph (building one costs ~150 us). The table is the context's (one
- * thread at a time, the context's rule) and holds at most ATT_LAUNCH_ENTRIES structs, the least
- * recently used one making room. Plain C over opaque graph handles: tests/test_attend_launches.c
+ * engine's own graph already pays no host time) and a struct's first calls launch directly, so a
+ * one-shot call, or a shape an eager engine meets for a step or two, never pays for a graph (tens of
+ * microseconds to build). The graphs are built node by node, never by stream capture (an open capture
+ * fails other host threads' device-wide synchronisation). The table is the context's (one thread at a
+ * time, the context's rule) and holds at most ATT_LAUNCH_ENTRIES structs, the least recently used one
+ * making room; ops_attend.c logs each graph built (DEBUG) and each that could not be (WARN). Plain C over opaque graph handles: tests/test_attend_launches.c
  * holds its rules without a GPU; attend_cuda.cu builds, launches and destroys the graphs.
  */
 #ifndef NVFP4_MLA_ATTEND_LAUNCHES_H
@@ -32,6 +34,11 @@ extern "C" {
  * call each fit. */
 #define ATT_LAUNCH_ENTRIES 128
 
+/* The call of a struct that builds its graph: a struct called three times before is a loop's (the
+ * prepared calls, a decode step's layers); a padded batch size an eager engine keeps for a step or two
+ * is not worth a build. */
+#define ATT_LAUNCH_BUILD_AT 4
+
 typedef struct attend_launch_entry {
     nvfp4_mla_attend_kernel_args_t key; /* the call's arguments, compared byte for byte (no padding) */
     void *graph;       /* its cudaGraphExec_t once built; NULL before, or when building it failed */
@@ -45,7 +52,8 @@ typedef struct nvfp4_attend_launches {
     attend_launch_entry entries[ATT_LAUNCH_ENTRIES];
     int32_t used;           /* entries[0 .. used) hold keys */
     uint64_t clock;         /* calls looked up */
-    void *capture_stream;   /* the cudaStream_t graphs are captured on (attend_cuda.cu); NULL until one is */
+    int32_t graphs_built;   /* graphs built since the table was made (the plugin logs each) */
+    int32_t graphs_failed;  /* builds that failed (their keys launch directly; logged as warnings) */
 } nvfp4_attend_launches_t;
 
 /* The entry of `key`: an existing one with calls + 1, or a new one with calls = 1 and no graph, made
@@ -54,7 +62,7 @@ typedef struct nvfp4_attend_launches {
 attend_launch_entry *attend_launch_lookup(nvfp4_attend_launches_t *table, const nvfp4_mla_attend_kernel_args_t *key,
                                           void (*release)(void *graph));
 
-/* Every entry's graph to release(graph), the table emptied (the capture stream is the caller's). */
+/* Every entry's graph to release(graph), the table emptied (the counters kept). */
 void attend_launch_clear(nvfp4_attend_launches_t *table, void (*release)(void *graph));
 
 #ifdef __cplusplus

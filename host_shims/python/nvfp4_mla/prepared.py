@@ -28,7 +28,7 @@ Stream: `stream=` at bind is the default of every call; a call may pass another 
 torch or CuPy stream; None = the legacy default stream). CPU contexts take None only. A prepared
 call rewrites its struct: like its context, it is called by one thread at a time.
 
-Host time: run() repeats its struct, so from its second eager call on the plugin launches the call as one
+Host time: run() repeats its struct, so from its fourth eager call on the plugin launches the call as one
 prebuilt CUDA graph of its kernels (2-2.6 us of host time on the H200's host, against 3.5-4.5 us a
 kernel and two kernels for a split call; docs/architecture.md, kernels/attend/attend_launches.h).
 
