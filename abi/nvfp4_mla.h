@@ -75,7 +75,8 @@ typedef struct nvfp4_mla_plugin {
      *   UNSUPPORTED       a CUDA device that is unusable (no driver, no such ordinal, an
      *                     architecture not in the fatbin) or a build without the CUDA backend;
      *   CONFIG            (cuda) an attention setting of args->environ or the process environment
-     *                     (NVFP4_MLA_ATTEND_SMEM_CAP, NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE) that
+     *                     (NVFP4_MLA_ATTEND_SMEM_CAP, NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE,
+     *                     NVFP4_MLA_ATTEND_GRAPHS) that
      *                     the settings rule does not take, named with its quoted value;
      *   DEVICE            (cuda) the kernels' shared-memory limits cannot be set on the device;
      *   INTERNAL          a bug in the plugin. */

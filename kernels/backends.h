@@ -31,7 +31,7 @@ typedef struct nvfp4_mla_backend_ops {
     /* Attention. Plans once for the call and refuses (INVALID_ARGUMENT, both sizes named) when
      * args->workspace_bytes is less than that plan needs, before writing anything. `launches` is the
      * context's launch table (attend_launches.h: CUDA, made on first use, *launches NULL until then;
-     * the CPU ignores it). */
+     * the CPU ignores it); NULL: every call launches directly (NVFP4_MLA_ATTEND_GRAPHS=off). */
     void (*attend)(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_attend_launches_t **launches,
                    nvfp4_mla_kernel_result_t *result);
     /* Releases a context's launch table (NULL: nothing), its graphs and capture stream, on the context's

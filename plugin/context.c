@@ -40,6 +40,16 @@ nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *const *environ, int32
     return NVFP4_MLA_OK;
 }
 
+nvfp4_mla_status_t nvfp4_attend_graphs_parse(const char *const *environ, int32_t *graphs) {
+    char message[NVFP4_SETTING_MESSAGE_MAX];
+    nvfp4_setting_value_t choice = {0};
+    if (nvfp4_setting_read(NVFP4_SETTING_ATTEND_GRAPHS, environ, &choice, message, sizeof message)) {
+        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
+    }
+    *graphs = choice.index == 0; /* "auto" */
+    return NVFP4_MLA_OK;
+}
+
 static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx, const char *const *environ) {
 #if NVFP4_MLA_HAVE_CUDA
     if (nvfp4_mla_cuda_probe(ctx->device_index, ctx->device_name, sizeof ctx->device_name, ctx->backend_note,
@@ -49,7 +59,7 @@ static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx, const char *const 
     }
     nvfp4_mla_status_t st = nvfp4_attend_settings_parse(environ, &ctx->cuda.smem_per_block,
                                                         &ctx->attend_force_mma_sync, &ctx->attend_merge_mode);
-    if (st) {
+    if (st || (st = nvfp4_attend_graphs_parse(environ, &ctx->attend_graphs))) {
         return st;
     }
     if (nvfp4_mla_cuda_prepare(ctx->device_index, &ctx->cuda, ctx->backend_note, sizeof ctx->backend_note) != 0) {

@@ -25,6 +25,8 @@ struct nvfp4_mla_context {
     nvfp4_mla_cuda_limits_t cuda;   /* CUDA contexts: the device as read at init, smem after the cap */
     int32_t attend_force_mma_sync;  /* NVFP4_MLA_ATTEND_MMA=sync */
     int32_t attend_merge_mode;      /* NVFP4_ATTEND_MERGE_*, from NVFP4_MLA_ATTEND_MERGE */
+    int32_t attend_graphs;          /* 1: repeated eager attends may launch as prebuilt graphs
+                                       (NVFP4_MLA_ATTEND_GRAPHS=auto, the default); 0: off */
     nvfp4_attend_launches_t *attend_launches; /* CUDA: eager calls' prebuilt launches (attend_launches.h),
                                                  made by the first attend that needs it, released by shutdown */
 };
@@ -42,6 +44,10 @@ nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_
  * ERR_CONFIG naming the variable and its quoted value otherwise, every output left as it was. */
 nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *const *environ, int32_t *smem_per_block,
                                                int32_t *force_mma_sync, int32_t *merge_mode);
+
+/* NVFP4_MLA_ATTEND_GRAPHS in `environ` (as above): "auto" (or unset, "") sets *graphs to 1, "off" to 0;
+ * ERR_CONFIG naming the variable and its quoted value otherwise, *graphs left as it was. */
+nvfp4_mla_status_t nvfp4_attend_graphs_parse(const char *const *environ, int32_t *graphs);
 
 /* INVALID_ARGUMENT naming `op` unless ctx is a live context (not NULL, its magic set). */
 nvfp4_mla_status_t nvfp4_context_check(const nvfp4_mla_context_t *ctx, const char *op);

@@ -194,7 +194,8 @@ nvfp4_mla_status_t nvfp4_op_attend(nvfp4_mla_context_t *ctx, const nvfp4_mla_att
     nvfp4_mla_kernel_result_t res = {0, ""};
     const nvfp4_attend_launches_t *t = ctx->attend_launches;
     const int32_t built = t ? t->graphs_built : 0, failed = t ? t->graphs_failed : 0;
-    ctx->ops->attend(&k, &ctx->attend_launches, &res); /* plans once, and refuses a workspace shorter than its plan */
+    /* plans once, and refuses a workspace shorter than its plan; no table: every call launches directly */
+    ctx->ops->attend(&k, ctx->attend_graphs ? &ctx->attend_launches : NULL, &res);
     if ((t = ctx->attend_launches) && t->graphs_built != built) {
         nvfp4_log(&ctx->host, NVFP4_MLA_LOG_DEBUG,
                   "nvfp4-mla: attend: call %d of one argument struct: its launches are now one prebuilt graph "

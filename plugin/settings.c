@@ -20,6 +20,7 @@ static const char *const policy_names[NVFP4_MLA_WRITER_POLICY_COUNT] = {
 /* The attention's engines and merges; init maps the index (context.c). */
 static const char *const mma_names[] = {"auto", "sync"};
 static const char *const merge_names[] = {"auto", "separate", "in-launch"};
+static const char *const graph_names[] = {"auto", "off"};
 #define NAMES(list) list, (int)(sizeof list / sizeof list[0])
 
 const nvfp4_setting_t nvfp4_settings[NVFP4_SETTINGS] = {
@@ -34,6 +35,8 @@ const nvfp4_setting_t nvfp4_settings[NVFP4_SETTINGS] = {
     [NVFP4_SETTING_ATTEND_MMA] = {NVFP4_ENV_ATTEND_MMA, NVFP4_SETTING_KIND_CHOICE, "init", "auto", NAMES(mma_names)},
     [NVFP4_SETTING_ATTEND_MERGE] = {NVFP4_ENV_ATTEND_MERGE, NVFP4_SETTING_KIND_CHOICE, "init", "auto",
                                     NAMES(merge_names)},
+    [NVFP4_SETTING_ATTEND_GRAPHS] = {NVFP4_ENV_ATTEND_GRAPHS, NVFP4_SETTING_KIND_CHOICE, "init", "auto",
+                                     NAMES(graph_names)},
     [NVFP4_SETTING_PLUGIN] = {NVFP4_MLA_PLUGIN_ENV, NVFP4_SETTING_KIND_PATH, "loader", "no plugin selected"},
 };
 

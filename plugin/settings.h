@@ -4,7 +4,8 @@
  * The table (nvfp4_settings, below) names each variable, its kind, what unset means and the call
  * that reads it: the configuration (config_create: VLLM_NVFP4_MLA_DYNAMIC_SCALE, KV_FP8_ROPE,
  * VLLM_NVFP4_MLA_SCALES_FILE, NVFP4_MLA_WRITER_POLICY), a CUDA context's init
- * (NVFP4_MLA_ATTEND_SMEM_CAP, NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE) and the host loader
+ * (NVFP4_MLA_ATTEND_SMEM_CAP, NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE, NVFP4_MLA_ATTEND_GRAPHS) and the
+ * host loader
  * (NVFP4_MLA_PLUGIN, read before any plugin exists, so the loader library compiles this file too).
  * The plugin reads its rows only through nvfp4_setting_read, from the snapshot the host passed
  * (config_create's request->environ, init's args->environ) or, without one, the process
@@ -85,6 +86,7 @@ void nvfp4_setting_quote(const char *value, char *out, size_t out_size);
 #define NVFP4_ENV_ATTEND_SMEM_CAP "NVFP4_MLA_ATTEND_SMEM_CAP"
 #define NVFP4_ENV_ATTEND_MMA "NVFP4_MLA_ATTEND_MMA"
 #define NVFP4_ENV_ATTEND_MERGE "NVFP4_MLA_ATTEND_MERGE"
+#define NVFP4_ENV_ATTEND_GRAPHS "NVFP4_MLA_ATTEND_GRAPHS"
 
 typedef enum nvfp4_setting_kind {
     NVFP4_SETTING_KIND_BOOL,          /* nvfp4_setting_bool */
@@ -103,6 +105,7 @@ typedef enum nvfp4_setting_id {
     NVFP4_SETTING_ATTEND_SMEM_CAP, /* NVFP4_MLA_ATTEND_SMEM_CAP: caps the attention's shared memory */
     NVFP4_SETTING_ATTEND_MMA,      /* NVFP4_MLA_ATTEND_MMA: "sync" forces the mma.sync consumers */
     NVFP4_SETTING_ATTEND_MERGE,    /* NVFP4_MLA_ATTEND_MERGE: how split-K partials are merged */
+    NVFP4_SETTING_ATTEND_GRAPHS,   /* NVFP4_MLA_ATTEND_GRAPHS: "off" keeps repeated eager calls off prebuilt graphs */
     NVFP4_SETTING_PLUGIN,          /* NVFP4_MLA_PLUGIN: the plugin file or folder (host loaders) */
     NVFP4_SETTINGS                 /* the number of rows */
 } nvfp4_setting_id_t;

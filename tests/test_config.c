@@ -577,6 +577,30 @@ static void attend_settings_should_parse_strictly(void **state) {
     assert_int_equal(merge, NVFP4_ATTEND_MERGE_AUTO);
 }
 
+/* NVFP4_MLA_ATTEND_GRAPHS: auto (unset, "", any case) lets repeated eager attends launch as prebuilt
+ * graphs, off keeps every call a direct launch; anything else is refused by name, with the value quoted
+ * and the names listed, and leaves the output as it was. */
+static void attend_graphs_setting_should_parse_strictly(void **state) {
+    (void)state;
+    int32_t graphs = 7;
+    const char *unset[] = {NULL}, *empty[] = {NVFP4_ENV_ATTEND_GRAPHS "=", NULL};
+    const char *off[] = {NVFP4_ENV_ATTEND_GRAPHS "=OFF", NULL}, *on[] = {NVFP4_ENV_ATTEND_GRAPHS "=auto", NULL};
+    assert_int_equal(nvfp4_attend_graphs_parse(unset, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(graphs, 1);
+    assert_int_equal(nvfp4_attend_graphs_parse(off, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(graphs, 0);
+    assert_int_equal(nvfp4_attend_graphs_parse(empty, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(graphs, 1);
+    assert_int_equal(nvfp4_attend_graphs_parse(off, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(nvfp4_attend_graphs_parse(on, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(graphs, 1);
+    const char *bad[] = {NVFP4_ENV_ATTEND_GRAPHS "=0", NULL};
+    assert_int_equal(nvfp4_attend_graphs_parse(bad, &graphs), NVFP4_MLA_ERR_CONFIG);
+    assert_int_equal(graphs, 1);
+    assert_string_equal(nvfp4_last_error(),
+                        "init: NVFP4_MLA_ATTEND_GRAPHS=\"0\" is not one of: auto, off (any case); unset or empty is auto");
+}
+
 /* init's attention settings come from the host's snapshot when it passes one, the process
  * environment otherwise (an empty snapshot hides a bad process value; a snapshot's bad value is
  * refused although the process has none). */
@@ -669,6 +693,7 @@ int main(void) {
         cmocka_unit_test(source_should_be_reported_through_the_log_callback),
         cmocka_unit_test(attend_settings_should_parse_strictly),
         cmocka_unit_test(attend_settings_should_come_from_the_snapshot),
+        cmocka_unit_test(attend_graphs_setting_should_parse_strictly),
         cmocka_unit_test(settings_table_should_hold_every_variable_once),
         cmocka_unit_test(init_should_take_the_1_0_args_and_a_snapshot),
     };

@@ -142,6 +142,7 @@ static cudaGraphExec_t build_graph(const nvfp4_mla_attend_kernel_args_t *a, cons
  * launch directly (an earlier call, a table that cannot be allocated, a graph that could not be built). */
 static cudaGraphExec_t eager_graph(nvfp4_attend_launches_t **launches, const nvfp4_mla_attend_kernel_args_t *a,
                                    const attend_plan &planned) {
+    if (!launches) return NULL; /* NVFP4_MLA_ATTEND_GRAPHS=off */
     if (!*launches && !(*launches = (nvfp4_attend_launches_t *)calloc(1, sizeof **launches))) return NULL;
     attend_launch_entry *e = attend_launch_lookup(*launches, a, destroy_graph);
     if (!e->graph && e->calls >= ATT_LAUNCH_BUILD_AT && !e->no_graph) {

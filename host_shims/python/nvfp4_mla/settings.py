@@ -114,10 +114,12 @@ ATTEND_SMEM_CAP = Setting("NVFP4_MLA_ATTEND_SMEM_CAP", "count", "init", "no cap"
                           lo=16384, hi=2**31 - 1)
 ATTEND_MMA = Setting("NVFP4_MLA_ATTEND_MMA", "choice", "init", "auto", ("auto", "sync"))
 ATTEND_MERGE = Setting("NVFP4_MLA_ATTEND_MERGE", "choice", "init", "auto", ("auto", "separate", "in-launch"))
+ATTEND_GRAPHS = Setting("NVFP4_MLA_ATTEND_GRAPHS", "choice", "init", "auto", ("auto", "off"))
 PLUGIN = Setting(_abi.PLUGIN_ENV, "path", "loader", "no plugin selected")
 
 # In the C table's order (nvfp4_setting_id_t).
-SETTINGS = (DYNAMIC_SCALE, FP8_ROPE, SCALES_FILE, WRITER_POLICY, ATTEND_SMEM_CAP, ATTEND_MMA, ATTEND_MERGE, PLUGIN)
+SETTINGS = (DYNAMIC_SCALE, FP8_ROPE, SCALES_FILE, WRITER_POLICY, ATTEND_SMEM_CAP, ATTEND_MMA, ATTEND_MERGE, ATTEND_GRAPHS,
+            PLUGIN)
 
 
 def parse(setting, value):
