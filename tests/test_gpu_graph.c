@@ -412,6 +412,35 @@ static void eager_repeats_should_follow_their_arguments_h128_batch64(void **stat
     eager_repeats_should_write_what_their_arguments_say(128, 64); /* unsplit: one kernel in the graph */
 }
 
+/* NVFP4_MLA_ATTEND_GRAPHS=off (the host's snapshot): GRAPH_AT + 1 eager calls of one struct build no
+ * graph (none logged) and write what a context with graphs writes. */
+static void graphs_off_should_launch_every_call_directly(void **state) {
+    (void)state;
+    nvfp4_mla_host_desc_t host = {sizeof host, 0, "test_gpu_graph", count_graph_lines, NULL};
+    const char *off[] = {"NVFP4_MLA_ATTEND_GRAPHS=off", NULL};
+    nvfp4_mla_init_args_t init = {sizeof init, NVFP4_MLA_DEVICE_CUDA, 0, 0, &host, {0}, off};
+    nvfp4_mla_context_t *direct = NULL;
+    OK(plugin->init(&init, &direct));
+    graphs_logged = graph_failures_logged = 0;
+    step_t s;
+    step_init(&s, 8, 128);
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    refill(&s, 0);
+    const calls_t e = calls_for(&s, 1, stream), g = calls_for(&s, 0, stream);
+    for (int call = 1; call <= GRAPH_AT + 1; call++) {
+        OK(plugin->attend(direct, &e.a));
+        OK(plugin->attend(ctx, &g.a)); /* the default context: its graph from call GRAPH_AT */
+    }
+    CK(cudaStreamSynchronize(stream));
+    assert_int_equal(graphs_logged, 0);
+    assert_same(s.out[0], s.out[1], (size_t)8 * 128 * 512 * 2, "out with and without graphs", 0);
+    assert_same(s.lse[0], s.lse[1], (size_t)8 * 128 * 4, "lse with and without graphs", 0);
+    step_free(&s);
+    CK(cudaStreamDestroy(stream));
+    OK(plugin->shutdown(direct));
+}
+
 /* A CUDA context reads its attention settings from the host's snapshot (init_args.environ, ABI
  * 1.1) when one is passed, ignoring the process environment; a 1.0-sized struct (no snapshot)
  * reads the process environment. */
@@ -486,6 +515,7 @@ int main(void) {
         cmocka_unit_test(eager_repeats_should_follow_their_arguments_h16_batch32),
         cmocka_unit_test(eager_repeats_should_follow_their_arguments_h128_batch8),
         cmocka_unit_test(eager_repeats_should_follow_their_arguments_h128_batch64),
+        cmocka_unit_test(graphs_off_should_launch_every_call_directly),
         cmocka_unit_test(init_should_read_the_attention_settings_from_the_host_snapshot),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
