@@ -25,6 +25,10 @@ WHAT = {  # file: (what it holds, the command that makes it on the GPU machine)
                               "attend, 4 layers in one CUDA graph) beside FlashMLA on 656-byte records",
                               "python3 bench/vllm_decode_step.py --flashmla .anchor/_flashmla_C.abi3.so "
                               "--json vllm_decode_step.json"),
+    "attend_probes.json": ("what bounds attend: the plugin beside its stage-removal probe builds (issue 46), decode "
+                           "batch 128 at h = 64 and 128 and prefill at h = 128; the plugin's output checked",
+                           "python3 bench/attend_probes.py --probes build-gpu/bench --json attend_probes.json "
+                           "(probes: meson -Dattend_probes=true)"),
     "quality.json": ("reconstruction error per layer and mode (CPU; QUALITY.md)",
                      "build/host_shims/cli/nvfp4-mla quality --tokens 512 --json results/quality.json"),
 }
@@ -351,6 +355,42 @@ def vllm_step_section(v):
             + table(["h", "batch", "nvfp4 368 us", "FlashMLA 656 us", "speedup", "check"], rows))
 
 
+# ---- attend_probes.json (issue 46) ----
+
+def _probe_time(b):
+    """A build's time in a case (us; ms for prefill), with its us a CTA-tile and its share of the
+    plugin's time."""
+    t = med(b["us"])
+    time_text = f"{t / 1e3:.2f} ms" if t >= 1e3 else f"{t:.1f} us"
+    tile = "-" if b["us_per_cta_tile"] is None else f"{b['us_per_cta_tile']:.2f}"
+    return f"{time_text} ({tile}; {med(b['of_plugin']):.2f})"
+
+
+def probes_section(p):
+    """Each build's time per case, its us a CTA-tile and its share of the plugin's time (rounds'
+    median); the plugin's row checked, the probes' unchecked by design; then the plans' tiles."""
+    cases = p["cases"]
+    rows = []
+    for i, first in enumerate(cases[0]["builds"]):
+        bs = [c["builds"][i] for c in cases]
+        if first["bits"] == 0:
+            check = " / ".join(b["check"]["check"] for b in bs)
+        else:
+            check = "unchecked (probe: garbage by design)"
+        label = "plugin" if first["bits"] == 0 else f"probe {first['bits']}"
+        rows.append([label, first["what"]] + [_probe_time(b) for b in bs] + [check])
+    header = ["build", "leaves out"] + [c["case"] for c in cases] + ["check"]
+    plans = "; ".join(f"{c['case']}: {c['plan']['items']} items x {c['plan']['tiles_per_item']} tiles on "
+                      f"{c['plan']['ctas']} CTAs ({c['plan']['tiles_per_cta']:.2f} a CTA, {c['plan']['kind']} kind)"
+                      if c["plan"] else f"{c['case']}: no plan row for the device" for c in cases)
+    cfg = p["config"]
+    return ("Time a call (us; prefill ms), median over rounds of back-to-back eager launches, each cell "
+            "`time (us a CTA-tile; share of the plugin's time)`:\n\n" + table(header, rows) +
+            f"\n\nCTA-tiles: {plans}. {cfg['rounds']} rounds of {cfg['reps']} interleaved samples a build; "
+            f"{cfg['tokens']} records of {cfg['record_bytes']} bytes, top-k {cfg['topk']}. The plugin's check: "
+            f"{p['checks']} (its output against a float32 attention over the records).")
+
+
 # ---- the opening table, README's list, results/PROVENANCE ----
 
 def _verdict(ok):
@@ -533,6 +573,11 @@ def blocks(res):
         "prefill": caption(res, "flashmla_compare.json") + "\n\n" + prefill_section(cmp) if cmp else
         missing("flashmla_compare.json"),
         "hot-path": caption(res, "hot_path.json") + "\n\n" + hot_path_section(hp) if hp else missing("hot_path.json"),
+        "what-bounds": (caption(res, "attend_probes.json") + "\n\n" + probes_section(res["attend_probes.json"])
+                        if res.get("attend_probes.json") else missing("attend_probes.json") +
+                        " The probe builds (`-Dattend_probes=true`) and `bench/attend_probes.py` are new (issue 46) "
+                        "and have not run on the H200 yet; issue 46's table of the same probes came from builds "
+                        "that were never committed, so it is not reproduced here."),
         "vllm-step": (caption(res, "vllm_decode_step.json") + "\n\n" + vllm_step_section(res["vllm_decode_step.json"])
                       if res.get("vllm_decode_step.json") else missing("vllm_decode_step.json") +
                       " Its first run on the H200 (results/runs/) checked the plugin path against a reference that "

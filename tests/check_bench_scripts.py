@@ -9,7 +9,8 @@
   - the rounds (bench/flashmla_compare.py): a peer that moves more than 3% between rounds, or fewer
     than 3 rounds, give no headline; the rows' JSON as the GPU run writes it (the classes' own row()
     over made-up round times) renders through bench/compare_table.py;
-  - provenance (bench/provenance.py) and hot_path.py --device cpu: the JSON carries it.
+  - provenance (bench/provenance.py) and hot_path.py --device cpu: the JSON carries it;
+  - bench/attend_probes.py end to end, the plugin standing in for its probe builds (issue 46).
 Skips (77) without PyTorch and numpy.
     usage: check_bench_scripts.py SOURCE_ROOT   (NVFP4_MLA_PLUGIN_PATH: the built plugin)
 """
@@ -270,11 +271,43 @@ def dry_run_cpu():
     return rows
 
 
+def probes_dry_run_cpu():
+    """bench/attend_probes.py end to end on the CPU backend (issue 46): the plugin standing in for two
+    probe builds (links under their names), small cases, top-k 128, wall-clock times that mean
+    nothing: several plugins loaded at once, the rounds, the plugin's check, the JSON with every
+    build's provenance, and its block of BENCHMARKS.md."""
+    import attend_probes as ap
+    fc.DEVICE, ap.DEVICE, ap.TOPK, ap.PREFILL_CONTEXT = "cpu", "cpu", 128, 8192
+    ap.CASES = (("decode b=4 h=64", 4, 1, 64, 2), ("prefill 8 h=16", 1, 8, 16, 1))
+    os.environ["NVFP4_MLA_PLUGIN"] = PLUGIN
+    with tempfile.TemporaryDirectory() as tmp:
+        for bits in (3, 4):
+            os.symlink(os.path.abspath(PLUGIN), os.path.join(tmp, f"libnvfp4_mla_attend_probe{bits}.so"))
+        out = os.path.join(tmp, "attend_probes.json")
+        code = ap.main(["--probes", tmp, "--tokens", "16384", "--rounds", "3", "--reps", "2", "--json", out])
+        with open(out) as f:
+            report = json.load(f)
+    builds = [[b["build"] for b in c["builds"]] for c in report["cases"]]
+    expect(code == 0 and report["checks"] == "all PASS" and builds == [["plugin", "probe3", "probe4"]] * 2 and
+           all(b["check"] == "unchecked (probe)" for c in report["cases"] for b in c["builds"][1:]) and
+           all(len(b["us"]["rounds"]) == 3 and b["us_per_cta_tile"] is None for c in report["cases"]
+               for b in c["builds"]),
+           "attend_probes.py runs end to end on the CPU: three builds a case, three rounds, the plugin's rows "
+           "checked (PASS), the probes' unchecked, no per-tile figure off the plan's devices")
+    expect(not provenance.check(report["provenance"]) and sorted(report["provenance"]["probes"]) == ["probe3", "probe4"]
+           and report["provenance"]["probes"]["probe3"]["switches"] == ["NO_LOADS", "NO_DEQUANT"],
+           "attend_probes.json carries the run's provenance and each probe plugin's, with its switches")
+    text = compare_table.figures.probes_section(report)
+    print(text)
+    expect("| probe 4 | consumers: no wgmma" in text, "its block renders a row a build")
+
+
 if __name__ == "__main__":
     good = checks_on_cpu()
     rounds_and_headline()
     report = made_up_report(good)
     documents_from_new_files(report, hot_path_cpu())
     dry_run_cpu()
+    probes_dry_run_cpu()
     print(f"{len(failures)} failed" if failures else "all passed")
     sys.exit(1 if failures else 0)

@@ -6,6 +6,7 @@
 #define NVFP4_MLA_ATTEND_PRODUCER_CUH
 
 #include "attend_pipeline.cuh"
+#include "attend_probe.cuh"
 
 /* ---- producer: copies ---- */
 
@@ -286,6 +287,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     const attend_bars bars = bars_of(smem, pl);
     Meta *meta = reinterpret_cast<Meta *>(smem + pl.off_meta);
     const int per_tile = pl.resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS;
+    const uint32_t warm = att_probe_warm_tiles(pl.stages, pl.slots, per_tile); /* probe builds only */
     tile_cursor cur;
     cur.item = blockIdx.x;
     cursor_seek(a, pl, cur);
@@ -298,7 +300,8 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     for (uint32_t tile = 0; tile < issued; tile++) {
         const int stage = (int)(tile % (uint32_t)pl.stages);
         /* The next copies' slots, in flight during this tile's dequantisation. */
-        const int32_t next = cur.valid ? load_tile_slot<PT>(a, cur, warp, lane) : -1;
+        const int32_t next =
+            cur.valid && att_probe_keeps<ATT_PROBE_NO_LOADS>(issued, warm) ? load_tile_slot<PT>(a, cur, warp, lane) : -1;
         mbar_wait(&bars.raw_full[stage], (tile / (uint32_t)pl.stages) & 1u);
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
@@ -307,9 +310,12 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             for (int i = IN_ORDER ? ATT_LATENT_BLOCKS : 0; i < ATT_TILE_BLOCKS; i++)
                 mbar_wait(&bars.slot_empty[slot_after(s0, i, pl)], pos_parity(pos + i, pl) ^ 1u);
             write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
-            dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + s0 * ATT_BLOCK, t);
-            dequant_latent_tile<RB, PT>(
-                raw, valid, smem + pl.off_ring, [&](uint32_t b) { return slot_after(s0, 1 + b, pl) * ATT_BLOCK; }, t);
+            if (att_probe_keeps<ATT_PROBE_NO_DEQUANT>(tile, warm)) {
+                dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + s0 * ATT_BLOCK, t);
+                dequant_latent_tile<RB, PT>(
+                    raw, valid, smem + pl.off_ring, [&](uint32_t b) { return slot_after(s0, 1 + b, pl) * ATT_BLOCK; },
+                    t);
+            }
             fence_proxy_async();
             for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.slot_full[slot_after(s0, i, pl)]);
             pos += ATT_TILE_BLOCKS;
@@ -320,8 +326,8 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             uint8_t *blk = smem + pl.off_ring + slot * ATT_BLOCK;
             if (i == 0) {
                 write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
-                dequant_rope<RB, PT>(raw, valid, blk, t);
-            } else {
+                if (att_probe_keeps<ATT_PROBE_NO_DEQUANT>(tile, warm)) dequant_rope<RB, PT>(raw, valid, blk, t);
+            } else if (att_probe_keeps<ATT_PROBE_NO_DEQUANT>(tile, warm)) {
                 dequant_latent<RB, PT>(raw, valid, blk, (i - 1) & (ATT_LATENT_BLOCKS - 1), t);
             }
             fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
@@ -329,7 +335,10 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
         }
         named_sync(BAR_PRODUCER, PT); /* every producer thread is done with the stage */
         if (cur.valid) {
-            issue_tile<RB, PT>(a, pl, smem, bars, next, stage, warp, lane);
+            if (att_probe_keeps<ATT_PROBE_NO_LOADS>(issued, warm))
+                issue_tile<RB, PT>(a, pl, smem, bars, next, stage, warp, lane);
+            else
+                mbar_arrive(&bars.raw_full[stage]); /* the NO_LOADS probe: the stage's arrivals without copies */
             cursor_next(a, pl, cur);
             issued++;
         }

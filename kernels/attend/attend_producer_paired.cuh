@@ -58,6 +58,16 @@ static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kerne
     if (part == 0) q.scales_rs = __ldg(reinterpret_cast<const uint2 *>(rec + L::rope_scale_offset));
 }
 
+/* From part 0 of key k: the key's metadata. */
+template <int RB>
+static __device__ __forceinline__ void write_quarter_meta(const nvfp4_mla_attend_kernel_args_t &a,
+                                                          const record_quarter<RB> &q, wide_meta *m, int k, int part) {
+    if (part == 0)
+        write_key_meta<RB>(
+            a, q.valid, [&] { return __uint_as_float(q.scales_rs.y); }, [&] { return __uint_as_float(q.scales_rs.x); },
+            m, k);
+}
+
 /* Key k's quarter q into tile buffer `buf`: the RoPE chunks 2p, 2p + 1 (368: the bare E4M3 values,
  * exact in bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks 1 + 2p, 2 + 2p) and, from
  * part 0, the key's metadata. */
@@ -65,10 +75,7 @@ template <int RB>
 static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a,
                                                      const record_quarter<RB> &q, uint8_t *buf, wide_meta *m, int k,
                                                      int part) {
-    if (part == 0)
-        write_key_meta<RB>(
-            a, q.valid, [&] { return __uint_as_float(q.scales_rs.y); }, [&] { return __uint_as_float(q.scales_rs.x); },
-            m, k);
+    write_quarter_meta<RB>(a, q, m, k, part);
     uint4 lo, hi;
     if (record_layout<RB>::fp8_rope) e4m3x16_bf16(q.rope[0], lo, hi);
     else lo = stored_rope_bf16(q.rope[0]), hi = stored_rope_bf16(q.rope[q.rope_chunks - 1]);
@@ -79,6 +86,26 @@ static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kern
     uint8_t *row = buf + ATT_BLOCK + (swizzle_off(k, 0) - r16); /* store_latent_groups8's row; base: block 1 */
     store_latent_groups8(row, [](uint32_t b) { return b * (uint32_t)ATT_BLOCK; }, r16, 8u * (uint32_t)part, q.codes,
                          q.scales.x, q.scales.y);
+}
+
+/* ---- the stage-removal probes (attend_probe.cuh; off in normal builds) ---- */
+
+/* The NO_DEQUANT probe's write_quarter: the key metadata alone. While the loads run (NO_LOADS off),
+ * their words are folded into a store that never happens (`zero` is 0), so that they stay loads
+ * consumed here, where write_quarter consumes them, rather than dead code. */
+template <int RB>
+static __device__ __forceinline__ void probe_write_quarter(const nvfp4_mla_attend_kernel_args_t &a,
+                                                           const record_quarter<RB> &q, uint8_t *buf, wide_meta *m,
+                                                           int k, int part) {
+    write_quarter_meta<RB>(a, q, m, k, part);
+    if constexpr (!att_probe<ATT_PROBE_NO_LOADS>()) {
+        uint32_t fold = q.scales.x ^ q.scales.y ^ q.scales_rs.x ^ q.scales_rs.y;
+#pragma unroll
+        for (int i = 0; i < 4; i++) fold ^= q.codes[i].x ^ q.codes[i].y ^ q.codes[i].z ^ q.codes[i].w;
+#pragma unroll
+        for (int i = 0; i < q.rope_chunks; i++) fold ^= q.rope[i].x ^ q.rope[i].y ^ q.rope[i].z ^ q.rope[i].w;
+        if ((fold & att_probe_zero(a)) != 0u) *reinterpret_cast<uint32_t *>(buf + swizzle_off(k, 16 * part)) = fold;
+    }
 }
 
 /* The paired producer (thread t = 0..PT-1, PT = 256: four threads a key). Tile X: buffer X & 1
@@ -96,6 +123,10 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
     tile_cursor cur;
     cur.item = blockIdx.x;
     cursor_seek(a, pl, cur);
+    /* Probe builds: the warm tiles, one a buffer; 0 added at run time, so that nvcc does not peel
+     * them off the loop (after them the held quarter would be loop-invariant, its dequantisation
+     * hoisted out of the NO_LOADS probe's loop). */
+    const uint32_t warm = ATT_PAIRED_BUFFERS + att_probe_zero(a);
     record_quarter<RB> q;
     load_quarter<RB>(a, pl, cur, k, part, q);
     for (uint32_t tile = 0; cur.valid; tile++) {
@@ -103,11 +134,15 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
         uint8_t *buf = paired_buffer(smem, pl, tile);
         for (int i = 0; i < ATT_TILE_BLOCKS; i++)
             mbar_wait(&bars.slot_empty[ATT_TILE_BLOCKS * b + i], paired_phase(tile) ^ 1u);
-        write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
+        if (att_probe_keeps<ATT_PROBE_NO_DEQUANT>(tile, warm))
+            write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
+        else
+            probe_write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
         fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
         for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.slot_full[ATT_TILE_BLOCKS * b + i]);
         cursor_next(a, pl, cur);
-        load_quarter<RB>(a, pl, cur, k, part, q); /* the next tile's, in flight through the next wait */
+        if (att_probe_keeps<ATT_PROBE_NO_LOADS>(tile + 1, warm))
+            load_quarter<RB>(a, pl, cur, k, part, q); /* the next tile's, in flight through the next wait */
     }
 }
 

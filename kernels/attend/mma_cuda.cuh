@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "attend_probe.cuh" /* the NO_MMA probe's stand-in (off in normal builds) */
+
 static __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
@@ -33,6 +35,7 @@ static __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, const void *p)
 
 /* d += a * b: m16n8k16, bf16 in, f32 accumulate (a: 4 registers, b: 2). */
 static __device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    if constexpr (att_probe<ATT_PROBE_NO_MMA>()) return att_probe_mma_skipped<4>(d);
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

@@ -154,6 +154,7 @@ static __device__ __forceinline__ void setmaxnreg_dec() {
  * blocks' transposed view in P.V) or K-major (0); B is K-major. */
 template <int TRANS_A>
 static __device__ __forceinline__ void wgmma_ss_n16(float *d, uint64_t da, uint64_t db, int accumulate) {
+    if constexpr (att_probe<ATT_PROBE_NO_MMA>()) return att_probe_mma_skipped<8>(d);
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, "
                  "1, %11, %12;\n}\n"
@@ -165,6 +166,7 @@ static __device__ __forceinline__ void wgmma_ss_n16(float *d, uint64_t da, uint6
  * blocks' transposed view in P.V) or K-major (0); B is K-major. */
 template <int TRANS_A>
 static __device__ __forceinline__ void wgmma_ss_n32(float *d, uint64_t da, uint64_t db, int accumulate) {
+    if constexpr (att_probe<ATT_PROBE_NO_MMA>()) return att_probe_mma_skipped<16>(d);
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
                  "%11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
@@ -177,6 +179,7 @@ static __device__ __forceinline__ void wgmma_ss_n32(float *d, uint64_t da, uint6
  * (1, the blocks' transposed view in P.V) or K-major (0). */
 template <int TRANS_B>
 static __device__ __forceinline__ void wgmma_ss_n64(float *d, uint64_t da, uint64_t db, int accumulate) {
+    if constexpr (att_probe<ATT_PROBE_NO_MMA>()) return att_probe_mma_skipped<32>(d);
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
                  "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
@@ -192,6 +195,7 @@ static __device__ __forceinline__ void wgmma_ss_n64(float *d, uint64_t da, uint6
 /* D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A from registers (the accumulator-shaped bf16
  * fragment), B from shared memory, MN-major (the blocks' transposed view in P.V). */
 static __device__ __forceinline__ void wgmma_rs_n64(float *d, const uint32_t *a, uint64_t db, int accumulate) {
+    if constexpr (att_probe<ATT_PROBE_NO_MMA>()) return att_probe_mma_skipped<32>(d);
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
                  "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
@@ -210,6 +214,7 @@ static __device__ __forceinline__ void wgmma_rs_n64(float *d, const uint32_t *a,
  * accumulators fail ptxas C7602: it checks them against __launch_bounds__(512, 1)'s 128
  * registers a thread, not against the setmaxnreg counts.) */
 static __device__ __forceinline__ void wgmma_ss_n128(float *d, uint64_t da, uint64_t db, int accumulate) {
+    if constexpr (att_probe<ATT_PROBE_NO_MMA>()) return att_probe_mma_skipped<64>(d);
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
                  "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
@@ -230,6 +235,7 @@ static __device__ __forceinline__ void wgmma_ss_n128(float *d, uint64_t da, uint
 /* D[64 x 128] (+)= A[64 x 16] * B[16 x 128], A from registers, B from shared memory (as
  * wgmma_ss_n128). */
 static __device__ __forceinline__ void wgmma_rs_n128(float *d, const uint32_t *a, uint64_t db, int accumulate) {
+    if constexpr (att_probe<ATT_PROBE_NO_MMA>()) return att_probe_mma_skipped<64>(d);
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "

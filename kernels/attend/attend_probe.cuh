@@ -1,0 +1,87 @@
+/* Stage-removal probes of the attention pipeline (issue 46, "what bounds it"): compile-time switches
+ * that take one part of a tile's work out of a build, so that what is left can be timed
+ * (bench/attend_probes.py; the builds: -Dattend_probes=true, kernels/ and bench/meson.build). Off in
+ * every normal build: NVFP4_MLA_ATTEND_PROBE is 0 unless a probe build passes it, every switch is a
+ * constant of it (att_probe, att_probe_keeps) that is false there, and at 0 the attention kernels'
+ * objects are the same byte for byte as without the switches (docs/performance-notes.md, "Stage-removal
+ * probes", says how that was shown).
+ *
+ * A probe's outputs are garbage by design: it times, it does not compute. What each keeps is every
+ * barrier protocol (the mbarrier arrivals and waits, named barriers, the consumers' releases), every
+ * index a loop or a wait needs (the cursor's walk, the key metadata the consumers read), and every
+ * address in bounds: a probe build neither hangs nor touches memory a normal build would not. The
+ * producer probes start after its warm tiles (att_probe_warm_tiles): until then it loads and writes
+ * for real, so that every ring slot and raw stage holds a real tile's bytes that the later, skipped
+ * tiles then reuse.
+ */
+#ifndef NVFP4_MLA_ATTEND_PROBE_CUH
+#define NVFP4_MLA_ATTEND_PROBE_CUH
+
+#include <stdint.h>
+
+#include "codec.h"
+
+#ifndef NVFP4_MLA_ATTEND_PROBE
+#define NVFP4_MLA_ATTEND_PROBE 0
+#endif
+
+/* The switches, bits of NVFP4_MLA_ATTEND_PROBE. */
+enum {
+    /* The producer issues no global load after its warm tiles: no slot indices, no records (the
+     * bulk copies' barriers get their arrivals without copies; the paired producer keeps the quarter
+     * record it holds). Its dequantisation then works on the bytes it already has. */
+    ATT_PROBE_NO_LOADS = 1,
+    /* The producer writes no operand block after its warm tiles: no dequantisation, no stores to the
+     * ring. The key metadata is still written (the consumers read it), and the ring's barriers pass
+     * as before. */
+    ATT_PROBE_NO_DEQUANT = 2,
+    /* The consumers issue no tensor-core product (wgmma, mma.sync): the wrappers of mma_cuda.cuh and
+     * sm90_cuda.cuh leave their accumulators as they were. The wgmma fences, commits and waits (ptxas
+     * keeps a disabled HGMMA for a commit), the ring's waits, the softmax, the P stores, the releases
+     * and the epilogue stay; the mma.sync kinds' ldmatrix go with their products (ptxas drops loads
+     * whose registers nothing reads). */
+    ATT_PROBE_NO_MMA = 4,
+    ATT_PROBE_ALL = 7,
+};
+static_assert((NVFP4_MLA_ATTEND_PROBE & ~ATT_PROBE_ALL) == 0, "NVFP4_MLA_ATTEND_PROBE: bits of ATT_PROBE_*");
+
+/* Whether this build has switch BIT on (a constant: the call sites are `if constexpr`). */
+template <int BIT>
+__host__ __device__ constexpr bool att_probe() {
+    return (NVFP4_MLA_ATTEND_PROBE & BIT) != 0;
+}
+
+/* The warm tiles of a producer with raw stages: enough tiles to write every ring slot once
+ * (ceil(slots / blocks a tile)) and to fill every raw stage once. (The paired producer's are its two
+ * buffers: attend_producer_paired.) */
+__host__ __device__ constexpr uint32_t att_probe_warm_tiles(int stages, int slots, int per_tile) {
+    return (uint32_t)(stages > (slots + per_tile - 1) / per_tile ? stages : (slots + per_tile - 1) / per_tile);
+}
+
+/* Whether a producer keeps the part that switch BIT removes (its loads: ATT_PROBE_NO_LOADS; its
+ * operand writes: ATT_PROBE_NO_DEQUANT) for tile `tile` of its walk, `warm` its warm tiles: always,
+ * in a normal build. */
+template <int BIT>
+static __device__ __forceinline__ bool att_probe_keeps(uint32_t tile, uint32_t warm) {
+    if constexpr (att_probe<BIT>()) return tile < warm;
+    else return true;
+}
+
+/* The NO_MMA probe's stand-in for a tensor-core product into the N accumulators at d: no
+ * instruction; d as it was (changed, for nvcc: fence_regs' form, so that the softmax and the
+ * epilogue still read values it cannot fold). Its operands' address arithmetic may go with it. */
+template <int N>
+static __device__ __forceinline__ void att_probe_mma_skipped(float *d) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i]));
+}
+
+/* 0 at run time, from the call's arguments (h is 1..128: the plugin checks it), which no compiler
+ * can know: a test on it that never passes keeps code, and the values it reads, that a probe does
+ * not run, so that what the probe does run is compiled as in a normal build (not hoisted out of its
+ * loop, not dropped as dead). */
+static __device__ __forceinline__ uint32_t att_probe_zero(const nvfp4_mla_attend_kernel_args_t &a) {
+    return (uint32_t)((uint64_t)a.num_heads >> 32);
+}
+
+#endif
