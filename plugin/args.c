@@ -236,7 +236,7 @@ nvfp4_mla_status_t nvfp4_check_head_outputs(const char *op, int32_t device_type,
         return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "%s: out: strides[2] is %lld, must be 1", op,
                           (long long)out->strides[2]);
     }
-    int64_t head_rows;
+    int64_t head_rows = 0; /* set by the first check when it passes; 0 keeps -Wmaybe-uninitialized quiet */
     if ((st = check_no_overlap(op, "out heads", heads, out->strides[1], NVFP4_MLA_LATENT_DIM, &head_rows)) ||
         (st = check_no_overlap(op, "out queries", nq, out->strides[0], head_rows, NULL)) ||
         nvfp4_tensor_absent(lse)) {
