@@ -100,10 +100,29 @@ static void host_656_pow2_record_should_hold_power_of_two_scales(void **state) {
     assert_memory_equal(row + 512, token + 512, 128);
 }
 
+/* The corrupt-field rule as the tool counts it (host_codes.h) is the one the readers apply
+ * (fp_codes.h): a field the host calls corrupt is one the plugin reads as +0, and no other. */
+static void host_corrupt_fields_should_be_the_plugins(void **state) {
+    (void)state;
+    for (uint64_t u = 0; u < (UINT64_C(1) << 32); u += 251) {
+        const uint32_t bits = (uint32_t)u;
+        const float read = nvfp4_scale_field(from_bits(bits));
+        uint32_t read_bits;
+        memcpy(&read_bits, &read, sizeof read_bits);
+        const int zeroed = read_bits == 0 && bits != 0;
+        if (host_scale_field_corrupt(bits) != zeroed) fail_msg("scale bits 0x%08x", bits);
+    }
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        const int zeroed = nvfp4_rope_bf16_field((uint16_t)h) == 0 && h != 0;
+        if (host_bf16_nonfinite((uint16_t)h) != zeroed) fail_msg("bf16 bits 0x%04x", h);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(host_bf16_should_equal_the_plugins),
         cmocka_unit_test(host_e4m3_should_equal_the_plugins),
+        cmocka_unit_test(host_corrupt_fields_should_be_the_plugins),
         cmocka_unit_test(host_656_record_should_decode_as_the_plugin_reads_it),
         cmocka_unit_test(host_656_pow2_record_should_hold_power_of_two_scales),
     };

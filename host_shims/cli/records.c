@@ -66,7 +66,7 @@ static int parse(const char *cmd, int argc, char **argv, cli_codec_flags_t *f, c
 /* The token and element of the first NaN/Inf value of bf16 rows [count, 576], or -1. */
 static int64_t first_nonfinite(const uint16_t *rows, int64_t count) {
     for (int64_t i = 0; i < count * NVFP4_MLA_ROW_DIM; i++) {
-        if ((rows[i] & 0x7F80) == 0x7F80) { /* bf16: all exponent bits set */
+        if (host_bf16_nonfinite(rows[i])) {
             return i;
         }
     }
@@ -182,7 +182,7 @@ typedef struct corrupt_count {
 static int corrupt_scale(const uint8_t *p) {
     uint32_t bits;
     memcpy(&bits, p, sizeof bits);
-    return (bits >> 31) || (bits & 0x7F800000u) == 0x7F800000u;
+    return host_scale_field_corrupt(bits);
 }
 
 static void note_corrupt(corrupt_count_t *c, uint64_t *counter, int64_t record, const char *what, double value) {
@@ -201,7 +201,7 @@ static corrupt_count_t count_corrupt(const uint8_t *records, int64_t count, int3
             for (int j = 0; j < NVFP4_MLA_ROPE_DIM; j++) {
                 uint16_t v;
                 memcpy(&v, r + NVFP4_MLA_RECORD_ROPE_OFFSET + 2 * j, sizeof v);
-                if ((v & 0x7F80u) == 0x7F80u) note_corrupt(&c, &c.rope, i, "a bf16 RoPE value", host_bf16_value(v));
+                if (host_bf16_nonfinite(v)) note_corrupt(&c, &c.rope, i, "a bf16 RoPE value", host_bf16_value(v));
             }
             continue;
         }

@@ -24,6 +24,14 @@ float host_bf16_value(uint16_t bits) {
     return v;
 }
 
+int host_scale_field_corrupt(uint32_t bits) {
+    return (bits >> 31) || (bits & 0x7F800000u) == 0x7F800000u;
+}
+
+int host_bf16_nonfinite(uint16_t bits) {
+    return (bits & 0x7F80u) == 0x7F80u;
+}
+
 float host_e4m3_value(uint8_t code) {
     const int exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
     float magnitude = (code & 0x7F) == 0x7F ? 448.0f

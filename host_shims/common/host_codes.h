@@ -22,6 +22,12 @@ uint16_t host_bf16_bits(float value);
 /* bf16 bits -> binary32 (exact). */
 float host_bf16_value(uint16_t bits);
 
+/* Whether a record field reads as 0 by the corrupt-field rule (docs/record-format.md section 5): a
+ * float32 scale field (bits) that is NaN, +-Inf or has its sign bit set; a stored bf16 value that is
+ * NaN or +-Inf (all exponent bits set). No writer stores them. */
+int host_scale_field_corrupt(uint32_t bits);
+int host_bf16_nonfinite(uint16_t bits);
+
 /* E4M3 (OCP e4m3fn) code of `value`: round to nearest, ties to the even code, saturated to +-448;
  * NaN -> 0 (a writer never emits the NaN codes). */
 uint8_t host_e4m3_code(float value);
