@@ -166,15 +166,16 @@ nvfp4_mla_status_t nvfp4_checkpoint_from_text(nvfp4_mla_config_t *cfg, const cha
         return st;
     }
     const cJSON *field = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, NVFP4_CHECKPOINT_FIELD) : NULL;
+    const char *other_case = cJSON_IsObject(root) ? field_in_another_case(root) : NULL;
     if (!cJSON_IsObject(root)) {
         st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: config.json must be a JSON object", config_path);
     } else if (field_count(root) > 1) {
         st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: key \"%s\" appears more than once", config_path,
                         NVFP4_CHECKPOINT_FIELD);
-    } else if (field_in_another_case(root)) {
+    } else if (other_case) {
         st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: key \"%s\" is \"%s\" in another case: keys are case-sensitive, "
                                               "so it would be ignored (rename it, or remove it)",
-                        config_path, field_in_another_case(root), NVFP4_CHECKPOINT_FIELD);
+                        config_path, other_case, NVFP4_CHECKPOINT_FIELD);
     } else if (!field) {
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_NONE;
     } else if (!cJSON_IsObject(field)) {
@@ -259,12 +260,14 @@ static nvfp4_mla_status_t check_unused_checkpoint(const char *model_dir, const c
         free(text);
         return st;
     }
+    const char *key = !cJSON_IsObject(root) ? NULL
+                      : field_count(root)     ? NVFP4_CHECKPOINT_FIELD
+                                              : field_in_another_case(root);
     if (!cJSON_IsObject(root)) {
         st = nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "%s: config.json must be a JSON object", config_path);
-    } else if (field_count(root) || field_in_another_case(root)) {
-        nvfp4_log(host, NVFP4_MLA_LOG_WARN,
-                  "nvfp4-mla: %s carries calibration (\"%s\") that is not used: %s", config_path,
-                  field_count(root) ? NVFP4_CHECKPOINT_FIELD : field_in_another_case(root), unused);
+    } else if (key) {
+        nvfp4_log(host, NVFP4_MLA_LOG_WARN, "nvfp4-mla: %s carries calibration (\"%s\") that is not used: %s",
+                  config_path, key, unused);
     }
     cJSON_Delete(root);
     free(text);
