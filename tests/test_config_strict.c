@@ -95,32 +95,32 @@ static void model_dir_should_be_read_in_every_mode(void **state) {
     }
 }
 
+/* A checkpoint whose config.json is `text`, under the plain environment: refused, in these words. */
+static void expect_checkpoint_refused(const char *text, const char *words) {
+    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
+    tmp_bytes("config.json", text, strlen(text));
+    assert_int_equal(create(tmp_dir, plain), NVFP4_MLA_ERR_CONFIG);
+    expect_words(nvfp4_last_error(), words);
+}
+
 /* A key in another case was ignored, and the layers ran at 1.0. */
 static void checkpoint_key_in_another_case_should_be_refused(void **state) {
     (void)state;
-    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
-    const char *text = "{\"Nvfp4_mla_outer_scales\": {\"file\": \"scales.json\"}}";
-    tmp_bytes("config.json", text, strlen(text));
-    assert_int_equal(create(tmp_dir, plain), NVFP4_MLA_ERR_CONFIG);
-    expect_words(nvfp4_last_error(), "config.json: key \"Nvfp4_mla_outer_scales\" is \"nvfp4_mla_outer_scales\" in "
-                                     "another case: keys are case-sensitive, so it would be ignored");
+    expect_checkpoint_refused("{\"Nvfp4_mla_outer_scales\": {\"file\": \"scales.json\"}}",
+                              "config.json: key \"Nvfp4_mla_outer_scales\" is \"nvfp4_mla_outer_scales\" in "
+                              "another case: keys are case-sensitive, so it would be ignored");
 }
 
 /* {"file": "."} was refused as a link leading out of the model folder. */
 static void sidecar_naming_a_folder_should_say_so(void **state) {
     (void)state;
-    const char *plain[] = {"KV_FP8_ROPE=1", NULL};
-    const char *dot = "{\"nvfp4_mla_outer_scales\": {\"file\": \".\"}}";
-    tmp_bytes("config.json", dot, strlen(dot));
-    assert_int_equal(create(tmp_dir, plain), NVFP4_MLA_ERR_CONFIG);
-    expect_words(nvfp4_last_error(), "\"file\" = \".\" names the model folder itself, not a v1 scales file in it");
+    expect_checkpoint_refused("{\"nvfp4_mla_outer_scales\": {\"file\": \".\"}}",
+                              "\"file\" = \".\" names the model folder itself, not a v1 scales file in it");
     char sub[4200];
     snprintf(sub, sizeof sub, "%s/calib", tmp_dir);
     mkdir(sub, 0700);
-    const char *folder = "{\"nvfp4_mla_outer_scales\": {\"file\": \"calib\"}}";
-    tmp_bytes("config.json", folder, strlen(folder));
-    assert_int_equal(create(tmp_dir, plain), NVFP4_MLA_ERR_CONFIG);
-    expect_words(nvfp4_last_error(), "\"file\" = \"calib\" names a folder, not a v1 scales file in it");
+    expect_checkpoint_refused("{\"nvfp4_mla_outer_scales\": {\"file\": \"calib\"}}",
+                              "\"file\" = \"calib\" names a folder, not a v1 scales file in it");
 }
 
 /* The JSON reader took "scales\u0000evil" as "scales", a sidecar "x\u0000y" as "x", 078 as 78, a
