@@ -101,8 +101,9 @@ nvfp4_span_t nvfp4_pointer_span(const void *p, size_t bytes) {
     return (nvfp4_span_t){(uintptr_t)p, p ? (uintptr_t)p + bytes : (uintptr_t)p};
 }
 
-nvfp4_mla_status_t nvfp4_check_apart(const char *op, const char *name, nvfp4_span_t a, const char *other_name,
-                                     nvfp4_span_t b) {
+/* INVALID_ARGUMENT when output span a shares a byte with b (nvfp4_check_outputs_apart's rule). */
+static nvfp4_mla_status_t check_apart(const char *op, const char *name, nvfp4_span_t a, const char *other_name,
+                                      nvfp4_span_t b) {
     if (a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi) {
         return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
                           "%s: %s overlaps %s (bytes [%p, %p) and [%p, %p)): an output shares no byte with another "
@@ -117,10 +118,10 @@ nvfp4_mla_status_t nvfp4_check_outputs_apart(const char *op, const nvfp4_named_s
     nvfp4_mla_status_t st = NVFP4_MLA_OK;
     for (int o = 0; o < n_outputs && !st; o++) {
         for (int i = 0; i < n_inputs && !st; i++) {
-            st = nvfp4_check_apart(op, outputs[o].name, outputs[o].span, inputs[i].name, inputs[i].span);
+            st = check_apart(op, outputs[o].name, outputs[o].span, inputs[i].name, inputs[i].span);
         }
         for (int e = 0; e < o && !st; e++) {
-            st = nvfp4_check_apart(op, outputs[o].name, outputs[o].span, outputs[e].name, outputs[e].span);
+            st = check_apart(op, outputs[o].name, outputs[o].span, outputs[e].name, outputs[e].span);
         }
     }
     return st;

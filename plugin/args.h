@@ -73,15 +73,11 @@ typedef struct nvfp4_span {
 nvfp4_span_t nvfp4_tensor_span(const nvfp4_mla_tensor_t *t);
 nvfp4_span_t nvfp4_pointer_span(const void *p, size_t bytes);
 
-/* An output must share no byte with `other`, another argument of the same call: the kernels read their
- * inputs while they write, and two outputs in one place leave one of them garbage. INVALID_ARGUMENT
- * naming both and their bytes. (Spans are the lowest to the highest byte: strided tensors that
- * interleave without sharing a byte are refused too.) */
-nvfp4_mla_status_t nvfp4_check_apart(const char *op, const char *name, nvfp4_span_t output, const char *other_name,
-                                     nvfp4_span_t other);
-
 /* The one overlap rule of write, gather, attend and merge: every output apart from every input, then
- * from every output before it (an absent argument spans nothing). */
+ * from every output before it (an absent argument spans nothing). An output must share no byte with
+ * another argument of the same call: the kernels read their inputs while they write, and two outputs
+ * in one place leave one of them garbage. INVALID_ARGUMENT naming both and their bytes. (Spans are the
+ * lowest to the highest byte: strided tensors that interleave without sharing a byte are refused too.) */
 typedef struct nvfp4_named_span {
     const char *name;
     nvfp4_span_t span;
