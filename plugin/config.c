@@ -301,7 +301,7 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
     /* The identity's spelling of the layout (docs/record-format.md section 6). */
     const char *layout_name = s->fp8_rope ? "fp8-rope-368" : "bf16-rope-432";
     nvfp4_mla_status_t st = NVFP4_MLA_OK;
-    char unused[4200];
+    char unused[4200] = ""; /* why a checkpoint is not read for scales; empty when it is */
     if (s->dynamic_scale) {
         snprintf(cfg->identity, sizeof cfg->identity, "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_PER_TOKEN;
@@ -316,7 +316,7 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
     } else if (model_dir && (st = load_checkpoint(cfg, model_dir, layout_name))) {
         return st;
     }
-    if (model_dir && (s->dynamic_scale || s->scales_file[0]) && (st = check_unused_checkpoint(model_dir, unused, host))) {
+    if (model_dir && unused[0] && (st = check_unused_checkpoint(model_dir, unused, host))) {
         return st;
     }
     if (!cfg->identity[0]) {
