@@ -16,9 +16,9 @@
  * (settings.h: quoted values, one wording) from the host's snapshot or the process environment.
  * See context.h. All are checked before any output is set. */
 nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *const *environ, int32_t *smem_per_block,
-                                               int32_t *force_mma_sync, int32_t *merge_mode) {
+                                               int32_t *force_mma_sync, int32_t *merge_mode, int32_t *graphs) {
     char message[NVFP4_SETTING_MESSAGE_MAX];
-    nvfp4_setting_value_t cap = {.count = INT32_MAX}, engine = {0}, merge = {0};
+    nvfp4_setting_value_t cap = {.count = INT32_MAX}, engine = {0}, merge = {0}, graph = {0};
     /* The merge modes in the order of the table's names (auto, separate, in-launch). */
     static const int32_t merge_modes[] = {NVFP4_ATTEND_MERGE_AUTO, NVFP4_ATTEND_MERGE_SEPARATE,
                                           NVFP4_ATTEND_MERGE_IN_LAUNCH};
@@ -29,7 +29,8 @@ nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *const *environ, int32
     }
     if (nvfp4_setting_read(NVFP4_SETTING_ATTEND_SMEM_CAP, environ, &cap, message, sizeof message) ||
         nvfp4_setting_read(NVFP4_SETTING_ATTEND_MMA, environ, &engine, message, sizeof message) ||
-        nvfp4_setting_read(NVFP4_SETTING_ATTEND_MERGE, environ, &merge, message, sizeof message)) {
+        nvfp4_setting_read(NVFP4_SETTING_ATTEND_MERGE, environ, &merge, message, sizeof message) ||
+        nvfp4_setting_read(NVFP4_SETTING_ATTEND_GRAPHS, environ, &graph, message, sizeof message)) {
         return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
     }
     if ((int32_t)cap.count < *smem_per_block) {
@@ -37,16 +38,7 @@ nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *const *environ, int32
     }
     *force_mma_sync = engine.index == 1; /* "sync" */
     *merge_mode = merge_modes[merge.index];
-    return NVFP4_MLA_OK;
-}
-
-nvfp4_mla_status_t nvfp4_attend_graphs_parse(const char *const *environ, int32_t *graphs) {
-    char message[NVFP4_SETTING_MESSAGE_MAX];
-    nvfp4_setting_value_t choice = {0};
-    if (nvfp4_setting_read(NVFP4_SETTING_ATTEND_GRAPHS, environ, &choice, message, sizeof message)) {
-        return nvfp4_fail(NVFP4_MLA_ERR_CONFIG, "init: %s", message);
-    }
-    *graphs = choice.index == 0; /* "auto" */
+    *graphs = graph.index == 0; /* "auto" */
     return NVFP4_MLA_OK;
 }
 
@@ -57,9 +49,9 @@ static nvfp4_mla_status_t init_cuda(nvfp4_mla_context_t *ctx, const char *const 
         return nvfp4_fail(NVFP4_MLA_ERR_UNSUPPORTED, "init: CUDA device %d is unusable: %s (backend.cuda absent)",
                           ctx->device_index, ctx->backend_note);
     }
-    nvfp4_mla_status_t st = nvfp4_attend_settings_parse(environ, &ctx->cuda.smem_per_block,
-                                                        &ctx->attend_force_mma_sync, &ctx->attend_merge_mode);
-    if (st || (st = nvfp4_attend_graphs_parse(environ, &ctx->attend_graphs))) {
+    nvfp4_mla_status_t st = nvfp4_attend_settings_parse(environ, &ctx->cuda.smem_per_block, &ctx->attend_force_mma_sync,
+                                                        &ctx->attend_merge_mode, &ctx->attend_graphs);
+    if (st) {
         return st;
     }
     if (nvfp4_mla_cuda_prepare(ctx->device_index, &ctx->cuda, ctx->backend_note, sizeof ctx->backend_note) != 0) {

@@ -40,14 +40,11 @@ nvfp4_mla_status_t nvfp4_context_info(const nvfp4_mla_context_t *ctx, nvfp4_mla_
  *   NVFP4_MLA_ATTEND_SMEM_CAP (decimal bytes in [16384, INT32_MAX], lowers *smem_per_block),
  *   NVFP4_MLA_ATTEND_MMA ("auto" or "sync", sets *force_mma_sync),
  *   NVFP4_MLA_ATTEND_MERGE ("auto", "separate" or "in-launch", sets *merge_mode to
- *   NVFP4_ATTEND_MERGE_AUTO, _SEPARATE or _IN_LAUNCH).
+ *   NVFP4_ATTEND_MERGE_AUTO, _SEPARATE or _IN_LAUNCH),
+ *   NVFP4_MLA_ATTEND_GRAPHS ("auto" sets *graphs to 1, "off" to 0).
  * ERR_CONFIG naming the variable and its quoted value otherwise, every output left as it was. */
 nvfp4_mla_status_t nvfp4_attend_settings_parse(const char *const *environ, int32_t *smem_per_block,
-                                               int32_t *force_mma_sync, int32_t *merge_mode);
-
-/* NVFP4_MLA_ATTEND_GRAPHS in `environ` (as above): "auto" (or unset, "") sets *graphs to 1, "off" to 0;
- * ERR_CONFIG naming the variable and its quoted value otherwise, *graphs left as it was. */
-nvfp4_mla_status_t nvfp4_attend_graphs_parse(const char *const *environ, int32_t *graphs);
+                                               int32_t *force_mma_sync, int32_t *merge_mode, int32_t *graphs);
 
 /* INVALID_ARGUMENT naming `op` unless ctx is a live context (not NULL, its magic set). */
 nvfp4_mla_status_t nvfp4_context_check(const nvfp4_mla_context_t *ctx, const char *op);

@@ -523,7 +523,8 @@ static nvfp4_mla_status_t parse3(const char *cap, const char *mma, const char *m
             env[n++] = vars[i];
         }
     }
-    return nvfp4_attend_settings_parse(env, smem, sync, merge_mode);
+    int32_t graphs = 0;
+    return nvfp4_attend_settings_parse(env, smem, sync, merge_mode, &graphs);
 }
 
 static void attend_settings_should_parse_strictly(void **state) {
@@ -580,22 +581,27 @@ static void attend_settings_should_parse_strictly(void **state) {
 /* NVFP4_MLA_ATTEND_GRAPHS: auto (unset, "", any case) lets repeated eager attends launch as prebuilt
  * graphs, off keeps every call a direct launch; anything else is refused by name, with the value quoted
  * and the names listed, and leaves the output as it was. */
+static nvfp4_mla_status_t parse_graphs(const char *const *env, int32_t *graphs) {
+    int32_t smem = 232448, sync = 0, merge = NVFP4_ATTEND_MERGE_AUTO;
+    return nvfp4_attend_settings_parse(env, &smem, &sync, &merge, graphs);
+}
+
 static void attend_graphs_setting_should_parse_strictly(void **state) {
     (void)state;
     int32_t graphs = 7;
     const char *unset[] = {NULL}, *empty[] = {NVFP4_ENV_ATTEND_GRAPHS "=", NULL};
     const char *off[] = {NVFP4_ENV_ATTEND_GRAPHS "=OFF", NULL}, *on[] = {NVFP4_ENV_ATTEND_GRAPHS "=auto", NULL};
-    assert_int_equal(nvfp4_attend_graphs_parse(unset, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(parse_graphs(unset, &graphs), NVFP4_MLA_OK);
     assert_int_equal(graphs, 1);
-    assert_int_equal(nvfp4_attend_graphs_parse(off, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(parse_graphs(off, &graphs), NVFP4_MLA_OK);
     assert_int_equal(graphs, 0);
-    assert_int_equal(nvfp4_attend_graphs_parse(empty, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(parse_graphs(empty, &graphs), NVFP4_MLA_OK);
     assert_int_equal(graphs, 1);
-    assert_int_equal(nvfp4_attend_graphs_parse(off, &graphs), NVFP4_MLA_OK);
-    assert_int_equal(nvfp4_attend_graphs_parse(on, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(parse_graphs(off, &graphs), NVFP4_MLA_OK);
+    assert_int_equal(parse_graphs(on, &graphs), NVFP4_MLA_OK);
     assert_int_equal(graphs, 1);
     const char *bad[] = {NVFP4_ENV_ATTEND_GRAPHS "=0", NULL};
-    assert_int_equal(nvfp4_attend_graphs_parse(bad, &graphs), NVFP4_MLA_ERR_CONFIG);
+    assert_int_equal(parse_graphs(bad, &graphs), NVFP4_MLA_ERR_CONFIG);
     assert_int_equal(graphs, 1);
     assert_string_equal(nvfp4_last_error(),
                         "init: NVFP4_MLA_ATTEND_GRAPHS=\"0\" is not one of: auto, off (any case); unset or empty is auto");
@@ -606,21 +612,21 @@ static void attend_graphs_setting_should_parse_strictly(void **state) {
  * refused although the process has none). */
 static void attend_settings_should_come_from_the_snapshot(void **state) {
     (void)state;
-    int32_t smem = 232448, sync = 0, merge = NVFP4_ATTEND_MERGE_AUTO;
+    int32_t smem = 232448, sync = 0, merge = NVFP4_ATTEND_MERGE_AUTO, graphs = 1;
     const char *empty[] = {NULL};
     const char *snap[] = {"NVFP4_MLA_ATTEND_MMA_X=sync", NVFP4_ENV_ATTEND_MMA "=sync", NULL};
     setenv(NVFP4_ENV_ATTEND_MMA, "wgmma", 1);
-    assert_int_equal(nvfp4_attend_settings_parse(NULL, &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
+    assert_int_equal(nvfp4_attend_settings_parse(NULL, &smem, &sync, &merge, &graphs), NVFP4_MLA_ERR_CONFIG);
     assert_string_equal(
         nvfp4_last_error(),
         "init: NVFP4_MLA_ATTEND_MMA=\"wgmma\" is not one of: auto, sync (any case); unset or empty is auto");
-    assert_int_equal(nvfp4_attend_settings_parse(empty, &smem, &sync, &merge), NVFP4_MLA_OK);
+    assert_int_equal(nvfp4_attend_settings_parse(empty, &smem, &sync, &merge, &graphs), NVFP4_MLA_OK);
     assert_int_equal(sync, 0);
-    assert_int_equal(nvfp4_attend_settings_parse(snap, &smem, &sync, &merge), NVFP4_MLA_OK);
+    assert_int_equal(nvfp4_attend_settings_parse(snap, &smem, &sync, &merge, &graphs), NVFP4_MLA_OK);
     assert_int_equal(sync, 1);
     unsetenv(NVFP4_ENV_ATTEND_MMA);
     const char *bad[] = {NVFP4_ENV_ATTEND_SMEM_CAP "=99KB", NULL};
-    assert_int_equal(nvfp4_attend_settings_parse(bad, &smem, &sync, &merge), NVFP4_MLA_ERR_CONFIG);
+    assert_int_equal(nvfp4_attend_settings_parse(bad, &smem, &sync, &merge, &graphs), NVFP4_MLA_ERR_CONFIG);
     assert_non_null(strstr(nvfp4_last_error(), "NVFP4_MLA_ATTEND_SMEM_CAP=\"99KB\" is not a decimal byte count"));
     assert_int_equal(smem, 232448);
 }
