@@ -155,15 +155,12 @@ static const char *mode_contradiction(const uint8_t *r, uint32_t mode) {
         return bits ? "where a static record holds 0: these are per-token records (decode them with --mode per-token)"
                     : NULL;
     }
-    if (bits == 0) {
-        for (int g = 0; g < NVFP4_MLA_GROUPS; g++) {
-            if (r[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g]) {
-                return "beside non-zero group scales, which only a static record has (a per-token record holds a "
-                       "positive s_t, or 0 with all its groups zero): these are static records (decode them with "
-                       "--mode static and their --scale)";
-            }
+    for (int g = 0; g < NVFP4_MLA_GROUPS && bits == 0; g++) { /* a positive normal s_t is per-token's */
+        if (r[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g]) {
+            return "beside non-zero group scales, which only a static record has (a per-token record holds a "
+                   "positive s_t, or 0 with all its groups zero): these are static records (decode them with "
+                   "--mode static and their --scale)";
         }
-        return NULL;
     }
     return NULL;
 }
