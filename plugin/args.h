@@ -84,6 +84,8 @@ typedef struct nvfp4_named_span {
 } nvfp4_named_span_t;
 nvfp4_mla_status_t nvfp4_check_outputs_apart(const char *op, const nvfp4_named_span_t *outputs, int n_outputs,
                                              const nvfp4_named_span_t *inputs, int n_inputs);
+/* An array of named spans and its length, for nvfp4_check_outputs_apart: the count follows the list. */
+#define NVFP4_SPANS(list) list, (int)(sizeof list / sizeof list[0])
 
 /* A row-major matrix [rows, cols] with unit inner stride and rows that do not overlap. */
 nvfp4_mla_status_t nvfp4_check_rows(const nvfp4_mla_tensor_t *t, const nvfp4_tensor_rule_t *rule, int64_t cols);

@@ -77,7 +77,7 @@ static nvfp4_mla_status_t check_write_apart(const nvfp4_mla_write_args_t *a) {
     const nvfp4_named_span_t inputs[] = {{"kv_c", nvfp4_tensor_span(&a->kv_c)},
                                          {"k_pe", nvfp4_tensor_span(&a->k_pe)},
                                          {"slot_mapping", nvfp4_tensor_span(&a->slot_mapping)}};
-    return nvfp4_check_outputs_apart("write", outputs, 4, inputs, 3);
+    return nvfp4_check_outputs_apart("write", NVFP4_SPANS(outputs), NVFP4_SPANS(inputs));
 }
 
 nvfp4_mla_status_t nvfp4_lower_write(const nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *host_args,
@@ -190,10 +190,10 @@ nvfp4_mla_status_t nvfp4_lower_gather(const nvfp4_mla_context_t *ctx, const nvfp
         (st = nvfp4_check_dim(&a.out, &r, 0, rows, "one row per slot"))) {
         return st;
     }
-    const nvfp4_named_span_t out = {"out", nvfp4_tensor_span(&a.out)};
+    const nvfp4_named_span_t out[] = {{"out", nvfp4_tensor_span(&a.out)}};
     const nvfp4_named_span_t inputs[] = {{"cache", nvfp4_tensor_span(&a.cache)},
                                          {"slots", nvfp4_tensor_span(&a.slots)}};
-    if ((st = nvfp4_check_outputs_apart("gather", &out, 1, inputs, 2))) {
+    if ((st = nvfp4_check_outputs_apart("gather", NVFP4_SPANS(out), NVFP4_SPANS(inputs)))) {
         return st;
     }
     if (ctx->device_type == NVFP4_MLA_DEVICE_CUDA && (((uintptr_t)a.out.data % 16) || a.out.strides[0] % 8)) {

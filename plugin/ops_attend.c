@@ -148,7 +148,7 @@ static nvfp4_mla_status_t check_apart(const nvfp4_mla_attend_args_t *a) {
                                          {"slots", nvfp4_tensor_span(&a->slots)},
                                          {"valid_len", nvfp4_tensor_span(&a->valid_len)},
                                          {"cache", nvfp4_tensor_span(&a->cache)}};
-    return nvfp4_check_outputs_apart("attend", outputs, 3, inputs, 4);
+    return nvfp4_check_outputs_apart("attend", NVFP4_SPANS(outputs), NVFP4_SPANS(inputs));
 }
 
 nvfp4_mla_status_t nvfp4_op_attend_workspace_bytes(nvfp4_mla_context_t *ctx, const nvfp4_mla_attend_args_t *args,

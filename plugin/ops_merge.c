@@ -62,7 +62,7 @@ static nvfp4_mla_status_t check_outputs(const nvfp4_mla_context_t *ctx, const nv
     const nvfp4_named_span_t outputs[] = {{"out", nvfp4_tensor_span(&a->out)}, {"lse", nvfp4_tensor_span(&a->lse)}};
     const nvfp4_named_span_t inputs[] = {{"partial_out", nvfp4_tensor_span(&a->partial_out)},
                                          {"partial_lse", nvfp4_tensor_span(&a->partial_lse)}};
-    return st ? st : nvfp4_check_outputs_apart("merge", outputs, 2, inputs, 2);
+    return st ? st : nvfp4_check_outputs_apart("merge", NVFP4_SPANS(outputs), NVFP4_SPANS(inputs));
 }
 
 nvfp4_mla_status_t nvfp4_lower_merge(const nvfp4_mla_context_t *ctx, const nvfp4_mla_merge_args_t *host_args,
