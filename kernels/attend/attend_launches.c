@@ -21,8 +21,9 @@ attend_launch_entry *attend_launch_lookup(nvfp4_attend_launches_t *t, const nvfp
     for (int32_t i = 0; i < t->used; i++) {
         attend_launch_entry *e = &t->entries[i];
         if (same_call(&e->key, key)) {
-            /* Saturates: only 1 and >= 2 matter, and a key called every step of a server that runs for
-             * weeks would pass INT32_MAX (25 days at 1000 calls a second), an overflow C leaves undefined. */
+            /* Saturates: only counts up to ATT_LAUNCH_BUILD_AT matter, and a key called every step of a
+             * server that runs for weeks would pass INT32_MAX (25 days at 1000 calls a second), an
+             * overflow C leaves undefined. */
             if (e->calls < INT32_MAX) e->calls++;
             e->last_use = t->clock;
             return e;
