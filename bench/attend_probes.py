@@ -278,20 +278,6 @@ def load_builds(args, torch, nvfp4_mla, provenance, argv):
     return ctxs, prov
 
 
-def run_rounds(fc, cases, args):
-    """args.warmup_rounds unrecorded passes over every case, then args.rounds recorded ones."""
-    for r in range(args.warmup_rounds + args.rounds):
-        start = time.time()
-        for case in cases:
-            case.measure(args.reps)
-        warm = r < args.warmup_rounds
-        if warm:
-            for case in cases:
-                fc.clear_times(case.times)
-        print(f"{'warm-up round' if warm else 'round'} {r + 1}: {time.time() - start:.1f} s")
-        sys.stdout.flush()
-
-
 def config_of(args, data):
     return {"tokens": args.tokens, "topk": TOPK, "record_bytes": 368, "scale_mode": "per-token", "reps": args.reps,
             "rounds": args.rounds, "warmup_rounds": args.warmup_rounds, "quick": args.quick,
@@ -333,7 +319,7 @@ def main(argv=None):
     cases = [Case(torch, fc, data, ctxs, c, plan_for(table, *key, c[1] * c[2], c[3]) if key else None) for c in CASES]
     fc.sync()
     print(f"set-up: {time.time() - started:.0f} s")
-    run_rounds(fc, cases, args)
+    fc.run_rounds(cases, args)
     rows = []
     for case in cases:
         checks = fc.checked(case)  # {"plugin": ...}, or {"error": ...} when the check could not run

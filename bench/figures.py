@@ -2,7 +2,6 @@
 of results/ (bench/compare_table.py writes them into the documents). One function a block; each
 names its file and the file's provenance. Standard library only.
 """
-import statistics
 
 GRID_CLAIM_MODE = "after_gemm"  # the small-batch claims: a call after an ordinary kernel, as in a model
 MODE_WORDS = {"after_gemm": "after a GEMM (a call as in a model; the GEMM's own time subtracted)",

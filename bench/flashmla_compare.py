@@ -603,19 +603,18 @@ def clear_times(times):
 
 
 def run_rounds(rows, args):
-    """args.warmup_rounds unrecorded passes first: on the H200 the first cells of a fresh process read
-    both sides 4-12% apart from the later rounds (FlashMLA's 'drift' refused three headlines in a row),
-    then args.rounds recorded ones."""
+    """Every row's measure(), in order, a round: args.warmup_rounds unrecorded passes first (on the H200
+    the first cells of a fresh process read both sides 4-12% apart from the later rounds: FlashMLA's
+    'drift' refused three headlines in a row), then args.rounds recorded ones. bench/attend_probes.py
+    runs its cases with it too."""
     for r in range(args.warmup_rounds + args.rounds):
         start = time.time()
-        for section in ("grid", "decode", "prefill"):
-            for row in rows[section]:
-                row.measure(args.reps)
+        for row in rows:
+            row.measure(args.reps)
         warm = r < args.warmup_rounds
         if warm:
-            for section in ("grid", "decode", "prefill"):
-                for row in rows[section]:
-                    clear_times(row.times)
+            for row in rows:
+                clear_times(row.times)
         label = f"warm-up round {r + 1}" if warm else f"round {r + 1 - args.warmup_rounds} of {args.rounds}"
         print(f"{label}: {time.time() - start:.0f} s")
         sys.stdout.flush()
@@ -666,7 +665,7 @@ def main(argv=None):
         return 1
     rows = build_rows(bench, args)
     print(f"set-up: {time.time() - started:.0f} s")
-    run_rounds(rows, args)
+    run_rounds([row for section in ("grid", "decode", "prefill") for row in rows[section]], args)
     drifts = []
     for section in ("grid", "decode", "prefill"):
         report[section] = []

@@ -34,7 +34,6 @@ import compare_table  # noqa: E402
 import flashmla_compare as fc  # noqa: E402
 import nvfp4_mla  # noqa: E402
 import provenance  # noqa: E402
-from nvfp4_mla import _abi  # noqa: E402
 
 PLUGIN = os.environ["NVFP4_MLA_PLUGIN_PATH"]
 N, NQ, H, SM = 8192, 6, 16, 1.0 / math.sqrt(576)

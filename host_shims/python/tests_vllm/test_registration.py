@@ -77,18 +77,10 @@ def test_dtype_names_should_pass_cache_config_the_cli_and_vllm_config(registered
 def test_a_name_without_ds_mla_should_be_refused_by_vllm_on_mla_models(registered, tiny_model):
     """Why the names end in _ds_mla: vLLM refuses any other nvfp4* dtype on an MLA model."""
     from vllm.config.cache import register_kv_cache_dtype
-    from vllm.v1.kv_cache_interface import KVQuantMode
+    from nvfp4_mla.vllm_plugin.hooks import CacheDtypeHandler
 
-    @register_kv_cache_dtype("nvfp4_mla368")
-    class Bare:
-        name = "nvfp4_mla368"
-
-        def torch_dtype(self):
-            return torch.uint8
-
-        def quant_mode(self):
-            return KVQuantMode.NVFP4_DS_MLA
-
+    # The plugin's own handler (uint8, NVFP4_DS_MLA) under a name without the suffix.
+    register_kv_cache_dtype("nvfp4_mla368")(type("Bare", (CacheDtypeHandler,), {"name": "nvfp4_mla368"}))
     with pytest.raises(ValueError, match="nvfp4 KV cache is not supported with MLA"):
         engine_config(tiny_model, "nvfp4_mla368")
 

@@ -41,13 +41,13 @@ def _bound(decision, device):
     return kernels.bound_ops(decision.plugin, device, decision.layout, decision.scale_mode, decision.writer_policy)
 
 
-def _ops(dtype, device):
-    """The serving format's torch ops on `device`, or the refusal."""
+def _serving(dtype):
+    """This process's decision when it serves `dtype`, else ValueError with the refusal."""
     decision = serving.current()
     reason = decision.refusal(dtype)
     if reason:
         raise ValueError(reason)
-    return _bound(decision, device)
+    return decision
 
 
 class NvFp4MlaSparseBackend(AttentionBackend):
@@ -132,7 +132,7 @@ class NvFp4MlaSparseMetadataBuilder(SparseMLACommonMetadataBuilder[NvFp4MlaSpars
         self.record_bytes = serving.record_bytes(dtype)
         # The top-k rows attend gets are the model's buffer's, which may be wider than index_topk.
         self.topk_width = getattr(kv_cache_spec, "topk_buffer_width", None) or self.topk_tokens
-        self._ops = _ops(dtype, device)  # the device's plugin context, made here: outside any capture
+        self._ops = _bound(_serving(dtype), device)  # the device's plugin context, made here: outside any capture
 
     @staticmethod
     def determine_chunked_prefill_workspace_size(vllm_config):
@@ -158,10 +158,7 @@ class NvFp4MlaSparseImpl(SparseMLACommonImpl[NvFp4MlaSparseMetadata]):
                  logits_soft_cap, attn_type, kv_sharing_target_layer_name, **mla_args):
         if alibi_slopes is not None or sliding_window is not None or logits_soft_cap is not None:
             raise NotImplementedError(f"{serving.BACKEND_NAME} has no alibi, sliding window or logits soft cap")
-        decision = serving.current()
-        reason = decision.refusal(kv_cache_dtype)
-        if reason:
-            raise ValueError(reason)
+        decision = _serving(kv_cache_dtype)
         vllm_config = get_current_vllm_config_or_none()
         if vllm_config is not None and vllm_config.attention_config.hisparse_config is not None:
             raise NotImplementedError(f"{serving.BACKEND_NAME} does not serve HiSparse: its host tier stages "
@@ -175,7 +172,7 @@ class NvFp4MlaSparseImpl(SparseMLACommonImpl[NvFp4MlaSparseMetadata]):
         decision.config(self._model_dir)  # the checkpoint's scales, read now: refused here, not mid-step
         self._scale = None
         self._scale_known = decision.scale_mode == _abi.SCALE_PER_TOKEN  # per token: no layer scale
-        self._ops_of = {}  # torch.device -> BoundOps (_ops)
+        self._ops_of = {}  # torch.device -> BoundOps (_bound)
 
     def _ops(self, device):
         """The ops of the cache's device, looked up once a device (every layer's step calls this twice)."""

@@ -162,22 +162,9 @@ torch.library.register_fake("nvfp4_mla_vllm::kv_cache_update", _kv_cache_update_
 
 # ---- DeepSeek-V3.2's fused norm + RoPE: its cache write diverted to the plugin's writer. ----
 
-_EMPTY = inspect.Parameter.empty
-_POS, _KW = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
-# vllm==0.33.0's vllm/models/deepseek_v32/common/kernels.py: fused_norm_rope(...) -> q_c_out,
-# parameter by parameter (name, kind, default). The wrapper passes every one through by name.
-FUSED_NORM_ROPE_PARAMETERS = (
-    ("positions", _POS, _EMPTY), ("q_c", _POS, _EMPTY), ("q_rms_norm_w", _POS, _EMPTY),
-    ("q_rms_eps", _POS, _EMPTY), ("kv_c", _POS, _EMPTY), ("kv_rms_norm_w", _POS, _EMPTY),
-    ("kv_rms_eps", _POS, _EMPTY), ("k_pe", _POS, _EMPTY), ("k_rope_cos_sin_cache", _POS, _EMPTY),
-    ("index_k", _POS, _EMPTY), ("index_k_layer_norm_w", _POS, _EMPTY), ("index_k_layer_norm_bias", _POS, _EMPTY),
-    ("index_k_layer_norm_eps", _POS, _EMPTY), ("index_k_rope_cos_sin_cache", _POS, _EMPTY),
-    ("topk_indices_buffer", _POS, _EMPTY), ("slot_mapping", _POS, None), ("indexer_slot_mapping", _POS, None),
-    ("indexer_k_cache", _POS, None), ("indexer_cache_shuffled", _POS, False), ("mla_kv_cache", _POS, None),
-    ("mla_kv_cache_dtype", _POS, "auto"), ("mla_k_scale", _POS, None), ("has_indexer", _POS, True),
-    ("index_rope_interleave", _POS, False), ("q_c_out", _POS, None), ("kv_c_out", _POS, None),
-    ("k_pe_out", _POS, None), ("index_k_out", _POS, None), ("skip_scale", _POS, False),
-)
+def _parameters(fn):
+    """fn's parameters as (name, kind, default), in order."""
+    return tuple((p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values())
 
 
 def check_fused_norm_rope(fn):
@@ -185,7 +172,7 @@ def check_fused_norm_rope(fn):
     parameters 0.33's fused_norm_rope has."""
     import vllm
 
-    got = tuple((p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values())
+    got = _parameters(fn)
     if got == FUSED_NORM_ROPE_PARAMETERS:
         return
     diff = next(((i, g, w) for i, (g, w) in enumerate(zip(got, FUSED_NORM_ROPE_PARAMETERS)) if g != w),
@@ -230,6 +217,11 @@ def make_fused_norm_rope(original):
 
     fused_norm_rope.nvfp4_mla_original = original
     return fused_norm_rope
+
+
+# vllm==0.33.0's vllm/models/deepseek_v32/common/kernels.py: fused_norm_rope(...) -> q_c_out, parameter by
+# parameter (name, kind, default): the wrapper's own, since it passes every one through by name.
+FUSED_NORM_ROPE_PARAMETERS = _parameters(make_fused_norm_rope(None))
 
 
 def wrap_fused_norm_rope():
