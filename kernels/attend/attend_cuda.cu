@@ -66,27 +66,50 @@ extern "C" uint64_t nvfp4_mla_attend_workspace_cuda(const nvfp4_mla_attend_kerne
 
 /* ---- launch ---- */
 
-/* A split attention grid (the light calls, where the chain of launches is the time) is launched
- * dependent on the stream's previous grid (nvfp4_launch_clustered): its barrier set-up and register
- * reallocation overlap that grid's tail, and in a graph its node's launch does (the kernel waits,
- * pdl_wait, before it reads or writes global memory). An unsplit grid runs for tens of
- * microseconds or more and gains nothing from it: it launches as a plain kernel, as before. */
-static cudaError_t launch_plan(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl, void *stream) {
+/* One kernel launch of a call, as both ways of launching it take it (launch_call: directly on the
+ * stream; build_graph: a node of the call's graph): the kernel, its geometry and attributes, and its
+ * arguments. */
+template <typename Extra>
+struct attend_launch {
+    void (*kernel)(nvfp4_mla_attend_kernel_args_t, Extra);
+    const nvfp4_mla_attend_kernel_args_t *args; /* the kernel's first argument: the call's struct */
+    unsigned grid;  /* CTAs along x */
+    int threads;    /* a CTA */
+    int smem;       /* dynamic shared memory bytes */
+    int cluster;    /* CTAs a cluster along x; 1: none */
+    bool dependent; /* on the launch before it: programmatic stream serialisation on a stream, a
+                       programmatic edge in a graph (the kernel's pdl_wait pairs with either) */
+    Extra extra;    /* the kernel's second argument */
+};
+
+/* The call's launches, in order, each handed to visit(launch) until one fails (its error returned):
+ * the attention grid, then, for a split plan without the in-launch merge, the merge kernel, one CTA
+ * a (query, head) row, dependent on it. The one description of a call's kernels: the direct launch
+ * and the prebuilt graph both read it, so that they cannot drift apart.
+ * A split attention grid (the light calls, where the chain of launches is the time) is dependent on
+ * the stream's previous grid: its barrier set-up and register reallocation overlap that grid's tail,
+ * and in a captured graph its node's launch does (the kernel waits, pdl_wait, before it reads or
+ * writes global memory). An unsplit grid runs for tens of microseconds or more and gains nothing
+ * from it: it launches as a plain kernel. In a prebuilt graph the attention node is the root: its
+ * flag has no launch before it to depend on. */
+template <typename Visit>
+static cudaError_t each_launch(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl, Visit &&visit) {
     const attend_kernel_t kernel = attend_kernel_for(a->record_bytes, attend_kind_of(&pl), attend_variant_of(&pl));
     if (!kernel) return cudaErrorInvalidDeviceFunction; /* a plan outside the table: none is (test_attend_plan) */
-    return nvfp4_launch_clustered(kernel, pl.grid, pl.threads, pl.bytes, stream, pl.splits > 1,
-                                  attend_placement_cluster(a, &pl), *a, pl);
+    cudaError_t err = visit(attend_launch<attend_plan>{kernel, a, (unsigned)pl.grid, pl.threads, pl.bytes,
+                                                       attend_placement_cluster(a, &pl), pl.splits > 1, pl});
+    if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch)
+        err = visit(attend_launch<int>{merge_kernel_for(pl.splits), a, (unsigned)(a->num_queries * a->num_heads),
+                                       ATT_MERGE_THREADS, 0, 1, true, (int)pl.splits});
+    return err;
 }
 
-/* The call's kernels on `stream`: the attention grid, then, for a split plan without the in-launch
- * merge, the merge kernel, one CTA a (query, head) row, dependent on it. */
+/* The call's kernels (each_launch) on `stream`. */
 static cudaError_t launch_call(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl, void *stream) {
-    cudaError_t err = launch_plan(a, pl, stream);
-    if (err == cudaSuccess && pl.splits > 1 && !pl.one_launch) {
-        err = nvfp4_launch(merge_kernel_for(pl.splits), (unsigned)(a->num_queries * a->num_heads), ATT_MERGE_THREADS,
-                           0, stream, true, *a, (int)pl.splits);
-    }
-    return err;
+    return each_launch(a, pl, [&](const auto &l) {
+        return nvfp4_launch_clustered(l.kernel, dim3(l.grid), dim3(l.threads), l.smem, stream, l.dependent, l.cluster,
+                                      *l.args, l.extra);
+    });
 }
 
 /* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the
@@ -111,24 +134,25 @@ static void destroy_graph(void *graph) {
     (void)cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
-/* The call's kernels (launch_call's) as a graph, built node by node (no stream capture: one open on
- * any stream of the device would fail another host thread's cudaDeviceSynchronize meanwhile) and
- * instantiated; NULL when any step fails (the error is cleared: the caller then launches directly,
- * which reports its own). */
+/* The call's kernels (each_launch) as a graph, built node by node (no stream capture: one open on
+ * any stream of the device would fail another host thread's cudaDeviceSynchronize meanwhile), each
+ * node after the one before it, and instantiated; NULL when any step fails (the error is cleared:
+ * the caller then launches directly, which reports its own). */
 static cudaGraphExec_t build_graph(const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &pl) {
-    const attend_kernel_t kernel = attend_kernel_for(a->record_bytes, attend_kind_of(&pl), attend_variant_of(&pl));
-    if (!kernel) return NULL;
     cudaGraph_t graph = NULL;
-    cudaGraphNode_t attention = NULL, merge = NULL;
     cudaGraphExec_t exec = NULL;
     cudaError_t e = cudaGraphCreate(&graph, 0);
-    if (e == cudaSuccess)
-        e = nvfp4_graph_add_kernel(graph, &attention, NULL, false, kernel, dim3(pl.grid), dim3(pl.threads), pl.bytes,
-                                   attend_placement_cluster(a, &pl), *a, pl);
-    if (e == cudaSuccess && pl.splits > 1 && !pl.one_launch)
-        e = nvfp4_graph_add_kernel(graph, &merge, attention, true, merge_kernel_for(pl.splits),
-                                   dim3((unsigned)(a->num_queries * a->num_heads)), dim3(ATT_MERGE_THREADS), 0, 1, *a,
-                                   (int)pl.splits);
+    if (e == cudaSuccess) {
+        cudaGraphNode_t previous = NULL; /* NULL: the next node is the root */
+        e = each_launch(a, pl, [&](const auto &l) {
+            cudaGraphNode_t node = NULL;
+            const cudaError_t added = nvfp4_graph_add_kernel(graph, &node, previous, l.dependent, l.kernel,
+                                                             dim3(l.grid), dim3(l.threads), l.smem, l.cluster,
+                                                             *l.args, l.extra);
+            previous = node;
+            return added;
+        });
+    }
     if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
     if (graph) (void)cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
