@@ -112,13 +112,10 @@ static cudaError_t launch_call(const nvfp4_mla_attend_kernel_args_t *a, const at
     });
 }
 
-/* NVFP4_ATTEND_MERGE_AUTO keeps the in-launch merge (one launch: the eager caller waits on the
- * host's launch time) unless the stream is capturing: a graph replay costs GPU time alone, and the
- * separate merge takes less of it. A stream whose state cannot be read (the legacy stream while a
- * blocking stream of the device captures, or an earlier asynchronous error) counts as capturing;
- * the launch then reports the error itself.
- * The query reads the stream's capture state on the host (a fraction of a microsecond): no device
- * query, safe while capturing. */
+/* Whether `stream` is capturing: a stream whose state cannot be read (the legacy stream while a
+ * blocking stream of the device captures, or an earlier asynchronous error) counts as capturing; the
+ * launch then reports the error itself. The query reads the stream's capture state on the host (a
+ * fraction of a microsecond): no device query, safe while capturing. */
 static bool stream_capturing(void *stream) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing((cudaStream_t)stream, &capture) != cudaSuccess) {
@@ -126,6 +123,17 @@ static bool stream_capturing(void *stream) {
         return true;
     }
     return capture != cudaStreamCaptureStatusNone;
+}
+
+/* The plan as a call launches it: NVFP4_ATTEND_MERGE_AUTO keeps the plan's in-launch merge only for
+ * a direct launch on an eager stream (`direct`: one launch, and the eager caller waits on the host's
+ * launch time). A captured call (a replay costs GPU time alone) or a prebuilt graph (one host launch
+ * whatever it holds) takes the separate merge kernel, which spends less GPU time. The other settings
+ * are the plan's own (attend_plan_for read them). The one place auto is decided. */
+static attend_plan plan_as_launched(const attend_plan &planned, const nvfp4_mla_attend_kernel_args_t *a, bool direct) {
+    attend_plan pl = planned;
+    if (a->merge_mode == NVFP4_ATTEND_MERGE_AUTO && !direct) pl.one_launch = 0;
+    return pl;
 }
 
 /* ---- eager calls as prebuilt graphs (attend_launches.h) ---- */
@@ -170,9 +178,7 @@ static cudaGraphExec_t eager_graph(nvfp4_attend_launches_t **launches, const nvf
     if (!*launches && !(*launches = (nvfp4_attend_launches_t *)calloc(1, sizeof **launches))) return NULL;
     attend_launch_entry *e = attend_launch_lookup(*launches, a, destroy_graph);
     if (!e->graph && e->calls >= ATT_LAUNCH_BUILD_AT && !e->no_graph) {
-        attend_plan pl = planned;
-        if (a->merge_mode == NVFP4_ATTEND_MERGE_AUTO) pl.one_launch = 0; /* one host launch either way */
-        e->graph = build_graph(a, pl);
+        e->graph = build_graph(a, plan_as_launched(planned, a, false));
         e->no_graph = !e->graph;
         if (e->graph) (*launches)->graphs_built++;
         else (*launches)->graphs_failed++;
@@ -198,7 +204,7 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     if (!nvfp4_cuda_guard_ok(guard, result, "attend")) {
         return;
     }
-    attend_plan pl = attend_plan_for(args);
+    const attend_plan pl = attend_plan_for(args);
     if (!pl.bytes) {
         result->status = NVFP4_MLA_ERR_UNSUPPORTED;
         snprintf(result->message, sizeof result->message,
@@ -222,13 +228,15 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     if (pl.splits > 1 && !nvfp4_cuda_grid_fits(rows, result, "attend", rows, "merged rows")) {
         return;
     }
-    if (stream_capturing(args->stream)) {
-        if (args->merge_mode == NVFP4_ATTEND_MERGE_AUTO) pl.one_launch = 0;
-    } else if (const cudaGraphExec_t graph = eager_graph(launches, args, pl)) {
-        nvfp4_cuda_result(result, cudaGraphLaunch(graph, (cudaStream_t)args->stream), "attend: graph launch");
-        return;
+    const bool capturing = stream_capturing(args->stream);
+    if (!capturing) {
+        if (const cudaGraphExec_t graph = eager_graph(launches, args, pl)) {
+            nvfp4_cuda_result(result, cudaGraphLaunch(graph, (cudaStream_t)args->stream), "attend: graph launch");
+            return;
+        }
     }
-    nvfp4_cuda_result(result, launch_call(args, pl, args->stream), "attend: kernel launch");
+    nvfp4_cuda_result(result, launch_call(args, plan_as_launched(pl, args, !capturing), args->stream),
+                      "attend: kernel launch");
 }
 
 /* ---- once per context ---- */
