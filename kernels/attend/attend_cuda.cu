@@ -170,13 +170,15 @@ static cudaGraphExec_t build_graph(const nvfp4_mla_attend_kernel_args_t *a, cons
     return exec;
 }
 
-/* The prebuilt graph for this eager call, built now at its struct's ATT_LAUNCH_BUILD_AT-th call; NULL:
- * launch directly (an earlier call, a table that cannot be allocated, a graph that could not be built). */
-static cudaGraphExec_t eager_graph(nvfp4_attend_launches_t **launches, const nvfp4_mla_attend_kernel_args_t *a,
-                                   const attend_plan &planned) {
+/* The prebuilt graph for this eager call, built now at its struct's ATT_LAUNCH_BUILD_AT-th call; `seen`:
+ * the struct's entry, which attend_launch_find counted this call in (NULL: a struct the table does not
+ * hold, added now that its checks passed). NULL: launch directly (an earlier call, a table that cannot
+ * be allocated, a graph that could not be built). */
+static cudaGraphExec_t eager_graph(nvfp4_attend_launches_t **launches, attend_launch_entry *seen,
+                                   const nvfp4_mla_attend_kernel_args_t *a, const attend_plan &planned) {
     if (!launches) return NULL; /* NVFP4_MLA_ATTEND_GRAPHS=off */
     if (!*launches && !(*launches = (nvfp4_attend_launches_t *)calloc(1, sizeof **launches))) return NULL;
-    attend_launch_entry *e = attend_launch_lookup(*launches, a, destroy_graph);
+    attend_launch_entry *e = seen ? seen : attend_launch_add(*launches, a, destroy_graph);
     if (!e->graph && e->calls >= ATT_LAUNCH_BUILD_AT && !e->no_graph) {
         e->graph = build_graph(a, plan_as_launched(planned, a, false));
         e->no_graph = !e->graph;
@@ -194,6 +196,38 @@ extern "C" void nvfp4_mla_release_launches_cuda(int32_t device_index, nvfp4_atte
     free(launches);
 }
 
+/* The call's plan, after the launcher's checks of it (a configuration that fits the shared memory,
+ * the workspace, launchable grids); false: the result says why. Pure functions of the argument struct
+ * (attend_plan_for reads nothing else): nvfp4_mla_attend_cuda relies on it. */
+static bool checked_plan(const nvfp4_mla_attend_kernel_args_t *args, attend_plan *pl,
+                         nvfp4_mla_kernel_result_t *result) {
+    *pl = attend_plan_for(args);
+    if (!pl->bytes) {
+        result->status = NVFP4_MLA_ERR_UNSUPPORTED;
+        snprintf(result->message, sizeof result->message,
+                 "attend: no kernel configuration fits %d bytes of shared memory per block on device %d "
+                 "(%d-byte records need at least about 68 KB)",
+                 args->smem_per_block, args->device_index, args->record_bytes);
+        return false;
+    }
+    const uint64_t need = attend_workspace_of(args, pl); /* the backend contract's check, from the one plan */
+    if (args->workspace_bytes < need) {
+        result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
+        snprintf(result->message, sizeof result->message,
+                 "workspace has %llu bytes, these shapes need %llu (attend_workspace_bytes)",
+                 (unsigned long long)args->workspace_bytes, (unsigned long long)need);
+        return false;
+    }
+    const int64_t rows = args->num_queries * args->num_heads; /* the merge kernel's CTAs */
+    return nvfp4_cuda_grid_fits(pl->grid, result, "attend", pl->grid, "CTAs") &&
+           (pl->splits <= 1 || nvfp4_cuda_grid_fits(rows, result, "attend", rows, "merged rows"));
+}
+
+/* An eager call whose struct the table holds with its graph built launches that graph before any plan
+ * or check: the struct, compared byte for byte, is the whole of what checked_plan reads, and it passed
+ * them before the graph was built (a struct enters the table only after passing; the plugin's own
+ * checks, which make the struct, have run for this call already). Nothing on the host reads the
+ * device memory behind its pointers, so that memory cannot undo a check. */
 extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args, nvfp4_attend_launches_t **launches,
                                       nvfp4_mla_kernel_result_t *result) {
     if (args->num_queries == 0) {
@@ -204,39 +238,22 @@ extern "C" void nvfp4_mla_attend_cuda(const nvfp4_mla_attend_kernel_args_t *args
     if (!nvfp4_cuda_guard_ok(guard, result, "attend")) {
         return;
     }
-    const attend_plan pl = attend_plan_for(args);
-    if (!pl.bytes) {
-        result->status = NVFP4_MLA_ERR_UNSUPPORTED;
-        snprintf(result->message, sizeof result->message,
-                 "attend: no kernel configuration fits %d bytes of shared memory per block on device %d "
-                 "(%d-byte records need at least about 68 KB)",
-                 args->smem_per_block, args->device_index, args->record_bytes);
-        return;
-    }
-    const uint64_t need = attend_workspace_of(args, &pl); /* the backend contract's check, from the one plan */
-    if (args->workspace_bytes < need) {
-        result->status = NVFP4_MLA_ERR_INVALID_ARGUMENT;
-        snprintf(result->message, sizeof result->message,
-                 "workspace has %llu bytes, these shapes need %llu (attend_workspace_bytes)",
-                 (unsigned long long)args->workspace_bytes, (unsigned long long)need);
-        return;
-    }
-    if (!nvfp4_cuda_grid_fits(pl.grid, result, "attend", pl.grid, "CTAs")) {
-        return;
-    }
-    const int64_t rows = args->num_queries * args->num_heads; /* the merge kernel's CTAs */
-    if (pl.splits > 1 && !nvfp4_cuda_grid_fits(rows, result, "attend", rows, "merged rows")) {
-        return;
-    }
     const bool capturing = stream_capturing(args->stream);
-    if (!capturing) {
-        if (const cudaGraphExec_t graph = eager_graph(launches, args, pl)) {
-            nvfp4_cuda_result(result, cudaGraphLaunch(graph, (cudaStream_t)args->stream), "attend: graph launch");
+    attend_launch_entry *seen = !capturing && launches && *launches ? attend_launch_find(*launches, args) : NULL;
+    cudaGraphExec_t graph = seen ? (cudaGraphExec_t)seen->graph : NULL;
+    if (!graph) { /* planned and checked; then its graph built now, or its kernels launched directly */
+        attend_plan pl;
+        if (!checked_plan(args, &pl, result)) {
+            return;
+        }
+        if (!capturing) graph = eager_graph(launches, seen, args, pl);
+        if (!graph) {
+            nvfp4_cuda_result(result, launch_call(args, plan_as_launched(pl, args, !capturing), args->stream),
+                              "attend: kernel launch");
             return;
         }
     }
-    nvfp4_cuda_result(result, launch_call(args, plan_as_launched(pl, args, !capturing), args->stream),
-                      "attend: kernel launch");
+    nvfp4_cuda_result(result, cudaGraphLaunch(graph, (cudaStream_t)args->stream), "attend: graph launch");
 }
 
 /* ---- once per context ---- */
