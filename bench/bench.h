@@ -121,8 +121,9 @@ void bench_compare_records(const uint8_t *cache, int64_t block, int32_t rb, cons
                            const uint8_t *d_want, unsigned long long *d_bad, cudaStream_t s);
 /* Counts the 16-bit elements of got[0..n) that differ from want's. */
 void bench_compare_u16(const uint16_t *got, const uint16_t *want, int64_t n, unsigned long long *d_bad, cudaStream_t s);
-/* attend rows [rows, 512] bf16 and lse [rows]: counts the elements outside 2/128 of themselves + 1/128 of
- * the row's largest |want|, and the lse outside 1e-5 relative (both -inf agree; NaN never does). */
+/* attend rows [rows, 512] bf16 and lse [rows]: counts the elements and the lse outside
+ * attend_check_default_bounds' element and lse bounds of want's (elem_rel of themselves + of_row_max of
+ * the row's largest |want|; lse_rel of max(|lse|, 1); both -inf agree; NaN never does). */
 void bench_compare_attend(const uint16_t *got, const float *got_lse, const uint16_t *want, const float *want_lse,
                           int64_t rows, unsigned long long *d_bad, cudaStream_t s);
 
