@@ -94,8 +94,8 @@ struct bench_side {
 
 /* Times sides[0..n): `warmup` untimed rounds, then `iters` rounds; a round launches every side
  * once, in turn (A B A B ...: drifts of clocks and temperature fall on every side alike), each
- * launch between its own CUDA events on b.s. With b.flush_l2, an L2-sized write precedes each
- * timed launch, outside its events (then `before`). */
+ * launch between its own CUDA events on b.s, after its side's `before`. With b.flush_l2, an L2-sized
+ * write comes between `before` and the launch, outside its events, and evicts what `before` wrote. */
 std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<bench_side> &sides, int warmup, int iters);
 
 /* One side. */
