@@ -38,8 +38,12 @@ std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<ben
     std::vector<std::vector<float>> ms(n);
     for (int round = 0; round < warmup + iters; round++) {
         for (size_t k = 0; k < n; k++) {
-            if (b.flush_l2) CK(cudaMemsetAsync(b.flush_buf, round & 0xFF, b.flush_bytes, b.s));
+            /* The poison first: the flush after it evicts the lines the poison touched (the outputs it
+             * wrote; for the writer's records, the slot list it read), so that a flushed launch starts on
+             * a cache holding none of its data. The flush writes only its own buffer: the check that
+             * follows the launch still sees the poison's bytes wherever the call did not write. */
             if (sides[k].before) sides[k].before();
+            if (b.flush_l2) CK(cudaMemsetAsync(b.flush_buf, round & 0xFF, b.flush_bytes, b.s));
             CK(cudaEventRecord(ev[2 * k], b.s));
             sides[k].launch();
             CK(cudaEventRecord(ev[2 * k + 1], b.s));

@@ -94,8 +94,8 @@ struct bench_side {
 
 /* Times sides[0..n): `warmup` untimed rounds, then `iters` rounds; a round launches every side
  * once, in turn (A B A B ...: drifts of clocks and temperature fall on every side alike), each
- * launch between its own CUDA events on b.s. With b.flush_l2, an L2-sized write precedes each
- * timed launch, outside its events (then `before`). */
+ * launch between its own CUDA events on b.s, after its side's `before`. With b.flush_l2, an L2-sized
+ * write comes between `before` and the launch, outside its events, and evicts what `before` wrote. */
 std::vector<bench_timing> bench_time_sides(const bench &b, const std::vector<bench_side> &sides, int warmup, int iters);
 
 /* One side. */
@@ -121,8 +121,9 @@ void bench_compare_records(const uint8_t *cache, int64_t block, int32_t rb, cons
                            const uint8_t *d_want, unsigned long long *d_bad, cudaStream_t s);
 /* Counts the 16-bit elements of got[0..n) that differ from want's. */
 void bench_compare_u16(const uint16_t *got, const uint16_t *want, int64_t n, unsigned long long *d_bad, cudaStream_t s);
-/* attend rows [rows, 512] bf16 and lse [rows]: counts the elements outside 2/128 of themselves + 1/128 of
- * the row's largest |want|, and the lse outside 1e-5 relative (both -inf agree; NaN never does). */
+/* attend rows [rows, 512] bf16 and lse [rows]: counts the elements and the lse outside
+ * attend_check_default_bounds' element and lse bounds of want's (elem_rel of themselves + of_row_max of
+ * the row's largest |want|; lse_rel of max(|lse|, 1); both -inf agree; NaN never does). */
 void bench_compare_attend(const uint16_t *got, const float *got_lse, const uint16_t *want, const float *want_lse,
                           int64_t rows, unsigned long long *d_bad, cudaStream_t s);
 

@@ -3,9 +3,10 @@
  * emits in a record); after it, the output is compared with the output of the row's checked call
  * (itself compared with the plugin's CPU backend), and the elements outside the bound are counted
  * on the device. Writer records and gather rows must be equal to the bit (both are pure functions of
- * their inputs); attend rows within attend_check.h's element bound of the checked call's (2/128 of
- * the element + 1/128 of the row's largest |value|) and lse within 1e-5 relative, so that a
- * reordered split merge would still pass and a stale or unwritten row never does. */
+ * their inputs); attend rows within attend_check.h's element and lse bounds (attend_check_default_bounds,
+ * the tests' own: elem_rel of the element + of_row_max of the row's largest |value|, lse_rel of
+ * max(|lse|, 1)) of the checked call's, so that a reordered split merge would still pass and a stale
+ * or unwritten row never does. */
 #include "bench.h"
 
 /* Grid-stride bytes of n records at `slots` (int64, < capacity) of a paged cache. */
@@ -43,10 +44,16 @@ static __global__ void compare_u16_k(const uint16_t *got, const uint16_t *want, 
 
 static __device__ __forceinline__ float bf16f(uint16_t v) { return __uint_as_float((uint32_t)v << 16); }
 
+/* attend_check_bounds_t's element and lse bounds in the float arithmetic of compare_attend_k. */
+struct attend_device_bounds {
+    float elem_rel, of_row_max, lse_rel;
+};
+
 /* One warp a (query, head) row of 512: its largest |want|, then each element's verdict; lane 0
  * judges the lse. NaN fails every comparison. */
 static __global__ void compare_attend_k(const uint16_t *got, const float *got_lse, const uint16_t *want,
-                                        const float *want_lse, int64_t rows, unsigned long long *bad) {
+                                        const float *want_lse, int64_t rows, attend_device_bounds b,
+                                        unsigned long long *bad) {
     const int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (row >= rows) return; /* a whole warp leaves together: rows are whole warps */
@@ -57,12 +64,12 @@ static __global__ void compare_attend_k(const uint16_t *got, const float *got_ls
     unsigned long long mine = 0;
     for (int i = lane; i < 512; i += 32) {
         const float gv = bf16f(g[i]), wv = bf16f(w[i]);
-        mine += !(fabsf(gv - wv) <= (2.f / 128) * fabsf(wv) + (1.f / 128) * row_max);
+        mine += !(fabsf(gv - wv) <= b.elem_rel * fabsf(wv) + b.of_row_max * row_max);
     }
     if (lane == 0) {
         const float gl = got_lse[row], wl = want_lse[row];
         const bool both_empty = isinf(wl) && wl < 0 && isinf(gl) && gl < 0;
-        mine += !both_empty && !(fabsf(gl - wl) <= 1e-5f * fmaxf(fabsf(wl), 1.f));
+        mine += !both_empty && !(fabsf(gl - wl) <= b.lse_rel * fmaxf(fabsf(wl), 1.f));
     }
     add_bad(mine, bad);
 }
@@ -87,7 +94,9 @@ void bench_compare_u16(const uint16_t *got, const uint16_t *want, int64_t n, uns
 
 void bench_compare_attend(const uint16_t *got, const float *got_lse, const uint16_t *want, const float *want_lse,
                           int64_t rows, unsigned long long *d_bad, cudaStream_t s) {
-    compare_attend_k<<<(unsigned)((rows * 32 + 255) / 256), 256, 0, s>>>(got, got_lse, want, want_lse, rows, d_bad);
+    const attend_check_bounds_t &c = attend_check_default_bounds;
+    const attend_device_bounds b = {(float)c.elem_rel, (float)c.of_row_max, (float)c.lse_rel};
+    compare_attend_k<<<(unsigned)((rows * 32 + 255) / 256), 256, 0, s>>>(got, got_lse, want, want_lse, rows, b, d_bad);
     CK(cudaGetLastError());
 }
 

@@ -1,6 +1,7 @@
 /* The eager attend calls' launch table (kernels/attend/attend_launches.h), on the CPU with fake graph
  * handles: a struct's first call gets a new entry, its repeats the same one, any byte of the key makes
- * another, and a full table replaces its least recently used entry, releasing that entry's graph. */
+ * another, a struct the table lacks is not added by looking for it, and a full table replaces its least
+ * recently used entry, releasing that entry's graph. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,6 +34,12 @@ static nvfp4_mla_attend_kernel_args_t call_of(uintptr_t layer) {
     return a;
 }
 
+/* A call as attend_cuda.cu makes it when its checks pass: its entry, else a new one. */
+static attend_launch_entry *lookup(nvfp4_attend_launches_t *t, const nvfp4_mla_attend_kernel_args_t *key) {
+    attend_launch_entry *e = attend_launch_find(t, key);
+    return e ? e : attend_launch_add(t, key, release);
+}
+
 static nvfp4_attend_launches_t *new_table(void) {
     released = 0, last_freed = NULL;
     nvfp4_attend_launches_t *t = calloc(1, sizeof *t);
@@ -44,13 +51,13 @@ static void lookup_should_count_the_calls_of_one_struct(void **state) {
     (void)state;
     nvfp4_attend_launches_t *t = new_table();
     const nvfp4_mla_attend_kernel_args_t a = call_of(0);
-    attend_launch_entry *first = attend_launch_lookup(t, &a, release);
+    attend_launch_entry *first = lookup(t, &a);
     assert_int_equal(first->calls, 1);
     assert_null(first->graph);
     assert_int_equal(first->no_graph, 0);
     first->graph = (void *)0xA1; /* what attend_cuda.cu does at call ATT_LAUNCH_BUILD_AT */
     nvfp4_mla_attend_kernel_args_t same = call_of(0);
-    attend_launch_entry *again = attend_launch_lookup(t, &same, release);
+    attend_launch_entry *again = lookup(t, &same);
     assert_ptr_equal(again, first);
     assert_int_equal(again->calls, 2);
     assert_ptr_equal(again->graph, (void *)0xA1);
@@ -68,11 +75,11 @@ static void lookup_should_saturate_the_call_count(void **state) {
     (void)state;
     nvfp4_attend_launches_t *t = new_table();
     const nvfp4_mla_attend_kernel_args_t a = call_of(0);
-    attend_launch_entry *e = attend_launch_lookup(t, &a, release);
+    attend_launch_entry *e = lookup(t, &a);
     e->graph = (void *)0xC0;
     e->calls = INT32_MAX - 1;
-    assert_int_equal(attend_launch_lookup(t, &a, release)->calls, INT32_MAX);
-    attend_launch_entry *again = attend_launch_lookup(t, &a, release);
+    assert_int_equal(lookup(t, &a)->calls, INT32_MAX);
+    attend_launch_entry *again = lookup(t, &a);
     assert_ptr_equal(again, e);
     assert_int_equal(again->calls, INT32_MAX);
     assert_ptr_equal(again->graph, (void *)0xC0);
@@ -88,27 +95,27 @@ static void lookup_should_tell_apart_structs_that_differ_in_any_byte(void **stat
     const nvfp4_mla_attend_kernel_args_t a = call_of(0);
     for (size_t byte = 0; byte < sizeof a; byte++) {
         attend_launch_clear(t, release);
-        attend_launch_entry *base = attend_launch_lookup(t, &a, release);
+        attend_launch_entry *base = lookup(t, &a);
         base->graph = (void *)0xB0;
         nvfp4_mla_attend_kernel_args_t b = a;
         ((unsigned char *)&b)[byte] ^= 0x01;
-        attend_launch_entry *e = attend_launch_lookup(t, &b, release);
+        attend_launch_entry *e = lookup(t, &b);
         assert_ptr_not_equal(e, base);
         assert_int_equal(e->calls, 1);
         assert_null(e->graph);
         assert_int_equal(t->used, 2);
     }
     assert_int_equal(released, (int)sizeof a - 1); /* each round's base graph, released by the next clear */
-    attend_launch_entry *base = attend_launch_lookup(t, &a, release);
+    attend_launch_entry *base = lookup(t, &a);
     assert_int_equal(base->calls, 2);
     /* The examples an engine meets: another stream, another out, another row count, another scale. */
     nvfp4_mla_attend_kernel_args_t b = a;
     b.stream = (void *)0x78;
-    assert_ptr_not_equal(attend_launch_lookup(t, &b, release), base);
+    assert_ptr_not_equal(lookup(t, &b), base);
     b = a, b.num_queries = 7;
-    assert_ptr_not_equal(attend_launch_lookup(t, &b, release), base);
+    assert_ptr_not_equal(lookup(t, &b), base);
     b = a, b.sm_scale = 0.05f;
-    assert_ptr_not_equal(attend_launch_lookup(t, &b, release), base);
+    assert_ptr_not_equal(lookup(t, &b), base);
     attend_launch_clear(t, release);
     free(t);
 }
@@ -120,7 +127,7 @@ static void full_table_should_replace_the_least_recently_used_entry(void **state
     nvfp4_attend_launches_t *t = new_table();
     for (uintptr_t layer = 0; layer < ATT_LAUNCH_ENTRIES; layer++) {
         const nvfp4_mla_attend_kernel_args_t a = call_of(layer);
-        attend_launch_entry *e = attend_launch_lookup(t, &a, release);
+        attend_launch_entry *e = lookup(t, &a);
         assert_int_equal(e->calls, 1);
         e->graph = (void *)(0x1000 + layer);
     }
@@ -128,20 +135,20 @@ static void full_table_should_replace_the_least_recently_used_entry(void **state
     assert_int_equal(released, 0);
     /* Layer 0 called again: now layer 1 is the least recently used. */
     const nvfp4_mla_attend_kernel_args_t l0 = call_of(0);
-    assert_int_equal(attend_launch_lookup(t, &l0, release)->calls, 2);
+    assert_int_equal(lookup(t, &l0)->calls, 2);
     const nvfp4_mla_attend_kernel_args_t extra = call_of(ATT_LAUNCH_ENTRIES);
-    attend_launch_entry *e = attend_launch_lookup(t, &extra, release);
+    attend_launch_entry *e = lookup(t, &extra);
     assert_int_equal(released, 1);
     assert_ptr_equal(last_freed, (void *)0x1001);
     assert_int_equal(e->calls, 1);
     assert_null(e->graph);
     assert_int_equal(t->used, ATT_LAUNCH_ENTRIES);
     /* Layer 0 kept its entry and graph; layer 1 starts over. */
-    attend_launch_entry *k0 = attend_launch_lookup(t, &l0, release);
+    attend_launch_entry *k0 = lookup(t, &l0);
     assert_int_equal(k0->calls, 3);
     assert_ptr_equal(k0->graph, (void *)0x1000);
     const nvfp4_mla_attend_kernel_args_t l1 = call_of(1);
-    attend_launch_entry *k1 = attend_launch_lookup(t, &l1, release);
+    attend_launch_entry *k1 = lookup(t, &l1);
     assert_int_equal(k1->calls, 1);
     assert_null(k1->graph);
     assert_int_equal(released, 2); /* layer 2, now the least recent, made room for layer 1 */
@@ -151,12 +158,37 @@ static void full_table_should_replace_the_least_recently_used_entry(void **state
     free(t);
 }
 
+/* Looking a struct up adds nothing: a call that fails the launcher's checks after its find (the find
+ * comes first, so that a built graph launches before any check) leaves the table as it was, and no
+ * entry is made room for. */
+static void find_should_leave_the_table_alone_for_a_struct_it_lacks(void **state) {
+    (void)state;
+    nvfp4_attend_launches_t *t = new_table();
+    for (uintptr_t layer = 0; layer < ATT_LAUNCH_ENTRIES; layer++) {
+        const nvfp4_mla_attend_kernel_args_t a = call_of(layer);
+        lookup(t, &a)->graph = (void *)(0x1000 + layer);
+    }
+    const nvfp4_mla_attend_kernel_args_t other = call_of(ATT_LAUNCH_ENTRIES);
+    assert_null(attend_launch_find(t, &other));
+    assert_null(attend_launch_find(t, &other));
+    assert_int_equal(t->used, ATT_LAUNCH_ENTRIES);
+    assert_int_equal(released, 0);
+    const nvfp4_mla_attend_kernel_args_t l0 = call_of(0);
+    attend_launch_entry *e = attend_launch_find(t, &l0);
+    assert_non_null(e);
+    assert_int_equal(e->calls, 2);
+    assert_ptr_equal(e->graph, (void *)0x1000);
+    attend_launch_clear(t, release);
+    free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lookup_should_count_the_calls_of_one_struct),
         cmocka_unit_test(lookup_should_saturate_the_call_count),
         cmocka_unit_test(lookup_should_tell_apart_structs_that_differ_in_any_byte),
         cmocka_unit_test(full_table_should_replace_the_least_recently_used_entry),
+        cmocka_unit_test(find_should_leave_the_table_alone_for_a_struct_it_lacks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,15 +8,14 @@
  * could differ in bytes no field owns. Its fields are 8 pointers and 14 int64 (8 bytes each), 8 four-byte
  * fields, 2 int16 and an int32. */
 _Static_assert(sizeof(nvfp4_mla_attend_kernel_args_t) == 8 * 8 + 8 + 14 * 8 + 8 * 4 + 2 * 2 + 4,
-               "nvfp4_mla_attend_kernel_args_t has padding: attend_launch_lookup's memcmp would compare it");
+               "nvfp4_mla_attend_kernel_args_t has padding: attend_launch_find's memcmp would compare it");
 
 static int same_call(const nvfp4_mla_attend_kernel_args_t *a, const nvfp4_mla_attend_kernel_args_t *b) {
     /* The pointers that differ between a model's calls first: most misses end at one comparison. */
     return a->q == b->q && a->out == b->out && memcmp(a, b, sizeof *a) == 0;
 }
 
-attend_launch_entry *attend_launch_lookup(nvfp4_attend_launches_t *t, const nvfp4_mla_attend_kernel_args_t *key,
-                                          void (*release)(void *graph)) {
+attend_launch_entry *attend_launch_find(nvfp4_attend_launches_t *t, const nvfp4_mla_attend_kernel_args_t *key) {
     t->clock++;
     for (int32_t i = 0; i < t->used; i++) {
         attend_launch_entry *e = &t->entries[i];
@@ -29,6 +28,11 @@ attend_launch_entry *attend_launch_lookup(nvfp4_attend_launches_t *t, const nvfp
             return e;
         }
     }
+    return NULL;
+}
+
+attend_launch_entry *attend_launch_add(nvfp4_attend_launches_t *t, const nvfp4_mla_attend_kernel_args_t *key,
+                                       void (*release)(void *graph)) {
     attend_launch_entry *slot = NULL;
     if (t->used < ATT_LAUNCH_ENTRIES) {
         slot = &t->entries[t->used++];
@@ -41,7 +45,7 @@ attend_launch_entry *attend_launch_lookup(nvfp4_attend_launches_t *t, const nvfp
     memset(slot, 0, sizeof *slot);
     memcpy(&slot->key, key, sizeof *key);
     slot->calls = 1;
-    slot->last_use = t->clock;
+    slot->last_use = t->clock; /* the clock of the call's find */
     return slot;
 }
 

@@ -8,7 +8,9 @@
  * the torch ops' cached path) repeats the same arguments every step; cudaGraphLaunch of a prebuilt
  * graph costs 2.0-2.6 us whatever it holds (docs/performance-notes.md, "Host side"). A graph holds the
  * launches' parameters by value, so one built for an argument struct is exactly that call: the key is
- * the whole struct, stream included, and any other struct is another entry.
+ * the whole struct, stream included, and any other struct is another entry. The struct is also all that
+ * the backend's own plan and checks read (the plugin's checks made it), so a call whose graph is built
+ * launches it before them (attend_launch_find first; attend_launch_add only for a call that passed).
  *
  * What stays as it was: calls on a capturing stream (cudaGraphLaunch is refused there, and the
  * engine's own graph already pays no host time) and a struct's first calls launch directly, so a
@@ -56,11 +58,15 @@ typedef struct nvfp4_attend_launches {
     int32_t graphs_failed;  /* builds that failed (their keys launch directly; logged as warnings) */
 } nvfp4_attend_launches_t;
 
-/* The entry of `key`: an existing one with calls + 1, or a new one with calls = 1 and no graph, made
- * in a free slot or in the least recently used one, whose graph (if any) goes to release(graph) first.
+/* The entry of `key` with this call counted (calls + 1, last_use now), or NULL when the table holds
+ * none; nothing is added (attend_launch_add makes the entry once the call has passed its checks). */
+attend_launch_entry *attend_launch_find(nvfp4_attend_launches_t *table, const nvfp4_mla_attend_kernel_args_t *key);
+
+/* A new entry for `key`, which attend_launch_find has just not found: calls = 1 and no graph, made in
+ * a free slot or in the least recently used one, whose graph (if any) goes to release(graph) first.
  * Never NULL. */
-attend_launch_entry *attend_launch_lookup(nvfp4_attend_launches_t *table, const nvfp4_mla_attend_kernel_args_t *key,
-                                          void (*release)(void *graph));
+attend_launch_entry *attend_launch_add(nvfp4_attend_launches_t *table, const nvfp4_mla_attend_kernel_args_t *key,
+                                       void (*release)(void *graph));
 
 /* Every entry's graph to release(graph), the table emptied (the counters kept). */
 void attend_launch_clear(nvfp4_attend_launches_t *table, void (*release)(void *graph));

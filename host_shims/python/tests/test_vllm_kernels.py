@@ -197,6 +197,9 @@ def test_plan_step_should_ask_the_plugin_for_the_steps_workspace(plugin):
     assert kernels.plan_step(ops, 8, 16, TOPK, 368) >= 0
     with pytest.raises(nvfp4_mla.InvalidArgument, match="h = shape\\[1\\] is 129"):
         kernels.plan_step(ops, 8, 129, TOPK, 368)
+    # A grown workspace takes its device from one kept tensor of no elements, not one made per build().
+    kept = kernels._device_tensor(torch.device("cpu"))
+    assert kept.numel() == 0 and kept.device.type == "cpu" and kernels._device_tensor(torch.device("cpu")) is kept
 
 
 @pytest.mark.skipif(not CUDA, reason="no CUDA device: the captured step runs on the GPU machine")

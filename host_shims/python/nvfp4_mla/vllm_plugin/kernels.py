@@ -137,6 +137,17 @@ class _Shape(torch_ops._Described):
 
 
 _needs = {}  # (context, format, shapes) -> the workspace bytes the plugin asked for
+_on_device = {}  # torch.device -> a tensor of no elements there: what the grown workspace's device is read from
+
+
+def _device_tensor(device):
+    """A tensor of no elements on `device`, made once (empty_bytes_like reads only its device). It holds
+    no memory, so keeping it pins nothing, and no graph captures it: plan_step grows the workspace only
+    outside a capture."""
+    t = _on_device.get(device)
+    if t is None:
+        t = _on_device[device] = torch.empty(0, device=device)
+    return t
 
 
 def plan_step(ops, rows, heads, topk, record, *, outer_scale=None):
@@ -160,7 +171,7 @@ def plan_step(ops, rows, heads, topk, record, *, outer_scale=None):
                                 _Shape(torch.float32, (rows, heads), device, 5), None)
         need = _needs[key] = ctx.attend_workspace_bytes(args)
     if need and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        ctx._workspace(torch_ops._stream(ctx), need, torch.empty(0, device=device))
+        ctx._workspace(torch_ops._stream(ctx), need, _device_tensor(device))
     return need
 
 
