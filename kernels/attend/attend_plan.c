@@ -8,6 +8,11 @@ static int align_up(int v, int a) {
     return (v + a - 1) / a * a;
 }
 
+/* The reduction area's bytes of a kind (attend_plan.h): the paired wide kind's holds its slot ring. */
+static int red_bytes_of(const attend_plan *p) {
+    return !p->wide ? ATT_NARROW_RED_BYTES : p->paired ? ATT_PAIRED_RED_BYTES : ATT_WIDE_RED_BYTES;
+}
+
 /* Places the raw stages and their flags after the ring (none when stages is 0, as in the paired
  * wide kind, whose records pass through the producers' registers; off_raw / off_valid are then -1),
  * then the small arrays and barriers; returns the bytes used. */
@@ -50,7 +55,7 @@ static bool fit_wide(attend_plan *p, int rb, int contiguous, int budget) {
         p->off_p = -1, p->off_ring = ATT_TILE_BLOCKS * ATT_BLOCK; /* after Q's blocks */
         p->paired = 1, p->resident = 1, p->stages = 0, p->slots = ATT_TILE_BLOCKS * ATT_PAIRED_BUFFERS;
         p->threads = kind_threads(KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368);
-        return place_tail(p, rb, ATT_WIDE_RED_BYTES) <= budget;
+        return place_tail(p, rb, red_bytes_of(p)) <= budget;
     }
     /* the shared P tile 8 KB and a 12-slot ring */
     p->off_p = ATT_TILE_BLOCKS * ATT_BLOCK, p->off_ring = p->off_p + ATT_BLOCK;
@@ -101,7 +106,7 @@ attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
         ok = fit_ring(&p, rb, ATT_NARROW_RED_BYTES, budget, 4, true);
     }
     if (!ok) return (attend_plan){0};
-    p.bytes = place_tail(&p, rb, p.wide ? ATT_WIDE_RED_BYTES : ATT_NARROW_RED_BYTES) + 1024;
+    p.bytes = place_tail(&p, rb, red_bytes_of(&p)) + 1024;
     p.slots_magic = (uint32_t)((((uint64_t)1 << 32) + (uint64_t)p.slots - 1) / (uint64_t)p.slots);
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
     split_items(&p, a, sms, tiles);

@@ -63,6 +63,12 @@ ATT_SHARED int meta_bytes(bool wide) {
  * f32 each (attend_narrow.cuh); xalpha and xl, [64 rows] f32 each (attend_wide.cuh). */
 #define ATT_NARROW_RED_BYTES (2 * 4 * 32 * 4)
 #define ATT_WIDE_RED_BYTES (2 * 64 * 4)
+/* The paired wide kind adds its slot ring after them (attend_producer_paired.cuh, slot_ring): the raw
+ * slots of ATT_SLOT_RING tiles, [tile % ATT_SLOT_RING][64 keys] int32, each tile's written
+ * ATT_SLOT_AHEAD tiles before the producer reads it. */
+#define ATT_SLOT_AHEAD 3
+#define ATT_SLOT_RING 4
+#define ATT_PAIRED_RED_BYTES (ATT_WIDE_RED_BYTES + ATT_SLOT_RING * ATT_KEYS * 4)
 
 /* ---- the kinds: consumer shape and engine, thread and register counts ---- */
 

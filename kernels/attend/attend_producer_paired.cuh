@@ -30,14 +30,39 @@ struct record_quarter {
     bool valid;
 };
 
-/* Part `part` of the record of entry `k` of the cursor's tile, by read-only loads. */
+/* ---- the slot ring (issue 46's first design) ----
+ *
+ * The producer's loads of a tile were two dependent round trips, the slot index and then the records
+ * it names, both on its chain (Nsight Compute at b 128, h 128: 12.6% of the producer's samples waited
+ * on the slot, 17.9% on the records). So the slots come from a ring in shared memory (slot_ring; 4
+ * tiles, 1 KB, in the paired kind's reduction area: attend_plan.h), written ATT_SLOT_AHEAD tiles
+ * ahead by the value warpgroup (attend_wide.cuh, warpgroup 1, which waits for warpgroup 0's P most
+ * of each tile): it loads the raw slots of tile X + 3 at the start of its tile X and stores them
+ * before it frees tile X's RoPE block. The producer reads them after it has waited for tile X's
+ * nine blocks to be free (to write X + 2), an acquire of that release; and the ring place of X + 3 was
+ * last read (for tile X - 1) before the producer wrote X - 1 < X, which warpgroup 1 waited for.
+ * The producer's first ATT_SLOT_AHEAD tiles load their slots themselves. */
+
+/* Tile `tile`'s place in the slot ring: [64 keys] raw slots (-1 past the span's end). */
+static __device__ __forceinline__ int32_t *slot_ring(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
+    return reinterpret_cast<int32_t *>(smem + pl.off_red + ATT_WIDE_RED_BYTES) + (tile % ATT_SLOT_RING) * ATT_KEYS;
+}
+
+/* The raw slot of entry `k` of the cursor's tile (-1 past the span's end or the walk's). */
+static __device__ __forceinline__ int32_t cursor_slot(const nvfp4_mla_attend_kernel_args_t &a, const tile_cursor &c,
+                                                      int k) {
+    const int64_t e = c.entry + k;
+    return c.valid && e < c.span.end ? __ldg(a.slots + c.span.q * a.slot_stride + e) : -1;
+}
+
+/* Part `part` of the record in raw slot `raw_slot` (as loaded; -1 or outside the cache: an entry
+ * that counts nothing), by read-only loads. */
 template <int RB>
 static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
-                                                    const tile_cursor &c, int k, int part, record_quarter<RB> &q) {
+                                                    int32_t raw_slot, int part, record_quarter<RB> &q) {
     using L = record_layout<RB>;
     static_assert(L::pairs, "quarters of the layouts that pair");
-    const int64_t e = c.entry + k;
-    const int32_t slot = c.valid && e < c.span.end ? sane_slot(a, __ldg(a.slots + c.span.q * a.slot_stride + e)) : -1;
+    const int32_t slot = sane_slot(a, raw_slot);
     const uint4 z = make_uint4(0, 0, 0, 0);
     q.valid = slot >= 0;
 #pragma unroll
@@ -128,7 +153,7 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
      * hoisted out of the NO_LOADS probe's loop). */
     const uint32_t warm = ATT_PAIRED_BUFFERS + att_probe_zero(a);
     record_quarter<RB> q;
-    load_quarter<RB>(a, pl, cur, k, part, q);
+    load_quarter<RB>(a, pl, cursor_slot(a, cur, k), part, q);
     for (uint32_t tile = 0; cur.valid; tile++) {
         const uint32_t b = tile & 1u;
         uint8_t *buf = paired_buffer(smem, pl, tile);
@@ -141,8 +166,12 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
         fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
         for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.slot_full[ATT_TILE_BLOCKS * b + i]);
         cursor_next(a, pl, cur);
-        if (att_probe_keeps<ATT_PROBE_NO_LOADS>(tile + 1, warm))
-            load_quarter<RB>(a, pl, cur, k, part, q); /* the next tile's, in flight through the next wait */
+        if (att_probe_keeps<ATT_PROBE_NO_LOADS>(tile + 1, warm)) { /* the next tile's, in flight through the next wait */
+            const int32_t raw = tile + 1 < ATT_SLOT_AHEAD ? cursor_slot(a, cur, k)
+                                : cur.valid                ? slot_ring(smem, pl, tile + 1)[k]
+                                                           : -1;
+            load_quarter<RB>(a, pl, raw, part, q);
+        }
     }
 }
 

@@ -20,6 +20,7 @@
 #define NVFP4_MLA_ATTEND_WIDE_CUH
 
 #include "attend_consumer.cuh"
+#include "attend_producer_paired.cuh" /* the slot ring, which warpgroup 1 fills */
 
 #if NVFP4_HAVE_WGMMA
 
@@ -279,6 +280,14 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
     const wide_meta *meta = reinterpret_cast<const wide_meta *>(smem + pl.off_meta);
     float *xalpha = reinterpret_cast<float *>(smem + pl.off_red); /* [64 rows] */
     uint32_t pos = 0, tile = 0;
+    /* PAIRED, warpgroup 1: the walk ATT_SLOT_AHEAD tiles ahead whose slots it puts in the slot ring
+     * (attend_producer_paired.cuh), one key a thread of the first 64. */
+    tile_cursor ahead;
+    if constexpr (PAIRED && CW == 1) {
+        ahead.item = blockIdx.x;
+        cursor_seek(a, pl, ahead);
+        for (int i = 0; i < ATT_SLOT_AHEAD; i++) cursor_next(a, pl, ahead);
+    }
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
         const int64_t tiles = item_tiles(span);
@@ -307,6 +316,10 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
                 wide_softmax(st, lat, rope, meta[tile % ATT_META_RING], warp, lane, pf, pbuf, xalpha);
                 wide_pv<PAIRED, true>(pl, smem, bars, st, tl, 1, pf, pbuf);
             } else {
+                /* tile + ATT_SLOT_AHEAD's slots, loading while this warpgroup waits for P */
+                int32_t ahead_slot = -1;
+                if (PAIRED && (t & 127) < ATT_KEYS) ahead_slot = cursor_slot(a, ahead, t & 127);
+                if constexpr (PAIRED) cursor_next(a, pl, ahead);
                 named_sync(BAR_WIDE_P, ATT_WIDE_CONSUMERS);
                 tl.wait(bars, pl, ATT_LATENT_BLOCKS); /* complete already (warpgroup 0 waited); this thread's acquire */
                 float alpha[2];
@@ -314,6 +327,16 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
                 for (int h = 0; h < 2; h++) alpha[h] = xalpha[16 * warp + (lane >> 2) + 8 * h];
                 wide_rescale(st, alpha);
                 wide_pv<PAIRED, false>(pl, smem, bars, st, tl, 5, nullptr, pbuf);
+                /* before the release that hands the buffer back (slot_ring says why) */
+                if (PAIRED && (t & 127) < ATT_KEYS) {
+                    slot_ring(smem, pl, tile + ATT_SLOT_AHEAD)[t & 127] = ahead_slot;
+#if NVFP4_MLA_SLOT_PREFETCH
+                    const int32_t s = sane_slot(a, ahead_slot);
+                    if (s >= 0)
+                        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(record_src<RB>(a, pl, s)),
+                                     "r"(RB) : "memory");
+#endif
+                }
                 if (PAIRED) tl.release(bars, pl, 0); /* P, in the RoPE block, is read */
                 if (k + 1 < tiles) named_sync(BAR_WIDE_P_FREE, ATT_WIDE_CONSUMERS);
             }
