@@ -132,12 +132,6 @@ static inline cudaError_t nvfp4_graph_add_kernel(cudaGraph_t graph, cudaGraphNod
     return e;
 }
 
-/* nvfp4_launch_clustered without clusters. */
-template <typename... Params, typename... Args>
-static inline cudaError_t nvfp4_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, void *stream,
-                                       bool dependent, Args &&...args) {
-    return nvfp4_launch_clustered(kernel, grid, block, smem, stream, dependent, 1, static_cast<Args &&>(args)...);
-}
 
 /* A grid of `blocks` CTAs fits one launch; else INVALID_ARGUMENT naming `count` `items` of `op`. */
 static inline bool nvfp4_cuda_grid_fits(int64_t blocks, nvfp4_mla_kernel_result_t *result, const char *op,

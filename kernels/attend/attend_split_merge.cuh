@@ -83,7 +83,7 @@ static __device__ __forceinline__ float merged_lse(float m, float sum) {
  * registers, and a wide split plan's rows must fit one wave), 16 up to 16 splits, 32 above (one
  * round trip where 16 took two): docs/performance-notes.md, nvfp4_attend_merge_kernel; the
  * instantiation for a call: merge_kernel_for, attend_cuda.cu, the one unit that instantiates them.
- * Launched dependent on the attention grid (nvfp4_launch), so its launch overlaps that grid's
+ * Launched dependent on the attention grid (nvfp4_launch_clustered), so its launch overlaps that grid's
  * tail; it reads through L2 (__ldcg), as merge_if_last does. The arithmetic and its order are
  * merge_if_last's: the outputs are bit-identical to the in-launch merge's. */
 #define ATT_MERGE_THREADS (NVFP4_MLA_LATENT_DIM / 4) /* a CTA a row, 4 columns a thread */

@@ -77,7 +77,7 @@ static __device__ __forceinline__ void bulk_copy_g2s(void *dst, const void *src,
 static __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-/* ---- programmatic dependent launch (sm_90+; grids launched dependent by nvfp4_launch) ----
+/* ---- programmatic dependent launch (sm_90+; grids launched dependent by nvfp4_launch_clustered) ----
  * A grid launched with programmatic stream serialisation may start while the grid before it on
  * the stream still runs: its prologue (barrier set-up, register reallocation) overlaps that grid's
  * tail, or, in a CUDA graph, the launch of its node does. pdl_wait blocks until the grids it
