@@ -328,15 +328,7 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
                 wide_rescale(st, alpha);
                 wide_pv<PAIRED, false>(pl, smem, bars, st, tl, 5, nullptr, pbuf);
                 /* before the release that hands the buffer back (slot_ring says why) */
-                if (PAIRED && (t & 127) < ATT_KEYS) {
-                    slot_ring(smem, pl, tile + ATT_SLOT_AHEAD)[t & 127] = ahead_slot;
-#if NVFP4_MLA_SLOT_PREFETCH
-                    const int32_t s = sane_slot(a, ahead_slot);
-                    if (s >= 0)
-                        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(record_src<RB>(a, pl, s)),
-                                     "r"(RB) : "memory");
-#endif
-                }
+                if (PAIRED && (t & 127) < ATT_KEYS) slot_ring(smem, pl, tile + ATT_SLOT_AHEAD)[t & 127] = ahead_slot;
                 if (PAIRED) tl.release(bars, pl, 0); /* P, in the RoPE block, is read */
                 if (k + 1 < tiles) named_sync(BAR_WIDE_P_FREE, ATT_WIDE_CONSUMERS);
             }
