@@ -53,8 +53,8 @@ static __device__ __forceinline__ void q_rope_to_f16(uint8_t *rope_block, int ro
 #pragma unroll 1
     for (int r = row0 + (t >> 3); r < row0 + ROWS; r += 16) {
         uint4 *p = reinterpret_cast<uint4 *>(rope_block + swizzle_off(r, cc * 8));
-        uint32_t w[4];
-        *reinterpret_cast<uint4 *>(w) = *p;
+        const uint4 v = *p;
+        uint32_t w[4] = {v.x, v.y, v.z, v.w};
         uint32_t emax = 0;
         bool outside = false;
 #pragma unroll
@@ -75,7 +75,7 @@ static __device__ __forceinline__ void q_rope_to_f16(uint8_t *rope_block, int ro
             const __half2 h = __floats2half2_rn(f.x * up, f.y * up); /* exact products; one rounding */
             w[i] = *reinterpret_cast<const uint32_t *>(&h);
         }
-        *p = *reinterpret_cast<const uint4 *>(w);
+        *p = make_uint4(w[0], w[1], w[2], w[3]);
         if (cc == 0) unshift[r] = __uint_as_float((uint32_t)(127 - s) << 23);
     }
     fence_proxy_async();
