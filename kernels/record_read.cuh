@@ -19,6 +19,18 @@
 #include "fp_codes.h"
 #include "nvfp4_mla_record.h"
 
+/* The paired wide kind's RoPE operand for 368-byte records (issue 46, the lighter producer): 1, f16
+ * (the E4M3 codes through the hardware conversion, f16 wgmma for the RoPE k-steps, Q's RoPE part in
+ * f16 with a per-row power-of-two shift: kernels/attend/attend_rope_f16.cuh; and the group scales
+ * by group_scale_x2_of); 0, bf16 (bit moves, bf16 wgmma), as the narrow kinds and the 432 / 656
+ * layouts read it either way. A build switch (-Dcuda_args=-DNVFP4_MLA_ATTEND_F16_ROPE=1), so that
+ * both can be built and timed; record_layout's paired_rope_f16 and store_latent_groups8 read it.
+ * 0 until the gpu suite has passed on a build with 1 (written without a device): at 0 the kernels
+ * are byte-identical to the bf16-only ones. */
+#ifndef NVFP4_MLA_ATTEND_F16_ROPE
+#define NVFP4_MLA_ATTEND_F16_ROPE 0
+#endif
+
 /* ---- stored fields as every reader takes them ----
  * Every CUDA reader takes a stored s_t, RoPE scale r, 656-byte tile scale or bf16 RoPE chunk (8
  * values in a uint4) through these, so that what a reader makes of a stored value is decided in one
@@ -81,6 +93,9 @@ struct record_layout {
      * E4M3 codes, or 16 bf16). */
     static constexpr bool pairs = wide_pairs(RB);
     static constexpr int quarter_rope_chunks = fp8_rope ? 1 : 2;
+    /* The paired kind's RoPE block holds f16 (write_quarter: e4m3x16_f16; the wide consumer's RoPE
+     * k-steps and Q's RoPE block follow: attend_rope_f16.cuh), else bf16. */
+    static constexpr bool paired_rope_f16 = pairs && fp8_rope && NVFP4_MLA_ATTEND_F16_ROPE;
 
     /* Key metadata (write_key_meta): an E2M1 latent's score/P scale is the outer scale (s_t or the
      * static s) times latent_unit, the 2^9 its operand values lack (attend_pipeline.cuh); a 656
@@ -141,6 +156,19 @@ static __device__ __forceinline__ __nv_bfloat162 group_scale_x2(uint32_t code) {
     return __floats2bfloat162_rn(d, d);
 }
 
+/* The scale of group j (0..7) of a pass of eight (store_latent_groups8) from its word of four codes
+ * (groups 4 (j / 4) ..), which e4m3x4_finite has already taken: group_scale_x2's value, with one
+ * conversion for the code pair of groups 2i and 2i + 1 (the unrolled calls' conversions are the
+ * same instruction) and the NaN rule once a word rather than once a code: 72 instructions for
+ * eight codes where group_scale_x2 takes 104, and bit moves (the code into a bf16's bits, then
+ * two multiplies, as e4m3x4_bf16 with 2^237 in two steps) 96 (docs/performance-notes.md,
+ * group_scale_x2_of). */
+static __device__ __forceinline__ __nv_bfloat162 group_scale_x2_of(uint32_t finite_word, int j) {
+    const float2 f = e4m3x2_to_float2(finite_word >> (16 * ((j >> 1) & 1)));
+    const float d = __fmul_rn((j & 1) ? f.y : f.x, 0x1p117f);
+    return __floats2bfloat162_rn(d, d);
+}
+
 /* Eight E2M1 codes (one word) times d2 = d * 2^117: bf16 pairs (0,4),(1,5),(2,6),(3,7) holding
  * e2m1 * d * 2^-9 exactly (bit moves give e2m1 * 2^-126, the E2M1 subnormal 0.5 included). */
 static __device__ __forceinline__ uint4 e2m1x8_block(uint32_t w, __nv_bfloat162 d2) {
@@ -173,13 +201,18 @@ template <typename BlockOff>
 static __device__ __forceinline__ void store_latent_groups8(uint8_t *row, BlockOff blk_off, uint32_t r16, uint32_t g0,
                                                             const uint4 *codes, uint32_t scales_lo,
                                                             uint32_t scales_hi) {
+    /* NVFP4_MLA_ATTEND_F16_ROPE: the scales by group_scale_x2_of (issue 46's lighter producer, built
+     * and timed together; the same bf16 values either way) */
+    if (NVFP4_MLA_ATTEND_F16_ROPE) scales_lo = e4m3x4_finite(scales_lo), scales_hi = e4m3x4_finite(scales_hi);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const uint32_t g = g0 + (uint32_t)j;
         const uint32_t code = ((j < 4 ? scales_lo : scales_hi) >> (8 * (j & 3))) & 0xFFu;
         const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
         const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
-        store_e2m1_group(row, blk_off(g >> 2) + (((g & 3u) << 5) ^ r16), w0, w1, group_scale_x2(code));
+        store_e2m1_group(row, blk_off(g >> 2) + (((g & 3u) << 5) ^ r16), w0, w1,
+                         NVFP4_MLA_ATTEND_F16_ROPE ? group_scale_x2_of(j < 4 ? scales_lo : scales_hi, j)
+                                                   : group_scale_x2(code));
     }
 }
 
@@ -195,6 +228,25 @@ static __device__ __forceinline__ uint2 e4m3x4_bf16(uint32_t w) {
     const uint32_t b0 = ((t0 << 8) & 0x80008000u) | ((t0 << 4) & 0x07F007F0u);
     const uint32_t b1 = ((t1 << 8) & 0x80008000u) | ((t1 << 4) & 0x07F007F0u);
     return make_uint2(as_u32(__hmul2(as_bf162(b0), two120)), as_u32(__hmul2(as_bf162(b1), two120)));
+}
+
+/* Four E4M3 codes (one word) as two f16 pairs, exactly (every E4M3 value is an f16 value), through
+ * the hardware conversion: one cvt.rn.f16x2.e4m3x2 (an F2FP on sm_90) a pair, where the bf16 bit
+ * moves take five instructions a pair. The NaN codes read as +-448 (e4m3x4_finite), where the
+ * conversion would give NaN. */
+static __device__ __forceinline__ uint2 e4m3x4_f16(uint32_t w) {
+    w = e4m3x4_finite(w);
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xFFFFu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
+    return make_uint2((uint32_t)lo.x | ((uint32_t)lo.y << 16), (uint32_t)hi.x | ((uint32_t)hi.y << 16));
+}
+
+/* Sixteen E4M3 RoPE codes as two 8-value chunks of f16 (e4m3x4_f16: exact): the paired kind's RoPE
+ * block where record_layout<RB>::paired_rope_f16. */
+static __device__ __forceinline__ void e4m3x16_f16(uint4 c, uint4 &lo, uint4 &hi) {
+    const uint2 a0 = e4m3x4_f16(c.x), a1 = e4m3x4_f16(c.y), a2 = e4m3x4_f16(c.z), a3 = e4m3x4_f16(c.w);
+    lo = make_uint4(a0.x, a0.y, a1.x, a1.y);
+    hi = make_uint4(a2.x, a2.y, a3.x, a3.y);
 }
 
 /* Sixteen E4M3 RoPE codes as two 8-value chunks of bf16 (e4m3x4_bf16: exact). */

@@ -447,6 +447,86 @@ static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **stat
     close_gpu();
 }
 
+/* ---- Q's RoPE part outside f16's exact range (the paired 368 kind: attend_rope_f16.cuh) ----
+ * That kind runs its RoPE k-steps in f16 (NVFP4_MLA_ATTEND_F16_ROPE): a Q row whose RoPE values
+ * pass 65504 or fall below 2^-17 is converted times a power of two of its own, undone on its
+ * scores. These cases put such rows before the CPU reference, which computes in double: without
+ * the shift the large rows would score inf (NaN outputs) and the small ones lose their RoPE terms
+ * (f16's smallest subnormal is 2^-24). */
+enum { QR_ORDINARY, QR_LARGE, QR_SMALL, QR_MIXED, QR_KINDS };
+static const char *const qr_names[QR_KINDS] = {"ordinary", "past 65504", "below 2^-14", "mixed"};
+
+static uint16_t bf16_pow2(uint16_t v, int k) {
+    return nvfp4_f32_to_bf16(ldexpf(nvfp4_bf16_to_f32(v), k));
+}
+
+/* One Q row (576 bf16) made into row kind `kind`: QR_LARGE, every value times 2^16 (a N(0, 1) RoPE
+ * value past 65504 wherever |value| > 1, and up to ~2^18); QR_SMALL, times 2^-24 (every RoPE value
+ * below 2^-14, most below 2^-24); QR_MIXED, the latent as it is, even RoPE dims times 2^16, odd
+ * ones times 2^-24 (one row: a shift for the large values, the small ones 40 binades under them). */
+static void q_row_kind(uint16_t *row, int kind) {
+    for (int i = 0; i < 576; i++) {
+        const bool rope = i >= 512;
+        if (kind == QR_LARGE)
+            row[i] = bf16_pow2(row[i], 16);
+        else if (kind == QR_SMALL)
+            row[i] = bf16_pow2(row[i], -24);
+        else if (kind == QR_MIXED && rope)
+            row[i] = bf16_pow2(row[i], i % 2 ? -24 : 16);
+    }
+}
+
+/* A case whose Q rows are of row kind `kind` (QR_LARGE or QR_SMALL: every row, sm_scale times the
+ * inverse power, so that the scores are an ordinary case's and the check sees any error of the
+ * RoPE terms; the latent of even heads zeroed, so that their scores are RoPE terms alone), or,
+ * kind -1, head h of kind h % 4 at the default sm_scale (rows of every kind in one warp, each
+ * with its own shift: an ordinary row given another's factor would score 2^16 times too high or
+ * low). `sms` > 0: the planner sees that many SMs (white-box, as race_shapes: 2 SMs give one query
+ * 2 splits of 16 tiles, the load_q_chunks instantiation; else short items, load_q_rows). */
+static void q_rope_range_case(int64_t nq, int64_t h, int64_t topk, uint32_t mode, int kind, int32_t sms) {
+    attend_case_t c;
+    const attend_case_opts_t o = opts(nq, h, topk, NVFP4_MLA_LAYOUT_FP8_ROPE_368, mode);
+    attend_case_make(&c, &o, cpu);
+    for (int64_t q = 0; q < nq; q++)
+        for (int64_t head = 0; head < h; head++) {
+            uint16_t *row = c.q + (q * h + head) * 576;
+            q_row_kind(row, kind >= 0 ? kind : (int)(head % QR_KINDS));
+            if (kind >= 0 && head % 2 == 0)
+                memset(row, 0, 512 * sizeof *row);
+        }
+    if (kind == QR_LARGE)
+        c.a.sm_scale = ldexpf(c.a.sm_scale, -16);
+    else if (kind == QR_SMALL)
+        c.a.sm_scale = ldexpf(c.a.sm_scale, 24);
+    const int32_t planned = gpu->cuda.sm_count;
+    if (sms > 0)
+        gpu->cuda.sm_count = sms;
+    attend_gpu_call_t call = {.ws_fill = -1};
+    attend_case_run_gpu(&c, gpu, &call);
+    gpu->cuda.sm_count = planned;
+    char note[96];
+    snprintf(note, sizeof note, " Q RoPE %s%s", kind >= 0 ? qr_names[kind] : "rows of every kind",
+             sms > 0 ? ", 2 SMs planned" : "");
+    check_case(&c, &call, note);
+    attend_case_free(&c);
+}
+
+static void cuda_attend_should_match_with_q_rope_values_outside_f16_range(void **state) {
+    (void)state;
+    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
+        return;
+    open_gpu("default", NULL, NULL);
+    for (int kind = -1; kind <= QR_SMALL; kind++) {
+        if (kind == QR_ORDINARY)
+            continue; /* every other case */
+        const uint32_t mode = kind == QR_SMALL ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
+        q_rope_range_case(5, 128, 2048, mode, kind, 0); /* paired, short items (load_q_rows), splits */
+        q_rope_range_case(1, 64, 2048, mode, kind, 2);  /* paired, long items (load_q_chunks) */
+        q_rope_range_case(80, 64, 512, mode, kind, 0);  /* paired, several items a CTA */
+    }
+    close_gpu();
+}
+
 /* The default merge, auto, merges an eager call's splits inside the attention launch when the merge
  * reads at most 128 KB of partials (one query of 16 heads over 256 entries: 4 splits): its last
  * split resets the (query, group) arrival counter, the workspace's last 8 bytes, to 0, which the
@@ -671,6 +751,7 @@ int main(void) {
         cmocka_unit_test(cuda_attend_should_give_the_same_bits_in_clusters_of_4),
         cmocka_unit_test(cuda_attend_should_match_on_each_consumer_the_plan_picks),
         cmocka_unit_test(cuda_attend_should_merge_eager_splits_in_the_launch_by_default),
+        cmocka_unit_test(cuda_attend_should_match_with_q_rope_values_outside_f16_range),
     };
     const int failed = cmocka_run_group_tests(tests, setup, teardown);
     char line[512];

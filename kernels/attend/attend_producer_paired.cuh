@@ -94,15 +94,16 @@ static __device__ __forceinline__ void write_quarter_meta(const nvfp4_mla_attend
 }
 
 /* Key k's quarter q into tile buffer `buf`: the RoPE chunks 2p, 2p + 1 (368: the bare E4M3 values,
- * exact in bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks 1 + 2p, 2 + 2p) and, from
- * part 0, the key's metadata. */
+ * exact in f16 (paired_rope_f16) or bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks
+ * 1 + 2p, 2 + 2p) and, from part 0, the key's metadata. */
 template <int RB>
 static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a,
                                                      const record_quarter<RB> &q, uint8_t *buf, wide_meta *m, int k,
                                                      int part) {
     write_quarter_meta<RB>(a, q, m, k, part);
     uint4 lo, hi;
-    if (record_layout<RB>::fp8_rope) e4m3x16_bf16(q.rope[0], lo, hi);
+    if (record_layout<RB>::paired_rope_f16) e4m3x16_f16(q.rope[0], lo, hi);
+    else if (record_layout<RB>::fp8_rope) e4m3x16_bf16(q.rope[0], lo, hi);
     else lo = stored_rope_bf16(q.rope[0]), hi = stored_rope_bf16(q.rope[q.rope_chunks - 1]);
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part)) = lo;
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part + 8)) = hi;

@@ -21,6 +21,7 @@
 
 #include "attend_consumer.cuh"
 #include "attend_producer_paired.cuh" /* the slot ring, which warpgroup 1 fills */
+#include "attend_rope_f16.cuh"
 
 #if NVFP4_HAVE_WGMMA
 
@@ -59,8 +60,9 @@ struct wide_tile {
 /* S over the tile's 9 blocks for all 64 keys (warpgroup 0): A = Q, B = the blocks, both K-major,
  * N = 64. One Q read a tile, where two warpgroups of N = 32 read Q twice (about 216 KB of operand
  * reads a tile against 144 KB). A descriptor's address field is the
- * shared address / 16, so the next 8 KB block is +512 with no carry. */
-template <bool PAIRED>
+ * shared address / 16, so the next 8 KB block is +512 with no carry. ROPE_F16: the RoPE blocks are
+ * f16 (wide_rope_f16, attend_rope_f16.cuh; `rope` then holds the rows' shifted scores). */
+template <bool PAIRED, bool ROPE_F16 = false>
 static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
                                                    const wide_tile<PAIRED> &tl, float *lat, float *rope) {
     const uint64_t dq = sw128_desc(warp_uniform(smem_addr(smem + pl.off_q)), 1024, 16); /* Q block j: + 512 j */
@@ -69,8 +71,7 @@ static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_
     /* RoPE block, then the latent blocks: separate loops, each opening with a wgmma fence (see
      * narrow_qk on C7519). */
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0>(rope, dq + 512 * ATT_LATENT_BLOCKS + 2 * kk, d0 + 2 * kk, kk > 0);
+    rope_ksteps<ROPE_F16>(rope, dq + 512 * ATT_LATENT_BLOCKS, d0);
     wgmma_commit();
 #pragma unroll 1
     for (int i = 1; i < ATT_TILE_BLOCKS; i++) {
@@ -279,6 +280,10 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
     const attend_bars bars = bars_of(smem, pl);
     const wide_meta *meta = reinterpret_cast<const wide_meta *>(smem + pl.off_meta);
     float *xalpha = reinterpret_cast<float *>(smem + pl.off_red); /* [64 rows] */
+    constexpr bool ROPE_F16 = wide_rope_f16<RB, PAIRED>();
+    /* [64 rows]: ROPE_F16, the rows' 2^-s of Q's RoPE part (q_rope_to_f16) during an item's tiles;
+     * the epilogue's xl (1 / l), written after the item's last softmax, the same warp's rows */
+    float *xshift = reinterpret_cast<float *>(smem + pl.off_red) + 64;
     uint32_t pos = 0, tile = 0;
     /* PAIRED, warpgroup 1: the walk ATT_SLOT_AHEAD tiles ahead whose slots it puts in the slot ring
      * (attend_producer_paired.cuh), one key a thread of the first 64. */
@@ -296,6 +301,10 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
         else
             load_q_chunks(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127,
                           ATT_WARPGROUP);
+        if constexpr (ROPE_F16) { /* load_q_chunks: a row's chunks came from other threads */
+            if constexpr (!ROW_Q) named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
+            q_rope_to_f16<32>(smem + pl.off_q + ATT_LATENT_BLOCKS * ATT_BLOCK, 32 * cw, t & 127, xshift);
+        }
         named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
         wide_state st;
 #pragma unroll
@@ -310,7 +319,8 @@ static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, cons
             if constexpr (CW == 0) {
                 float lat[32], rope[32];
                 uint32_t pf[4][4]; /* P' as A fragments */
-                wide_scores<PAIRED>(pl, smem, bars, tl, lat, rope);
+                wide_scores<PAIRED, ROPE_F16>(pl, smem, bars, tl, lat, rope);
+                if constexpr (ROPE_F16) rope_unshift(rope, xshift, warp, lane);
                 /* warpgroup 1 is done with the last P and alpha */
                 if (k > 0) named_sync(BAR_WIDE_P_FREE, ATT_WIDE_CONSUMERS);
                 wide_softmax(st, lat, rope, meta[tile % ATT_META_RING], warp, lane, pf, pbuf, xalpha);

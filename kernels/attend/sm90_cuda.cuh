@@ -176,21 +176,27 @@ static __device__ __forceinline__ void wgmma_ss_n32(float *d, uint64_t da, uint6
 }
 
 /* D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory; A K-major; TRANS_B: B MN-major
- * (1, the blocks' transposed view in P.V) or K-major (0). */
-template <int TRANS_B>
+ * (1, the blocks' transposed view in P.V) or K-major (0). F16: both operands f16 (the paired kind's
+ * RoPE k-steps where record_layout::paired_rope_f16: attend_rope_f16.cuh), else bf16. The two forms
+ * differ in the instruction's type suffix alone. */
+#define ATT_WGMMA_SS_N64(TYPES)                                                                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "     \
+                 "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, "    \
+                 "%29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"                                                    \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),    \
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),          \
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),        \
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),        \
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                                             \
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(0), "n"(TRANS_B))
+template <int TRANS_B, bool F16 = false>
 static __device__ __forceinline__ void wgmma_ss_n64(float *d, uint64_t da, uint64_t db, int accumulate) {
     if constexpr (att_probe<ATT_PROBE_NO_MMA>()) return att_probe_mma_skipped<32>(d);
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
-                 "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
-                 "%31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(accumulate), "n"(0), "n"(TRANS_B));
+    if constexpr (F16) ATT_WGMMA_SS_N64("f16.f16");
+    else ATT_WGMMA_SS_N64("bf16.bf16");
 }
+#undef ATT_WGMMA_SS_N64
 
 /* D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A from registers (the accumulator-shaped bf16
  * fragment), B from shared memory, MN-major (the blocks' transposed view in P.V). */
