@@ -10,7 +10,8 @@
     than 3 rounds, give no headline; the rows' JSON as the GPU run writes it (the classes' own row()
     over made-up round times) renders through bench/compare_table.py;
   - provenance (bench/provenance.py) and hot_path.py --device cpu: the JSON carries it;
-  - bench/attend_probes.py end to end, the plugin standing in for its probe builds (issue 46).
+  - bench/attend_probes.py end to end, the plugin standing in for its probe builds (issue 46);
+  - bench/attend_roles.py's summary of a made-up Nsight Compute source page (its regions and shares).
 Skips (77) without PyTorch and numpy.
     usage: check_bench_scripts.py SOURCE_ROOT   (NVFP4_MLA_PLUGIN_PATH: the built plugin)
 """
@@ -301,7 +302,38 @@ def probes_dry_run_cpu():
     expect("| probe 4 | consumers: no wgmma" in text, "its block renders a row a build")
 
 
+def roles_summary():
+    """attend_roles.py summary: regions split at the setmaxnreg points, shares of the samples."""
+    import contextlib
+    import io
+
+    import attend_roles
+
+    head = ["Address", "Source", "Warp Stall Sampling (All Samples)", "stall_barrier", "stall_long_sb"]
+    sass = [("0x0", "MOV R1, c[0x0][0x28]", 10, 0, 10),
+            ("0x10", "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8 ;", 0, 0, 0),
+            ("0x20", "BAR.SYNC 0x3, 0x100", 30, 30, 0),
+            ("0x30", "HGMMA.64x64x16.F32.BF16 R152", 10, 0, 10),
+            ("0x40", "USETMAXREG.DEALLOC.CTAPOOL 0x38 ;", 0, 0, 0),
+            ("0x50", "LDG.E.128 R4, [R2]", 50, 0, 50)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "src.csv")
+        with open(path, "w") as f:
+            f.write('"Kernel Name","k"\n' + ",".join(f'"{h}"' for h in head) + "\n")
+            f.writelines(",".join(f'"{v}"' for v in row) + "\n" for row in sass)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            attend_roles.summary(path, 2)
+    text = out.getvalue()
+    print(text)
+    expect("== registers 232 (SASS lines 1-4): 40.0% of samples; barrier 75%, long_sb 25%" in text and
+           "== registers 56 (SASS lines 4-6): 50.0% of samples; long_sb 100%" in text and
+           "== prologue (SASS lines 0-1): 10.0% of samples" in text,
+           "attend_roles.py summary splits the kernel at its setmaxnreg points and gives each region's share")
+
+
 if __name__ == "__main__":
+    roles_summary()
     good = checks_on_cpu()
     rounds_and_headline()
     report = made_up_report(good)
