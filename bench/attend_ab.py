@@ -56,8 +56,13 @@ def main():
                 end.synchronize()
                 times[k].append(start.elapsed_time(end) * 1000 / launches)
         same = torch.equal(outs["old"].view(torch.int16), outs["new"].view(torch.int16))
+        # A change that is not meant to be bit-identical (a reordered sum): how far apart, against
+        # the old output's largest value (the tests' bounds are what decide; this is a first look).
+        diff = (outs["old"].float() - outs["new"].float()).abs().max().item()
+        scale = outs["old"].float().abs().max().item()
         line = " | ".join(f"{k} {statistics.median(t):9.1f} us [{min(t):.1f}-{max(t):.1f}]" for k, t in times.items())
-        print(f"{label}: {line} | outputs bit-identical: {same}")
+        print(f"{label}: {line} | outputs bit-identical: {same}"
+              + ("" if same else f" (max |old - new| {diff:.3g}, {diff / scale:.2e} of the largest value)"))
 
 
 if __name__ == "__main__":
