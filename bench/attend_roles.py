@@ -16,31 +16,38 @@ Two modes (GPU machine; PYTHONPATH=host_shims/python):
 import collections
 import csv
 import math
+import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # flashmla_compare, beside this file
+
 
 def drive(plugin, h):
+    """The profiled call: flashmla_compare's data (make_tokens, its 368-byte per-token layout)."""
     import torch
 
+    import flashmla_compare as fc
     import nvfp4_mla
-    from nvfp4_mla import _abi
 
-    d, dv, topk, n = 576, 512, 2048, 1 << 20
-    kw = dict(layout=_abi.LAYOUT_FP8_ROPE_368, scale_mode=_abi.SCALE_PER_TOKEN)
+    n = 1 << 20
     ctx = nvfp4_mla.Context(nvfp4_mla.load(plugin), "cuda:0")
     gen = torch.Generator(device="cuda").manual_seed(5)
     cache = torch.empty(n // 64, 64, 368, dtype=torch.uint8, device="cuda")
-    x = torch.randn(n, d, device="cuda", generator=gen)
-    x = (x * torch.exp(0.5 * torch.randn(n, 1, device="cuda", generator=gen))).to(torch.bfloat16)
-    ctx.write(x[:, :dv], x[:, dv:], torch.arange(0, n, device="cuda"), cache, **kw)
-    q = torch.randn(128, h, d, device="cuda", generator=gen).to(torch.bfloat16)
-    idx = torch.randint(0, n, (128, topk), device="cuda", generator=gen, dtype=torch.int32)
-    out = torch.empty(128, h, dv, dtype=torch.bfloat16, device="cuda")
-    call = ctx.prepare_attend(q, idx, cache, out, sm_scale=1 / math.sqrt(d), stream=torch.cuda.current_stream(), **kw)
+
+    def fill(first, x):
+        slots = torch.arange(first, first + x.shape[0], device="cuda")
+        ctx.write(x[:, :fc.DV], x[:, fc.DV:], slots, cache, **fc.L368)
+
+    fc.make_tokens(n, gen, fill)
+    q = torch.randn(128, h, fc.D, device="cuda", generator=gen).to(torch.bfloat16)
+    idx = torch.randint(0, n, (128, fc.TOPK), device="cuda", generator=gen, dtype=torch.int32)
+    out = torch.empty(128, h, fc.DV, dtype=torch.bfloat16, device="cuda")
+    call = ctx.prepare_attend(q, idx, cache, out, sm_scale=1 / math.sqrt(fc.D), stream=fc.current_stream(),
+                              **fc.L368)
     call.run()
     call.run()
-    torch.cuda.synchronize()
+    fc.sync()
     print("ran; largest output", out.float().abs().max().item())
 
 
