@@ -3,7 +3,7 @@ BENCHMARKS.md, "What bounds attend").
 
 Builds: the plugin (NVFP4_MLA_PLUGIN) and the probe plugins in --probes (default build-gpu/bench:
 libnvfp4_mla_attend_probe<BITS>.so, built by `meson setup ... -Dattend_probes=true`), whose 368-byte
-attention kernels leave out (kernels/attend/attend_probe.cuh, bits of NVFP4_MLA_ATTEND_PROBE):
+attention kernels leave out (kernels/attend/lib/attend_probe.cuh, bits of NVFP4_MLA_ATTEND_PROBE):
   1  the producer's global loads after its warm tiles (slot indices, records): it dequantises the
      bytes it already holds;
   2  the producer's dequantisation and operand writes after its warm tiles (loads and the key
@@ -54,7 +54,7 @@ TOPK = 2048
 DEVICE = "cuda"
 PLAN_TABLE = os.path.join(ROOT, "tests", "data", "attend_plan.tsv")
 PROBE_FILE = re.compile(r"libnvfp4_mla_attend_probe(\d+)\.so$")
-# The switches (kernels/attend/attend_probe.cuh, ATT_PROBE_*): bit -> name.
+# The switches (kernels/attend/lib/attend_probe.cuh, ATT_PROBE_*): bit -> name.
 SWITCHES = {1: "NO_LOADS", 2: "NO_DEQUANT", 4: "NO_MMA"}
 # What a build leaves out, by its bits (0: the plugin as committed).
 WHAT = {0: "as committed",

@@ -65,7 +65,7 @@ static inline cudaLaunchAttribute nvfp4_cluster_attribute(int cluster) {
 /* Launches `kernel` on `stream` in clusters of `cluster` CTAs along x (1: no cluster; more needs a
  * grid of whole clusters, and past 8 the kernel's non-portable cluster attribute); `dependent`:
  * with programmatic stream serialisation, so that the grid may begin while the stream's previous
- * grid finishes. A kernel launched that way calls pdl_wait (sm90_cuda.cuh) before it touches
+ * grid finishes. A kernel launched that way calls pdl_wait (attend/lib/sm90_cuda.cuh) before it touches
  * memory that grid may write or read; stream capture records the dependency as a programmatic
  * graph edge. Returns the launch's error. */
 template <typename... Params, typename... Args>

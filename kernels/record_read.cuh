@@ -4,7 +4,7 @@
  * a layout keeps each field, how it codes them, the paired producer's quarter, the key metadata);
  * stored_* (the value a reader takes for a stored scale or bf16 RoPE chunk); the conversions of
  * E2M1 and E4M3 codes (gather's exact products; attention's bit moves into bf16 MMA operands, latent
- * chunks in the order (0,4,1,5,2,6,3,7): kernels/attend/attend_pipeline.cuh).
+ * chunks in the order (0,4,1,5,2,6,3,7): kernels/attend/lib/attend_pipeline.cuh).
  */
 #ifndef NVFP4_MLA_RECORD_READ_CUH
 #define NVFP4_MLA_RECORD_READ_CUH
@@ -14,18 +14,17 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
-#include "attend/attend_plan.h"
 #include "codec.h"
 #include "fp_codes.h"
 #include "nvfp4_mla_record.h"
 
 /* The paired wide kind's RoPE operand for 368-byte records (issue 46, the lighter producer): 1, f16
  * (the E4M3 codes through the hardware conversion, f16 wgmma for the RoPE k-steps, Q's RoPE part in
- * f16 with a per-row power-of-two shift: kernels/attend/attend_rope_f16.cuh; and the group scales
+ * f16 with a per-row power-of-two shift: kernels/attend/schedules/wide_paired/rope_f16.cuh; and the group scales
  * by group_scale_x2_of); 0, bf16 (bit moves, bf16 wgmma), as the narrow kinds and the 432 / 656
  * layouts read it either way. A build switch (-Dcuda_args=-DNVFP4_MLA_ATTEND_F16_ROPE=0 builds
  * the bf16 form, byte-identical to the kernels before the switch), so that both can be built and
- * timed; record_layout's paired_rope_f16 and store_latent_groups8 read it. 1 by default: on the
+ * timed; the paired producer's record_quarter::rope_f16 and store_latent_groups8 read it. 1 by default: on the
  * H200 it passed the gpu tests and gave the same output bits, 1.0-3.8% faster
  * (docs/performance-notes.md, "Issue 46's designs"). */
 #ifndef NVFP4_MLA_ATTEND_F16_ROPE
@@ -88,15 +87,6 @@ struct record_layout {
     static constexpr int rope_scale_offset = fp8_latent ? -1 : NVFP4_MLA_RECORD_ROPE_SCALE_OFFSET; /* 432: zero */
     static constexpr int token_scale_offset = fp8_latent ? -1 : NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET;
     static constexpr int rope_offset = fp8_latent ? NVFP4_MLA_FP8_656_ROPE_OFFSET : NVFP4_MLA_RECORD_ROPE_OFFSET;
-
-    /* The paired wide kind (wide_pairs, attend_plan.h) stages a quarter record a producer thread:
-     * 64 code bytes, 8 group-scale codes and a quarter of the RoPE, rope_chunks 16-byte chunks (16
-     * E4M3 codes, or 16 bf16). */
-    static constexpr bool pairs = wide_pairs(RB);
-    static constexpr int quarter_rope_chunks = fp8_rope ? 1 : 2;
-    /* The paired kind's RoPE block holds f16 (write_quarter: e4m3x16_f16; the wide consumer's RoPE
-     * k-steps and Q's RoPE block follow: attend_rope_f16.cuh), else bf16. */
-    static constexpr bool paired_rope_f16 = pairs && fp8_rope && NVFP4_MLA_ATTEND_F16_ROPE;
 
     /* Key metadata (write_key_meta): an E2M1 latent's score/P scale is the outer scale (s_t or the
      * static s) times latent_unit, the 2^9 its operand values lack (attend_pipeline.cuh); a 656
@@ -243,7 +233,7 @@ static __device__ __forceinline__ uint2 e4m3x4_f16(uint32_t w) {
 }
 
 /* Sixteen E4M3 RoPE codes as two 8-value chunks of f16 (e4m3x4_f16: exact): the paired kind's RoPE
- * block where record_layout<RB>::paired_rope_f16. */
+ * block where record_quarter<RB>::rope_f16 (the paired schedule). */
 static __device__ __forceinline__ void e4m3x16_f16(uint4 c, uint4 &lo, uint4 &hi) {
     const uint2 a0 = e4m3x4_f16(c.x), a1 = e4m3x4_f16(c.y), a2 = e4m3x4_f16(c.z), a3 = e4m3x4_f16(c.w);
     lo = make_uint4(a0.x, a0.y, a1.x, a1.y);

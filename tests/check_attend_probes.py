@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/attend_probes.py without a GPU or PyTorch (issue 46): its --help; the plan's tiles it divides
 by, from tests/data/attend_plan.tsv, for its three cases on the H200; its switch names and probe bits
-against kernels/attend/attend_probe.cuh and kernels/meson.build; how it finds probe plugins; and its
+against kernels/attend/lib/attend_probe.cuh and kernels/meson.build; how it finds probe plugins; and its
 JSON rows through bench/figures.py (the plugin's row checked, the probes' unchecked, us a CTA-tile).
     usage: check_attend_probes.py SOURCE_ROOT
 """
@@ -49,7 +49,7 @@ def plan_tiles():
 
 
 def switches_match_sources():
-    with open(os.path.join(root, "kernels", "attend", "attend_probe.cuh")) as f:
+    with open(os.path.join(root, "kernels", "attend", "lib", "attend_probe.cuh")) as f:
         enum = {int(v): n for n, v in re.findall(r"ATT_PROBE_(NO_\w+) = (\d+)", f.read())}
     expect(enum == ap.SWITCHES, f"the script's switches {ap.SWITCHES} are attend_probe.cuh's {enum}")
     with open(os.path.join(root, "kernels", "meson.build")) as f:

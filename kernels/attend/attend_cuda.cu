@@ -1,9 +1,9 @@
 /* Sparse MLA attention over records on CUDA: the launchers. Checked against
  * kernels/attend/attend_cpu.c (tests/test_gpu_attend.c).
  *
- * The kernels (attend_kernel.cuh) are one warp-specialised, persistent family: producer warps
+ * The kernels (attend_kernel.cuh; a schedule each under schedules/) are one warp-specialised, persistent family: producer warps
  * dequantise each 64-key tile of records once per CTA into bf16 operand blocks, consumer
- * warpgroups run wgmma (sm_90a) or mma.sync on them with an online softmax (attend_pipeline.cuh
+ * warpgroups run wgmma (sm_90a) or mma.sync on them with an online softmax (lib/attend_pipeline.cuh
  * says how). The plan (attend_plan.c, host C) picks the kind, the split-K and the shared-memory
  * map from the shapes and the limits the context read at init: the launch path makes no device
  * query and sets no attribute. This file holds the table of kernels every chooser reads, and the
@@ -30,7 +30,7 @@
 
 #include "attend_kernels.cuh"
 #include "attend_launches.h"
-#include "attend_split_merge.cuh"
+#include "lib/attend_split_merge.cuh"
 #include "backends.h"
 #include "codec.h"
 #include "cuda_util.cuh"

@@ -1,30 +1,34 @@
-/* The attention kernel (kernels/attend/attend_pipeline.cuh has the pipeline; attend_plan.h the kinds
- * and their counts): a CTA's roles by kind, and the entries of the table of kernels
- * (attend_kernels.cuh) that each attend_kernels_<record bytes>.cu instantiates. */
+/* The attention kernel: what every schedule's CTA does first (align the shared memory, initialise
+ * the ring's barriers by the schedule's counts, the dependent-launch hand-over), then its roles,
+ * producers above the consumers, each a line a schedule (the schedules' headers,
+ * schedules/<name>/<name>.cuh, describe their CTAs); and the entries of the table of kernels
+ * (attend_kernels.cuh) that each attend_kernels_<record bytes>.cu instantiates. Every number is the
+ * schedule's row of attend_schedules (attend_plan.h); lib/attend_pipeline.cuh has the pipeline.
+ * Why the roles are called from here and not from a function of each schedule: an inlined wrapper
+ * between the kernel and the role functions changes the order in which nvcc inlines and simplifies
+ * them, and with it the machine code of 18 sm_90a kernels (register numbering and a copy's place in
+ * the producer's loop; tools/kernel-text-compare). */
 #ifndef NVFP4_MLA_ATTEND_KERNEL_CUH
 #define NVFP4_MLA_ATTEND_KERNEL_CUH
 
 #include <stdint.h>
 
 #include "attend_kernels.cuh"
-#include "attend_narrow.cuh"
-#include "attend_pipeline.cuh"
-#include "attend_producer.cuh"
-#include "attend_producer_paired.cuh"
-#include "attend_split_merge.cuh"
-#include "attend_wide.cuh"
 #include "codec.h"
+#include "lib/attend_pipeline.cuh"
+#include "schedules/narrow/narrow.cuh"
+#include "schedules/wide_paired/wide_paired.cuh"
+#include "schedules/wide_ring/wide_ring.cuh"
 
-/* ONE_LAUNCH: VARIANT_MERGE_IN_LAUNCH; ROW_Q: VARIANT_ROW_Q (attend_plan.h). */
+/* ONE_LAUNCH: VARIANT_MERGE_IN_LAUNCH; ROW_Q: VARIANT_ROW_Q (lib/attend_map.h). */
 template <int KIND, int RB, bool ONE_LAUNCH, bool ROW_Q = false>
 __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
     nvfp4_attend_kernel(const __grid_constant__ nvfp4_mla_attend_kernel_args_t a,
                         const __grid_constant__ attend_plan pl) {
-    constexpr bool WG = KIND >= KIND_N16_WGMMA;
-    constexpr int CONSUMERS = kind_consumers(KIND), PRODUCERS = kind_producers(KIND, RB);
-    constexpr bool PAIRED = kind_paired(KIND, RB);
+    constexpr int SCHEDULE = schedule_of_kind(KIND, RB);
+    constexpr attend_schedule_facts F = schedule_facts(SCHEDULE);
 #if !NVFP4_HAVE_WGMMA
-    if constexpr (WG) { /* the planner never picks wgmma kinds off sm_90a */
+    if constexpr (F.wgmma) { /* the planner never picks wgmma schedules off sm_90a */
         __trap();
         return;
     }
@@ -33,48 +37,52 @@ __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
     uint8_t *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u); /* SW128 atoms: 1024-aligned */
     if (threadIdx.x == 0) {
         const attend_bars bars = bars_of(smem, pl);
-        /* Every thread arrives on every barrier it signals (attend_pipeline.cuh, release_slot). */
-        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], PRODUCERS);
+        /* Every thread arrives on every barrier it signals (lib/attend_pipeline.cuh, release_slot). */
+        for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], F.producers);
         for (int s = 0; s < pl.slots; s++) {
-            mbar_init(&bars.slot_full[s], PRODUCERS);
-            /* the wide kind: each block is freed by the one warpgroup that reads it last */
-            mbar_init(&bars.slot_empty[s], KIND == KIND_WIDE ? CONSUMERS / 2 : CONSUMERS);
+            mbar_init(&bars.slot_full[s], F.producers);
+            mbar_init(&bars.slot_empty[s], F.empty_arrivals);
         }
         mbar_init_fence();
     }
     __syncthreads();
     pdl_wait();    /* the stream's previous grid: its writes of q, slots, the cache; its reads of out */
     pdl_release(); /* the merge (or the stream's next grid) may start launching */
-    if (threadIdx.x >= CONSUMERS) {
+    constexpr int CONSUMERS = F.consumers, PRODUCERS = F.producers;
+    constexpr bool WIDE = SCHEDULE == SCHEDULE_WIDE_PAIRED || SCHEDULE == SCHEDULE_WIDE_RING;
+    if (threadIdx.x >= CONSUMERS) { /* the producers; the narrow ones release in ring order (IN_ORDER) */
 #if NVFP4_HAVE_WGMMA
-        constexpr int PRODUCER_REGS = kind_producer_regs(KIND, RB);
-        if constexpr (PRODUCER_REGS > 0) setmaxnreg_dec<PRODUCER_REGS>();
+        if constexpr (F.producer_regs > 0) setmaxnreg_dec<F.producer_regs>();
 #endif
-        if constexpr (PAIRED)
+        if constexpr (SCHEDULE == SCHEDULE_WIDE_PAIRED)
             attend_producer_paired<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
         else
-            attend_producer<RB, PRODUCERS, KIND != KIND_WIDE, meta_of<KIND == KIND_WIDE>>(a, pl, smem,
-                                                                                         threadIdx.x - CONSUMERS);
+            attend_producer<RB, PRODUCERS, !WIDE, meta_of<WIDE>>(a, pl, smem, threadIdx.x - CONSUMERS);
         if constexpr (ONE_LAUNCH)
             merge_if_last(a, pl, smem, threadIdx.x - CONSUMERS, PRODUCERS, CONSUMERS, BAR_PRODUCER);
     } else {
 #if NVFP4_HAVE_WGMMA
-        if constexpr (WG && KIND != KIND_WIDE && PRODUCERS == 2 * ATT_WARPGROUP)
+        if constexpr (F.wgmma && !WIDE && PRODUCERS == 2 * ATT_WARPGROUP)
             setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
 #endif
-        if constexpr (KIND == KIND_WIDE) {
+        if constexpr (WIDE) {
 #if NVFP4_HAVE_WGMMA
             if (threadIdx.x < ATT_WARPGROUP) {
                 setmaxnreg_inc<ATT_SCORE_REGS>();
-                attend_wide<RB, PAIRED, 0, ROW_Q>(a, pl, smem, threadIdx.x);
+                if constexpr (SCHEDULE == SCHEDULE_WIDE_PAIRED) wide_paired_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
+                else wide_ring_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
             } else {
-                if constexpr (PAIRED) setmaxnreg_inc<ATT_VALUE_REGS>();
-                else setmaxnreg_dec<ATT_VALUE_REGS>();
-                attend_wide<RB, PAIRED, 1, ROW_Q>(a, pl, smem, threadIdx.x);
+                if constexpr (SCHEDULE == SCHEDULE_WIDE_PAIRED) {
+                    setmaxnreg_inc<ATT_VALUE_REGS>();
+                    wide_paired_consumer<RB, 1, ROW_Q>(a, pl, smem, threadIdx.x);
+                } else {
+                    setmaxnreg_dec<ATT_VALUE_REGS>();
+                    wide_ring_consumer<RB, 1, ROW_Q>(a, pl, smem, threadIdx.x);
+                }
             }
 #endif
         } else {
-            attend_narrow<(KIND == KIND_N16_SYNC || KIND == KIND_N16_WGMMA) ? 16 : 32, WG>(a, pl, smem, threadIdx.x);
+            attend_narrow<kind_heads(KIND), (bool)F.wgmma>(a, pl, smem, threadIdx.x);
         }
         if constexpr (ONE_LAUNCH) { /* hand the stored partials to the producers, which merge */
             __threadfence();

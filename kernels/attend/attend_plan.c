@@ -1,66 +1,13 @@
-/* The attention launch's plan (attend_plan.h): the kind, the items and the shared-memory map of a
- * call. Tested by tests/test_attend_plan.c (the table for the H200 and for 99 KB of shared memory). */
+/* The attention launch's plan (attend_plan.h): the chooser of a call's schedule (whose fit function,
+ * in its map header, places the shared-memory map), its items and its split-K. Tested by tests/test_attend_plan.c (the table for the H200 and for 99 KB of shared memory). */
 #include "attend_plan.h"
 
 #include <stddef.h>
 
-static int align_up(int v, int a) {
-    return (v + a - 1) / a * a;
-}
-
-/* The reduction area's bytes of a kind (attend_plan.h): the paired wide kind's holds its slot ring. */
-static int red_bytes_of(const attend_plan *p) {
-    return !p->wide ? ATT_NARROW_RED_BYTES : p->paired ? ATT_PAIRED_RED_BYTES : ATT_WIDE_RED_BYTES;
-}
-
-/* Places the raw stages and their flags after the ring (none when stages is 0, as in the paired
- * wide kind, whose records pass through the producers' registers; off_raw / off_valid are then -1),
- * then the small arrays and barriers; returns the bytes used. */
-static int place_tail(attend_plan *p, int record_bytes, int red_bytes) {
-    p->off_raw = p->off_ring + p->slots * ATT_BLOCK;
-    p->off_valid = p->off_raw + p->stages * ATT_KEYS * record_bytes;
-    p->off_meta = align_up(p->off_valid + p->stages * ATT_KEYS, 16);
-    if (p->stages == 0) p->off_raw = p->off_valid = -1;
-    p->off_red = p->off_meta + ATT_META_RING * meta_bytes(p->wide);
-    p->off_bar = align_up(p->off_red + red_bytes, 8);
-    return p->off_bar + (p->stages + 2 * p->slots) * 8;
-}
-
-/* Chooses stages R and slots S under `budget` bytes. Resident rings (whole tiles, produced in one
- * batch) first: 17+ slots let the producer write tile T+1 while the consumers run P.V of tile T,
- * so prefer them with 2-3 stages, then take what fits down to 9 slots; else (if allowed)
- * streaming (3+ slots, 2 or 1 stages). At most 2 tiles of slots: the metadata ring's bound. */
-static bool fit_ring(attend_plan *p, int record_bytes, int red_bytes, int budget, int max_stages, bool may_stream) {
-    const int want[2] = {ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS, ATT_TILE_BLOCKS};
-    for (int pass = 0; pass < 2; pass++)
-        for (int r = pass == 0 ? max_stages : 2; r >= (pass == 0 ? 2 : 1); r--) {
-            p->stages = r, p->slots = ATT_RING_SLOTS, p->resident = 1;
-            while (p->slots >= want[pass] && place_tail(p, record_bytes, red_bytes) > budget) p->slots--;
-            if (p->slots >= want[pass]) return true;
-        }
-    if (!may_stream) return false;
-    for (int r = 2; r >= 1; r--) { /* one stage (656-byte records in 99 KB) serialises copies and work */
-        p->stages = r, p->slots = 2 * ATT_STREAM_BLOCKS, p->resident = 0;
-        while (p->slots >= 3 && place_tail(p, record_bytes, red_bytes) > budget) p->slots--;
-        if (p->slots >= 3) return true;
-    }
-    return false;
-}
-
-/* The wide kind's map, Q 72 KB: true when it fits `budget`. */
-static bool fit_wide(attend_plan *p, int rb, int contiguous, int budget) {
-    *p = (attend_plan){0};
-    p->wide = 1, p->wgmma = 1, p->heads = 64, p->contiguous = contiguous, p->off_q = 0;
-    if (wide_pairs(rb)) { /* two tile buffers of 72 KB, P in each tile's RoPE block (220 KB in all) */
-        p->off_p = -1, p->off_ring = ATT_TILE_BLOCKS * ATT_BLOCK; /* after Q's blocks */
-        p->paired = 1, p->resident = 1, p->stages = 0, p->slots = ATT_TILE_BLOCKS * ATT_PAIRED_BUFFERS;
-        p->threads = kind_threads(KIND_WIDE, NVFP4_MLA_RECORD_BYTES_368);
-        return place_tail(p, rb, red_bytes_of(p)) <= budget;
-    }
-    /* the shared P tile 8 KB and a 12-slot ring */
-    p->off_p = ATT_TILE_BLOCKS * ATT_BLOCK, p->off_ring = p->off_p + ATT_BLOCK;
-    p->threads = kind_threads(KIND_WIDE, NVFP4_MLA_RECORD_BYTES_656);
-    return fit_ring(p, rb, ATT_WIDE_RED_BYTES, budget, 3, false);
+/* The schedule of a plan (the chooser below decided it through the fit it called). */
+static int schedule_of(const attend_plan *p) {
+    return p->wide ? (p->paired ? SCHEDULE_WIDE_PAIRED : SCHEDULE_WIDE_RING)
+                   : (p->wgmma ? SCHEDULE_NARROW_WGMMA : SCHEDULE_NARROW_SYNC);
 }
 
 /* Splits over the top-k's `tiles` until the CTAs fill the SMs, and the grid. */
@@ -96,17 +43,15 @@ attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
     const bool wide_groups = wide_pairs(rb) || a->num_queries * ((a->num_heads + 63) / 64) >= 32;
-    if (wgmma && a->num_heads > 32 && wide_groups) ok = fit_wide(&p, rb, contiguous, budget);
+    if (wgmma && a->num_heads > 32 && wide_groups)
+        ok = wide_pairs(rb) ? wide_paired_fit(&p, rb, contiguous, schedule_threads(SCHEDULE_WIDE_PAIRED), budget)
+                            : wide_ring_fit(&p, rb, contiguous, schedule_threads(SCHEDULE_WIDE_RING), budget);
     const bool few = a->num_queries * a->num_heads < 256;
-    for (int heads = a->num_heads <= 16 || few ? 16 : 32; !ok && heads >= 16; heads -= 16) {
-        p = (attend_plan){0};
-        p.wgmma = wgmma, p.heads = heads, p.contiguous = contiguous;
-        p.threads = kind_threads(wgmma ? KIND_N16_WGMMA : KIND_N16_SYNC, NVFP4_MLA_RECORD_BYTES_368);
-        p.off_q = 0, p.off_p = ATT_TILE_BLOCKS * heads * 128, p.off_ring = p.off_p + heads * 128;
-        ok = fit_ring(&p, rb, ATT_NARROW_RED_BYTES, budget, 4, true);
-    }
+    const int narrow_threads = schedule_threads(wgmma ? SCHEDULE_NARROW_WGMMA : SCHEDULE_NARROW_SYNC);
+    for (int heads = a->num_heads <= 16 || few ? 16 : 32; !ok && heads >= 16; heads -= 16)
+        ok = narrow_fit(&p, rb, heads, wgmma, contiguous, narrow_threads, budget);
     if (!ok) return (attend_plan){0};
-    p.bytes = place_tail(&p, rb, red_bytes_of(&p)) + 1024;
+    p.bytes = place_tail(&p, rb, attend_schedules[schedule_of(&p)].red_bytes) + 1024;
     p.slots_magic = (uint32_t)((((uint64_t)1 << 32) + (uint64_t)p.slots - 1) / (uint64_t)p.slots);
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
     split_items(&p, a, sms, tiles);

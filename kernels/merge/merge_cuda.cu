@@ -4,7 +4,7 @@
  * One warp per (query, head): every lane reads the row's P lse values (a broadcast: P is a group
  * size, a handful), takes their maximum, then sums w_p * out_p over the non-empty parts for its 16
  * of the 512 columns in f32 and writes them as bf16. The same arithmetic as attend's split-K merge
- * (kernels/attend/attend_split_merge.cuh), in natural log because the partials come from the host: expf(lse_p - m)
+ * (kernels/attend/lib/attend_split_merge.cuh), in natural log because the partials come from the host: expf(lse_p - m)
  * (every weight in (0, 1], one exactly 1), the sum's reciprocal once per row, lse = m + logf(sum).
  * Columns are spread so that a warp's loads are contiguous: lane l reads columns 4 (32 i + l) .. +3
  * with one 16-byte (f32) or 8-byte (bf16) load each when every partial row, and out, are aligned for

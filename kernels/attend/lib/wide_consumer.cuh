@@ -1,5 +1,6 @@
-/* The wide consumer of the attention pipeline (kernels/attend/attend_pipeline.cuh), sm_90a: two
- * warpgroups serving 64 heads of one query (h > 32; h = 128 runs as two items per query).
+/* The wide consumer's pieces (lib/attend_pipeline.cuh), sm_90a: two warpgroups serving 64 heads of
+ * one query (h > 32; h = 128 runs as two items per query). The two wide schedules' CTAs
+ * (schedules/wide_paired/wide_paired.cuh, schedules/wide_ring/wide_ring.cuh) run them per tile.
  *
  *   S [64 heads, 64 keys]       = Q . K^T     warpgroup 0 alone (A = Q, B = the operand blocks,
  *                                             both K-major; N = 64)
@@ -16,12 +17,10 @@
  * producers. FlashMLA's Hopper FP8 decode splits its consumers the same way
  * (docs/performance-notes.md, attend_wide).
  */
-#ifndef NVFP4_MLA_ATTEND_WIDE_CUH
-#define NVFP4_MLA_ATTEND_WIDE_CUH
+#ifndef NVFP4_MLA_WIDE_CONSUMER_CUH
+#define NVFP4_MLA_WIDE_CONSUMER_CUH
 
 #include "attend_consumer.cuh"
-#include "attend_producer_paired.cuh" /* the slot ring, which warpgroup 1 fills */
-#include "attend_rope_f16.cuh"
 
 #if NVFP4_HAVE_WGMMA
 
@@ -33,7 +32,7 @@ struct wide_state {
 };
 
 /* Where a tile's nine blocks are (block 0 RoPE, 1..8 latent) and how they are handed over. In a
- * paired ring (attend_producer_paired) tile `tile` is the contiguous buffer tile & 1 and its slots'
+ * paired ring (schedules/wide_paired) tile `tile` is the contiguous buffer tile & 1 and its slots'
  * barriers are indexed directly; otherwise the blocks are ring positions pos0.. . */
 template <bool PAIRED>
 struct wide_tile {
@@ -57,11 +56,19 @@ struct wide_tile {
     }
 };
 
+/* The 4 RoPE k-steps of S = Q.K^T (64 heads x 64 keys) into `rope`: Q's RoPE block (descriptor
+ * dq_rope) against the tile's (dk_rope), f16 or bf16 operands (schedules/wide_paired/rope_f16.cuh). */
+template <bool F16>
+static __device__ __forceinline__ void rope_ksteps(float *rope, uint64_t dq_rope, uint64_t dk_rope) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0, F16>(rope, dq_rope + 2 * kk, dk_rope + 2 * kk, kk > 0);
+}
+
 /* S over the tile's 9 blocks for all 64 keys (warpgroup 0): A = Q, B = the blocks, both K-major,
  * N = 64. One Q read a tile, where two warpgroups of N = 32 read Q twice (about 216 KB of operand
  * reads a tile against 144 KB). A descriptor's address field is the
  * shared address / 16, so the next 8 KB block is +512 with no carry. ROPE_F16: the RoPE blocks are
- * f16 (wide_rope_f16, attend_rope_f16.cuh; `rope` then holds the rows' shifted scores). */
+ * f16 (schedules/wide_paired/rope_f16.cuh; `rope` then holds the rows' shifted scores). */
 template <bool PAIRED, bool ROPE_F16 = false>
 static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
                                                    const wide_tile<PAIRED> &tl, float *lat, float *rope) {
@@ -217,7 +224,7 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
 static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                      uint8_t *smem, wide_state &st, const item_span &span, int cw,
                                                      int warp, int lane) {
-    float *xl = reinterpret_cast<float *>(smem + pl.off_red) + 64; /* [64 rows]: 1 / l */
+    float *xl = reinterpret_cast<wide_red *>(smem + pl.off_red)->x.xl; /* [64 rows]: 1 / l */
     const int g = lane >> 2, c = lane & 3;
     const item_out out = item_out_of(a, pl, span);
     if (cw == 0) {
@@ -256,95 +263,6 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
     named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
     stage_flush<64, ATT_WIDE_CONSUMERS, true>(out, stage, ATT_WARPGROUP * cw + 32 * warp + lane);
     named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS); /* xl, the stage and Q's region free for the next item */
-}
-
-/* The two wide consumer warpgroups (thread t = 0..255; cw = t / 128). Warpgroup 0 computes each
- * tile's scores and softmax and its half of P.V (dims 0..255, P from registers); warpgroup 1 its
- * half (dims 256..511, P from the P tile), while warpgroup 0 goes on to the next tile's Q.K^T.
- * They meet twice a tile: BAR_WIDE_P (P and alpha written) and BAR_WIDE_P_FREE (warpgroup 1 done
- * with them, before the next tile's are written). Both sides bar.sync on both, although each
- * barrier only needs the other side's bar.arrive: the side that would only arrive reaches the
- * other barrier next and waits there anyway (no slower on the H200), and compute-sanitizer
- * racecheck orders no accesses across a bar.arrive (with arrivals it reported the WAR hazards of
- * alpha and of the next item's Q over the staged outputs, which the barriers do order). PAIRED:
- * the ring is two tile buffers, P in each tile's RoPE block; else the shared P tile. ROW_Q: Q
- * loaded with load_q_rows (short items: attend_variant_of picks), else with load_q_chunks
- * (attend_consumer.cuh says why). */
-template <int RB, bool PAIRED, int CW, bool ROW_Q>
-static __device__ void attend_wide(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl, uint8_t *smem,
-                                   int t) {
-    /* One instantiation a warpgroup: ptxas allocates each setmaxnreg region to its own count
-     * only when the code after it is its own (with one body for both, all of it got 128). */
-    constexpr int cw = CW;
-    const int warp = (t >> 5) & 3, lane = t & 31;
-    const attend_bars bars = bars_of(smem, pl);
-    const wide_meta *meta = reinterpret_cast<const wide_meta *>(smem + pl.off_meta);
-    float *xalpha = reinterpret_cast<float *>(smem + pl.off_red); /* [64 rows] */
-    constexpr bool ROPE_F16 = wide_rope_f16<RB, PAIRED>();
-    /* [64 rows]: ROPE_F16, the rows' 2^-s of Q's RoPE part (q_rope_to_f16) during an item's tiles;
-     * the epilogue's xl (1 / l), written after the item's last softmax, the same warp's rows */
-    float *xshift = reinterpret_cast<float *>(smem + pl.off_red) + 64;
-    uint32_t pos = 0, tile = 0;
-    /* PAIRED, warpgroup 1: the walk ATT_SLOT_AHEAD tiles ahead whose slots it puts in the slot ring
-     * (attend_producer_paired.cuh), one key a thread of the first 64. */
-    tile_cursor ahead;
-    if constexpr (PAIRED && CW == 1) {
-        ahead.item = blockIdx.x;
-        cursor_seek(a, pl, ahead);
-        for (int i = 0; i < ATT_SLOT_AHEAD; i++) cursor_next(a, pl, ahead);
-    }
-    for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
-        const item_span span = item_at(a, pl, item);
-        const int64_t tiles = item_tiles(span);
-        if constexpr (ROW_Q)
-            load_q_rows<32>(a, span.q, (int64_t)span.group * 64, 32 * cw, smem + pl.off_q, ATT_BLOCK, t & 127);
-        else
-            load_q_chunks(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127,
-                          ATT_WARPGROUP);
-        if constexpr (ROPE_F16) { /* load_q_chunks: a row's chunks came from other threads */
-            if constexpr (!ROW_Q) named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
-            q_rope_to_f16<32>(smem + pl.off_q + ATT_LATENT_BLOCKS * ATT_BLOCK, 32 * cw, t & 127, xshift);
-        }
-        named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
-        wide_state st;
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-#pragma unroll
-            for (int i = 0; i < 32; i++) st.o[b][i] = 0.0f;
-        st.m[0] = st.m[1] = -INFINITY;
-        st.l[0] = st.l[1] = 0.0f;
-        for (int64_t k = 0; k < tiles; k++, tile++, pos += ATT_TILE_BLOCKS) {
-            const wide_tile<PAIRED> tl(smem, pl, pos, tile);
-            uint8_t *pbuf = PAIRED ? paired_buffer(smem, pl, tile) : smem + pl.off_p;
-            if constexpr (CW == 0) {
-                float lat[32], rope[32];
-                uint32_t pf[4][4]; /* P' as A fragments */
-                wide_scores<PAIRED, ROPE_F16>(pl, smem, bars, tl, lat, rope);
-                if constexpr (ROPE_F16) rope_unshift(rope, xshift, warp, lane);
-                /* warpgroup 1 is done with the last P and alpha */
-                if (k > 0) named_sync(BAR_WIDE_P_FREE, ATT_WIDE_CONSUMERS);
-                wide_softmax(st, lat, rope, meta[tile % ATT_META_RING], warp, lane, pf, pbuf, xalpha);
-                wide_pv<PAIRED, true>(pl, smem, bars, st, tl, 1, pf, pbuf);
-            } else {
-                /* tile + ATT_SLOT_AHEAD's slots, loading while this warpgroup waits for P */
-                int32_t ahead_slot = -1;
-                if (PAIRED && (t & 127) < ATT_KEYS) ahead_slot = cursor_slot(a, ahead, t & 127);
-                if constexpr (PAIRED) cursor_next(a, pl, ahead);
-                named_sync(BAR_WIDE_P, ATT_WIDE_CONSUMERS);
-                tl.wait(bars, pl, ATT_LATENT_BLOCKS); /* complete already (warpgroup 0 waited); this thread's acquire */
-                float alpha[2];
-#pragma unroll
-                for (int h = 0; h < 2; h++) alpha[h] = xalpha[16 * warp + (lane >> 2) + 8 * h];
-                wide_rescale(st, alpha);
-                wide_pv<PAIRED, false>(pl, smem, bars, st, tl, 5, nullptr, pbuf);
-                /* before the release that hands the buffer back (slot_ring says why) */
-                if (PAIRED && (t & 127) < ATT_KEYS) slot_ring(smem, pl, tile + ATT_SLOT_AHEAD)[t & 127] = ahead_slot;
-                if (PAIRED) tl.release(bars, pl, 0); /* P, in the RoPE block, is read */
-                if (k + 1 < tiles) named_sync(BAR_WIDE_P_FREE, ATT_WIDE_CONSUMERS);
-            }
-        }
-        wide_epilogue(a, pl, smem, st, span, cw, warp, lane);
-    }
 }
 
 #endif /* NVFP4_HAVE_WGMMA */

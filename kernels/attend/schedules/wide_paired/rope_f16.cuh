@@ -1,5 +1,5 @@
 /* The RoPE block in f16 (issue 46, "a lighter producer instruction stream"): where
- * record_layout<RB>::paired_rope_f16 (368-byte records in the paired wide kind, switch
+ * record_quarter<RB>::rope_f16 (368-byte records in the paired wide schedule, switch
  * NVFP4_MLA_ATTEND_F16_ROPE in record_read.cuh), the paired producer writes the keys' RoPE codes
  * through the hardware E4M3 -> f16 conversion (e4m3x16_f16: 2 instructions a code pair where the
  * bf16 bit moves take 5), and the wide consumer runs the RoPE k-steps as f16 wgmma against Q's RoPE
@@ -18,24 +18,17 @@
  * wgmma returns is the unshifted score times 2^s with the same roundings, and the softmax multiplies
  * it by 2^-s (rope_unshift) before it uses it: exact again, unless the true score leaves f32's
  * range, where the bf16 kind's sums overflow or go subnormal as well. The factors 2^-s (2^-126 ..
- * 2^112, normal f32) wait beside Q in the wide kind's xl array (attend_wide.cuh: the rows' 1 / l,
+ * 2^112, normal f32) wait beside Q in the wide consumer's xl array (wide_red.x: the rows' 1 / l,
  * written only in the epilogue, after the item's last softmax; no plan change), and the consumer
  * multiplies only in warps that hold a shifted row (a warp-uniform branch; ordinary rows never do).
  * Why a shift a row and not a clamp or a flush: a clamp changes scores of rows with large Q, a flush
  * drops small Q's RoPE terms, both where the bf16 kind was exact; and a row's shift costs two loads
  * and a vote a tile. NaN and +-Inf in Q pass unchanged (their exponent does not count towards s;
  * times 2^s they stay what they were), so their scores are NaN or +-Inf as in the bf16 kind. */
-#ifndef NVFP4_MLA_ATTEND_ROPE_F16_CUH
-#define NVFP4_MLA_ATTEND_ROPE_F16_CUH
+#ifndef NVFP4_MLA_ROPE_F16_CUH
+#define NVFP4_MLA_ROPE_F16_CUH
 
-#include "attend_consumer.cuh"
-
-/* Whether a wide consumer of records of RB bytes, paired ring or not, reads an f16 RoPE block
- * (the operand type of its 4 RoPE k-steps and of Q's RoPE block). */
-template <int RB, bool PAIRED>
-static __host__ __device__ constexpr bool wide_rope_f16() {
-    return PAIRED && record_layout<RB>::paired_rope_f16;
-}
+#include "lib/attend_consumer.cuh"
 
 /* bf16 exponent fields (bias 127) of the values f16 holds exactly: 2^-17 .. 2^16 (see above). */
 #define ATT_F16_EXACT_EMIN 110
@@ -81,15 +74,6 @@ static __device__ __forceinline__ void q_rope_to_f16(uint8_t *rope_block, int ro
     fence_proxy_async();
 }
 
-#if NVFP4_HAVE_WGMMA
-/* The 4 RoPE k-steps of S = Q.K^T (64 heads x 64 keys) into `rope`: Q's RoPE block (descriptor
- * dq_rope) against the tile's (dk_rope), f16 or bf16 operands (wide_rope_f16). */
-template <bool F16>
-static __device__ __forceinline__ void rope_ksteps(float *rope, uint64_t dq_rope, uint64_t dk_rope) {
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0, F16>(rope, dq_rope + 2 * kk, dk_rope + 2 * kk, kk > 0);
-}
-#endif
 
 /* The RoPE scores of rows 16 warp + lane / 4 (+ 8) (the n64 accumulator: rope[i] in row
  * (i >> 1) & 1) times their rows' 2^-s from q_rope_to_f16, before the softmax uses them; skipped by

@@ -1,7 +1,7 @@
-/* The attention kernel's shared parts (kernels/attend/attend_kernel.cuh; its plan and shared-memory
- * map: attend_plan.h): the key metadata, the walk over work items and the ring's hand-over. The
- * roles: attend_producer.cuh, attend_producer_paired.cuh, attend_narrow.cuh (engines in
- * attend_narrow_engines.cuh) and attend_wide.cuh (sharing attend_consumer.cuh).
+/* The attention schedules' shared pipeline (kernels/attend/attend_kernel.cuh; the plan: attend_plan.h;
+ * the maps: lib/attend_map.h and each schedule's): the key metadata, the walk over work items and
+ * the ring's hand-over. The roles: lib/attend_producer.cuh, lib/wide_consumer.cuh and
+ * lib/attend_consumer.cuh, and each schedule's under schedules/<name>/.
  *
  * Pipeline of one CTA (persistent: it takes items blockIdx.x, blockIdx.x + gridDim.x, ...; an
  * item is one query's top-k split for one group of heads):
@@ -40,8 +40,8 @@
 #include "sm90_cuda.cuh"
 
 /* Named barriers (0 is __syncthreads). */
-/* BAR_WIDE_P: warpgroup 0 has written a tile's P and alpha (attend_wide); BAR_WIDE_P_FREE:
- * warpgroup 1 is done with them. Both warpgroups bar.sync on each (attend_wide says why). */
+/* BAR_WIDE_P: warpgroup 0 has written a tile's P and alpha (wide_softmax); BAR_WIDE_P_FREE:
+ * warpgroup 1 is done with them. Both warpgroups bar.sync on each (schedules/wide_paired/wide_paired.cuh says why). */
 enum { BAR_CONSUMER = 1, BAR_PRODUCER = 2, BAR_WIDE_P_FREE = 3, BAR_WIDE_P = 4, BAR_WIDE_ITEM = 5, BAR_MERGE = 6 };
 
 /* Key metadata of one tile for the narrow consumers, written by the producer with the tile's RoPE
@@ -180,7 +180,7 @@ static __device__ __forceinline__ void wait_full(const attend_bars &bars, uint32
     mbar_wait(&bars.slot_full[pos_slot(pos, pl)], pos_parity(pos, pl));
 }
 
-/* A paired ring (plan.paired; attend_producer_paired, wide_tile) is two buffers of 9 blocks: tile
+/* A paired ring (plan.paired; schedules/wide_paired, wide_tile) is two buffers of 9 blocks: tile
  * X is buffer X & 1, slots 9 (X & 1) .. +8, in phase (X >> 1) & 1 of their barriers. */
 static __device__ __forceinline__ uint8_t *paired_buffer(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
     return smem + pl.off_ring + (tile & 1u) * ATT_TILE_BLOCKS * ATT_BLOCK;

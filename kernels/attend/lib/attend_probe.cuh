@@ -53,7 +53,7 @@ __host__ __device__ constexpr bool att_probe() {
 
 /* The warm tiles of a producer with raw stages: enough tiles to write every ring slot once
  * (ceil(slots / blocks a tile)) and to fill every raw stage once. (The paired producer's are its two
- * buffers: attend_producer_paired.) */
+ * buffers: schedules/wide_paired/paired_producer.cuh.) */
 __host__ __device__ constexpr uint32_t att_probe_warm_tiles(int stages, int slots, int per_tile) {
     return (uint32_t)(stages > (slots + per_tile - 1) / per_tile ? stages : (slots + per_tile - 1) / per_tile);
 }

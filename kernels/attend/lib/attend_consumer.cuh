@@ -1,5 +1,5 @@
-/* What the two consumers of the attention pipeline share (kernels/attend/attend_narrow.cuh,
- * attend_wide.cuh): loading Q into operand blocks, the operand order of the latent, and the
+/* What the consumers of the attention schedules share (schedules/narrow/narrow_consumer.cuh,
+ * lib/wide_consumer.cuh): loading Q into operand blocks, the operand order of the latent, and the
  * stores of an item's outputs or split partials. */
 #ifndef NVFP4_MLA_ATTEND_CONSUMER_CUH
 #define NVFP4_MLA_ATTEND_CONSUMER_CUH

@@ -1,4 +1,4 @@
-/* The narrow consumer of the attention pipeline (kernels/attend/attend_pipeline.cuh): one warpgroup
+/* The narrow schedule's consumer (narrow.cuh has the CTA; lib/attend_pipeline.cuh the pipeline): one warpgroup
  * serving N = 16 or 32 heads of one query, for h <= 32 (tensor-parallel ranks hold 16 or 32 heads)
  * and for every h where wgmma is not available.
  *
@@ -15,10 +15,10 @@
  * once a tile; the column sums stay per thread until the item ends. P^T goes to shared memory
  * (stmatrix, transposed) as the B operand of the second product.
  */
-#ifndef NVFP4_MLA_ATTEND_NARROW_CUH
-#define NVFP4_MLA_ATTEND_NARROW_CUH
+#ifndef NVFP4_MLA_NARROW_CONSUMER_CUH
+#define NVFP4_MLA_NARROW_CONSUMER_CUH
 
-#include "attend_narrow_engines.cuh"
+#include "narrow_engines.cuh"
 
 /* ---- one tile ---- */
 
@@ -110,7 +110,7 @@ template <int N, bool WG>
 static __device__ __forceinline__ void narrow_softmax(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                       uint8_t *smem, narrow_state<N, WG> &st, const float *lat,
                                                       const float *rope, const tile_meta &meta, int warp, int lane) {
-    float *red_max = reinterpret_cast<float *>(smem + pl.off_red); /* [4 warps][32 columns] */
+    float *red_max = reinterpret_cast<narrow_red *>(smem + pl.off_red)->red_max[0]; /* [4 warps][32 columns] */
     uint8_t *pt = smem + pl.off_p;
     const float scale_log2 = score_scale_log2(a);
     const int g = lane >> 2;
@@ -227,7 +227,7 @@ template <int N, bool WG>
 static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                        uint8_t *smem, narrow_state<N, WG> &st, const item_span &span,
                                                        int warp, int lane) {
-    float *red_sum = reinterpret_cast<float *>(smem + pl.off_red) + 128; /* [4 warps][32 columns] */
+    float *red_sum = reinterpret_cast<narrow_red *>(smem + pl.off_red)->red_sum[0]; /* [4 warps][32 columns] */
     named_sync(BAR_CONSUMER, ATT_WARPGROUP);
 #pragma unroll
     for (int c = 0; c < N / 4; c++) {

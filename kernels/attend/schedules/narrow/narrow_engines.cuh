@@ -1,12 +1,12 @@
-/* The narrow consumer's engines (kernels/attend/attend_narrow.cuh holds the tile flow that uses them):
+/* The narrow consumer's engines (narrow_consumer.cuh holds the tile flow that uses them):
  * its accumulator state, the score and P.V products on the two engines (wgmma from shared memory
  * on sm_90a, mma.sync with ldmatrix elsewhere), the resident ring's descriptors, and where an
  * O^T value sits. */
-#ifndef NVFP4_MLA_ATTEND_NARROW_ENGINES_CUH
-#define NVFP4_MLA_ATTEND_NARROW_ENGINES_CUH
+#ifndef NVFP4_MLA_NARROW_ENGINES_CUH
+#define NVFP4_MLA_NARROW_ENGINES_CUH
 
-#include "attend_consumer.cuh"
-#include "mma_cuda.cuh"
+#include "lib/attend_consumer.cuh"
+#include "lib/mma_cuda.cuh"
 
 template <int N, bool WG>
 struct narrow_state {

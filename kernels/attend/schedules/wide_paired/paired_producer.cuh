@@ -1,10 +1,10 @@
-/* The paired wide kind's producer (kernels/attend/attend_pipeline.cuh, attend_wide.cuh): records loaded
- * into the producer threads' registers a tile ahead and written from there into two tile buffers.
- * Its record rules (dequantisation, key metadata, the tile walk) are attend_producer.cuh's. */
-#ifndef NVFP4_MLA_ATTEND_PRODUCER_PAIRED_CUH
-#define NVFP4_MLA_ATTEND_PRODUCER_PAIRED_CUH
+/* The paired wide schedule's producer (wide_paired.cuh): records loaded into the producer threads'
+ * registers a tile ahead and written from there into two tile buffers. Its record rules
+ * (dequantisation, key metadata, the tile walk) are lib/attend_producer.cuh's. */
+#ifndef NVFP4_MLA_PAIRED_PRODUCER_CUH
+#define NVFP4_MLA_PAIRED_PRODUCER_CUH
 
-#include "attend_producer.cuh"
+#include "lib/attend_producer.cuh"
 
 /* ---- producer of the paired tile buffers (the wide kind) ----
  *
@@ -19,10 +19,16 @@
  * (docs/performance-notes.md, attend_producer_paired). Which layouts pair: wide_pairs
  * (attend_plan.h). */
 
-/* A producer thread's quarter of one record (zeros for an entry that counts nothing). */
+/* A producer thread's quarter of one record (zeros for an entry that counts nothing): 64 code
+ * bytes, 8 group-scale codes and a quarter of the RoPE, rope_chunks 16-byte chunks (16 E4M3 codes,
+ * or 16 bf16). */
 template <int RB>
 struct record_quarter {
-    static constexpr int rope_chunks = record_layout<RB>::quarter_rope_chunks;
+    static_assert(wide_pairs(RB), "quarters of the layouts that pair");
+    static constexpr int rope_chunks = record_layout<RB>::fp8_rope ? 1 : 2;
+    /* The tile's RoPE block holds f16 (write_quarter: e4m3x16_f16; the wide consumer's RoPE k-steps
+     * and Q's RoPE block follow: rope_f16.cuh), else bf16. */
+    static constexpr bool rope_f16 = record_layout<RB>::fp8_rope && NVFP4_MLA_ATTEND_F16_ROPE;
     uint4 codes[4];          /* payload bytes 64p .. 64p + 63: latent groups 8p .. 8p + 7 */
     uint2 scales;            /* their E4M3 group-scale codes */
     uint4 rope[rope_chunks]; /* RoPE dims 16p .. 16p + 15: 16 E4M3 codes (368) or 16 bf16 (432) */
@@ -35,8 +41,8 @@ struct record_quarter {
  * The producer's loads of a tile were two dependent round trips, the slot index and then the records
  * it names, both on its chain (Nsight Compute at b 128, h 128: 12.6% of the producer's samples waited
  * on the slot, 17.9% on the records). So the slots come from a ring in shared memory (slot_ring; 4
- * tiles, 1 KB, in the paired kind's reduction area: attend_plan.h), written ATT_SLOT_AHEAD tiles
- * ahead by the value warpgroup (attend_wide.cuh, warpgroup 1, which waits for warpgroup 0's P most
+ * tiles, 1 KB, in the paired schedule's fixed area: wide_paired_red), written ATT_SLOT_AHEAD tiles
+ * ahead by the value warpgroup (wide_paired.cuh, warpgroup 1, which waits for warpgroup 0's P most
  * of each tile): it loads the raw slots of tile X + 3 at the start of its tile X and stores them
  * before it frees tile X's RoPE block. The producer reads them after it has waited for tile X's
  * nine blocks to be free (to write X + 2), an acquire of that release; and the ring place of X + 3 was
@@ -45,7 +51,10 @@ struct record_quarter {
 
 /* Tile `tile`'s place in the slot ring: [64 keys] raw slots (-1 past the span's end). */
 static __device__ __forceinline__ int32_t *slot_ring(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
-    return reinterpret_cast<int32_t *>(smem + pl.off_red + ATT_WIDE_RED_BYTES) + (tile % ATT_SLOT_RING) * ATT_KEYS;
+    /* the row by a multiply of the int32 pointer, not the array's row address: the same code as before
+     * the struct (tools/kernel-text-compare) */
+    return reinterpret_cast<int32_t *>(smem + pl.off_red + offsetof(wide_paired_red, slot_ring)) +
+           (tile % ATT_SLOT_RING) * ATT_KEYS;
 }
 
 /* The raw slot of entry `k` of the cursor's tile (-1 past the span's end or the walk's). */
@@ -61,7 +70,6 @@ template <int RB>
 static __device__ __forceinline__ void load_quarter(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                                     int32_t raw_slot, int part, record_quarter<RB> &q) {
     using L = record_layout<RB>;
-    static_assert(L::pairs, "quarters of the layouts that pair");
     const int32_t slot = sane_slot(a, raw_slot);
     const uint4 z = make_uint4(0, 0, 0, 0);
     q.valid = slot >= 0;
@@ -94,7 +102,7 @@ static __device__ __forceinline__ void write_quarter_meta(const nvfp4_mla_attend
 }
 
 /* Key k's quarter q into tile buffer `buf`: the RoPE chunks 2p, 2p + 1 (368: the bare E4M3 values,
- * exact in f16 (paired_rope_f16) or bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks
+ * exact in f16 (record_quarter::rope_f16) or bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks
  * 1 + 2p, 2 + 2p) and, from part 0, the key's metadata. */
 template <int RB>
 static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a,
@@ -102,7 +110,7 @@ static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kern
                                                      int part) {
     write_quarter_meta<RB>(a, q, m, k, part);
     uint4 lo, hi;
-    if (record_layout<RB>::paired_rope_f16) e4m3x16_f16(q.rope[0], lo, hi);
+    if (record_quarter<RB>::rope_f16) e4m3x16_f16(q.rope[0], lo, hi);
     else if (record_layout<RB>::fp8_rope) e4m3x16_bf16(q.rope[0], lo, hi);
     else lo = stored_rope_bf16(q.rope[0]), hi = stored_rope_bf16(q.rope[q.rope_chunks - 1]);
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part)) = lo;
@@ -114,7 +122,7 @@ static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kern
                          q.scales.x, q.scales.y);
 }
 
-/* ---- the stage-removal probes (attend_probe.cuh; off in normal builds) ---- */
+/* ---- the stage-removal probes (lib/attend_probe.cuh; off in normal builds) ---- */
 
 /* The NO_DEQUANT probe's write_quarter: the key metadata alone. While the loads run (NO_LOADS off),
  * their words are folded into a store that never happens (`zero` is 0), so that they stay loads

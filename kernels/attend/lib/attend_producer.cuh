@@ -1,6 +1,6 @@
-/* The producer warpgroup(s) of the attention pipeline (kernels/attend/attend_pipeline.cuh): bulk copies of
+/* The producer warpgroup(s) of the attention pipeline (lib/attend_pipeline.cuh): bulk copies of
  * raw records into the stages and their dequantisation into operand blocks, and the record rules
- * (dequantisation, key metadata) that the paired wide kind's producer (attend_producer_paired.cuh)
+ * (dequantisation, key metadata) that the paired wide kind's producer (schedules/wide_paired/paired_producer.cuh)
  * shares. */
 #ifndef NVFP4_MLA_ATTEND_PRODUCER_CUH
 #define NVFP4_MLA_ATTEND_PRODUCER_CUH
