@@ -2,7 +2,7 @@
  * every backend entry point and the CUDA device probe.
  *
  * Each operation has a CPU twin (`..._cpu`, plain C, always built: the test oracle and the fallback)
- * and a CUDA implementation (`..._cuda`) with the same argument struct (codec.h). A context picks one
+ * and a CUDA implementation (`..._cuda`) with the same argument struct (kernel_args.h). A context picks one
  * table at init and calls through it, the way PipeWire's audio-conversion ops pick an
  * implementation once; the plugin never names a backend function directly. Nothing here runs before
  * a context's init: probing the plugin makes no CUDA call.
@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "attend/attend_launches.h"
-#include "codec.h"
+#include "kernel_args.h"
 
 #ifdef __cplusplus
 extern "C" {

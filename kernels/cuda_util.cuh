@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "codec.h"
+#include "kernel_args.h"
 
 /* Makes `device` current for the launch and restores the caller's device afterwards, so a host
  * thread driving several GPUs keeps its own notion of the current device. */

@@ -1,7 +1,7 @@
 /* Reading a record on the device: what the CUDA readers (kernels/codec/gather_cuda.cu, the attention
  * producers under kernels/attend/) know about a record's bytes, with values equal to the CPU twins'
  * (products in binary32, bf16 round-to-nearest-even, or exact bit moves): record_layout<RB> (where
- * a layout keeps each field, how it codes them, the paired producer's quarter, the key metadata);
+ * a layout keeps each field, how it codes them, the key metadata);
  * stored_* (the value a reader takes for a stored scale or bf16 RoPE chunk); the conversions of
  * E2M1 and E4M3 codes (gather's exact products; attention's bit moves into bf16 MMA operands, latent
  * chunks in the order (0,4,1,5,2,6,3,7): kernels/attend/lib/attend_pipeline.cuh).
@@ -14,17 +14,17 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
-#include "codec.h"
+#include "kernel_args.h"
 #include "fp_codes.h"
 #include "nvfp4_mla_record.h"
 
-/* The paired wide kind's RoPE operand for 368-byte records (issue 46, the lighter producer): 1, f16
+/* The two-buffer wide kind's RoPE operand for 368-byte records (issue 46, the lighter producer): 1, f16
  * (the E4M3 codes through the hardware conversion, f16 wgmma for the RoPE k-steps, Q's RoPE part in
- * f16 with a per-row power-of-two shift: kernels/attend/schedules/wide_paired/rope_f16.cuh; and the group scales
+ * f16 with a per-row power-of-two shift: kernels/attend/schedules/wide_twobuf/rope_f16.cuh; and the group scales
  * by group_scale_x2_of); 0, bf16 (bit moves, bf16 wgmma), as the narrow kinds and the 432 / 656
  * layouts read it either way. A build switch (-Dcuda_args=-DNVFP4_MLA_ATTEND_F16_ROPE=0 builds
  * the bf16 form, byte-identical to the kernels before the switch), so that both can be built and
- * timed; the paired producer's record_quarter::rope_f16 and store_latent_groups8 read it. 1 by default: on the
+ * timed; the two-buffer producer's record_quarter::rope_f16 and store_latent_groups8 read it. 1 by default: on the
  * H200 it passed the gpu tests and gave the same output bits, 1.0-3.8% faster
  * (docs/performance-notes.md, "Issue 46's designs"). */
 #ifndef NVFP4_MLA_ATTEND_F16_ROPE
@@ -186,7 +186,7 @@ static __device__ __forceinline__ void store_e2m1_group(uint8_t *row, uint32_t o
  * code bytes and their 8 scale codes (two words, group g0 in the low byte). `row` = base +
  * swizzle_off(key, 0) - r16 (the key's row, swizzle removed), blk_off(b) = latent block b's offset
  * from base, r16 = (key % 8) << 4 (store_e2m1_group's addressing). The resident raw-stage
- * dequantisation (dequant_latent_tile) and the register-staged paired producer write through
+ * dequantisation (dequant_latent_tile) and the register-staged two-buffer producer write through
  * here; dequant_latent (the streaming rings, one group a thread) keeps its own loop. */
 template <typename BlockOff>
 static __device__ __forceinline__ void store_latent_groups8(uint8_t *row, BlockOff blk_off, uint32_t r16, uint32_t g0,
@@ -232,8 +232,8 @@ static __device__ __forceinline__ uint2 e4m3x4_f16(uint32_t w) {
     return make_uint2((uint32_t)lo.x | ((uint32_t)lo.y << 16), (uint32_t)hi.x | ((uint32_t)hi.y << 16));
 }
 
-/* Sixteen E4M3 RoPE codes as two 8-value chunks of f16 (e4m3x4_f16: exact): the paired kind's RoPE
- * block where record_quarter<RB>::rope_f16 (the paired schedule). */
+/* Sixteen E4M3 RoPE codes as two 8-value chunks of f16 (e4m3x4_f16: exact): the two-buffer kind's RoPE
+ * block where record_quarter<RB>::rope_f16 (the two-buffer schedule). */
 static __device__ __forceinline__ void e4m3x16_f16(uint4 c, uint4 &lo, uint4 &hi) {
     const uint2 a0 = e4m3x4_f16(c.x), a1 = e4m3x4_f16(c.y), a2 = e4m3x4_f16(c.z), a3 = e4m3x4_f16(c.w);
     lo = make_uint4(a0.x, a0.y, a1.x, a1.y);

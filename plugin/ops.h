@@ -1,11 +1,11 @@
 /* The record operations of the table: validate the host's ABI structs, lower them to the kernels'
- * flat argument structs (kernels/codec.h), dispatch to the context's backend (kernels/backends.h).
+ * flat argument structs (kernels/kernel_args.h), dispatch to the context's backend (kernels/backends.h).
  * ops.c: write, gather and the checks all share; ops_attend.c: attend; ops_merge.c: merge (ABI 1.1),
  * which reads partial attentions rather than records. */
 #ifndef NVFP4_MLA_PLUGIN_OPS_H
 #define NVFP4_MLA_PLUGIN_OPS_H
 
-#include "codec.h"
+#include "kernel_args.h"
 #include "nvfp4_mla.h"
 
 nvfp4_mla_status_t nvfp4_op_write(nvfp4_mla_context_t *ctx, const nvfp4_mla_write_args_t *args);

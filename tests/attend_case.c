@@ -12,11 +12,12 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "codec.h"
+#include "kernel_args.h"
 #include "context.h"
 #include "errors.h"
 #include "host_codes.h"
 #include "ops.h"
+#include "record_cpu.h"
 #include "test_util.h"
 
 attend_case_opts_t attend_case_opts(int64_t nq, int64_t h, int64_t topk, uint32_t layout, uint32_t mode) {

@@ -12,6 +12,7 @@
 #include "context.h"
 #include "errors.h"
 #include "ops.h"
+#include "record_cpu.h"
 #include "test_util.h"
 
 #define ctx tu_cpu

@@ -38,7 +38,7 @@ static void plan_row(const nvfp4_mla_attend_kernel_args_t *a, char *out, size_t 
     snprintf(out, size,
              "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%lld\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%llu",
              kind_names[attend_kind_of(&p)], variant_names[attend_variant_of(&p)], p.heads, p.groups, p.splits,
-             p.tiles_per_split, p.grid, (long long)p.items, p.stages, p.slots, p.resident, p.paired, p.threads,
+             p.tiles_per_split, p.grid, (long long)p.items, p.stages, p.ring_blocks, p.resident, p.twobuf, p.threads,
              p.bytes, p.one_launch, attend_placement_cluster(a, &p), p.off_q, p.off_p, p.off_ring, p.off_raw,
              p.off_valid, p.off_meta, p.off_red, p.off_bar, (unsigned long long)attend_workspace_of(a, &p));
 }
@@ -102,15 +102,15 @@ static void check_limits(const nvfp4_mla_attend_kernel_args_t *a, const attend_p
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
     const int kind = attend_kind_of(p), variant = attend_variant_of(p);
     assert_true(p->bytes > 0 && p->bytes <= a->smem_per_block);
-    assert_true(p->off_bar + (p->stages + 2 * p->slots) * 8 + 1024 <= p->bytes);
+    assert_true(p->off_bar + (p->stages + 2 * p->ring_blocks) * 8 + 1024 <= p->bytes);
     assert_true(p->grid >= 1 && p->grid <= a->sm_count && p->grid <= p->items);
     assert_int_equal(p->items, a->num_queries * p->groups * p->splits);
     assert_true(p->groups * p->heads >= a->num_heads && (p->groups - 1) * p->heads < a->num_heads);
     assert_true(p->splits >= 1 && p->splits <= 64);
     assert_true((int64_t)p->splits * p->tiles_per_split >= tiles);
     assert_true((int64_t)(p->splits - 1) * p->tiles_per_split < tiles || tiles == 0);
-    assert_true(p->slots <= 2 * (p->resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS));
-    assert_true(p->slots >= (p->resident ? ATT_TILE_BLOCKS : 3));
+    assert_true(p->ring_blocks <= 2 * (p->resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS));
+    assert_true(p->ring_blocks >= (p->resident ? ATT_TILE_BLOCKS : 3));
     assert_int_equal(p->threads, kind_threads(kind, a->record_bytes));
     assert_true(kind_has_variant(kind, variant));
     assert_true(!p->wgmma || a->arch == 90);

@@ -10,8 +10,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "codec.h"
+#include "kernel_args.h"
 #include "fp_codes.h"
+#include "record_cpu.h"
 #include "host_codes.h"
 
 static float from_bits(uint32_t u) {

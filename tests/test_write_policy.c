@@ -11,11 +11,12 @@
 #include <stdio.h>
 #include <cmocka.h>
 
-#include "codec.h"
+#include "kernel_args.h"
 #include "config.h"
 #include "context.h"
 #include "errors.h"
 #include "ops.h"
+#include "record_cpu.h"
 #include "settings.h"
 #include "test_util.h"
 #include "rtn_inputs.h"

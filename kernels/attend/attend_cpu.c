@@ -16,6 +16,7 @@
 
 #include "backends.h"
 #include "fp_codes.h"
+#include "record_cpu.h"
 
 uint64_t nvfp4_mla_attend_workspace_cpu(const nvfp4_mla_attend_kernel_args_t *args) {
     (void)args;

@@ -32,7 +32,7 @@
 #include "attend_launches.h"
 #include "lib/attend_split_merge.cuh"
 #include "backends.h"
-#include "codec.h"
+#include "kernel_args.h"
 #include "cuda_util.cuh"
 
 /* The table of attention kernels: a row a record size (attend_kernels.cuh). */

@@ -14,10 +14,10 @@
 #include <stdint.h>
 
 #include "attend_kernels.cuh"
-#include "codec.h"
+#include "kernel_args.h"
 #include "lib/attend_pipeline.cuh"
 #include "schedules/narrow/narrow.cuh"
-#include "schedules/wide_paired/wide_paired.cuh"
+#include "schedules/wide_twobuf/wide_twobuf.cuh"
 #include "schedules/wide_ring/wide_ring.cuh"
 
 /* ONE_LAUNCH: VARIANT_MERGE_IN_LAUNCH; ROW_Q: VARIANT_ROW_Q (lib/attend_map.h). */
@@ -37,11 +37,11 @@ __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
     uint8_t *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u); /* SW128 atoms: 1024-aligned */
     if (threadIdx.x == 0) {
         const attend_bars bars = bars_of(smem, pl);
-        /* Every thread arrives on every barrier it signals (lib/attend_pipeline.cuh, release_slot). */
+        /* Every thread arrives on every barrier it signals (lib/attend_pipeline.cuh, release_block). */
         for (int s = 0; s < pl.stages; s++) mbar_init(&bars.raw_full[s], F.producers);
-        for (int s = 0; s < pl.slots; s++) {
-            mbar_init(&bars.slot_full[s], F.producers);
-            mbar_init(&bars.slot_empty[s], F.empty_arrivals);
+        for (int s = 0; s < pl.ring_blocks; s++) {
+            mbar_init(&bars.block_full[s], F.producers);
+            mbar_init(&bars.block_empty[s], F.empty_arrivals);
         }
         mbar_init_fence();
     }
@@ -49,13 +49,13 @@ __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
     pdl_wait();    /* the stream's previous grid: its writes of q, slots, the cache; its reads of out */
     pdl_release(); /* the merge (or the stream's next grid) may start launching */
     constexpr int CONSUMERS = F.consumers, PRODUCERS = F.producers;
-    constexpr bool WIDE = SCHEDULE == SCHEDULE_WIDE_PAIRED || SCHEDULE == SCHEDULE_WIDE_RING;
+    constexpr bool WIDE = SCHEDULE == SCHEDULE_WIDE_TWOBUF || SCHEDULE == SCHEDULE_WIDE_RING;
     if (threadIdx.x >= CONSUMERS) { /* the producers; the narrow ones release in ring order (IN_ORDER) */
 #if NVFP4_HAVE_WGMMA
         if constexpr (F.producer_regs > 0) setmaxnreg_dec<F.producer_regs>();
 #endif
-        if constexpr (SCHEDULE == SCHEDULE_WIDE_PAIRED)
-            attend_producer_paired<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
+        if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF)
+            attend_producer_twobuf<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
         else
             attend_producer<RB, PRODUCERS, !WIDE, meta_of<WIDE>>(a, pl, smem, threadIdx.x - CONSUMERS);
         if constexpr (ONE_LAUNCH)
@@ -69,12 +69,12 @@ __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
 #if NVFP4_HAVE_WGMMA
             if (threadIdx.x < ATT_WARPGROUP) {
                 setmaxnreg_inc<ATT_SCORE_REGS>();
-                if constexpr (SCHEDULE == SCHEDULE_WIDE_PAIRED) wide_paired_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
+                if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF) wide_twobuf_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
                 else wide_ring_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
             } else {
-                if constexpr (SCHEDULE == SCHEDULE_WIDE_PAIRED) {
+                if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF) {
                     setmaxnreg_inc<ATT_VALUE_REGS>();
-                    wide_paired_consumer<RB, 1, ROW_Q>(a, pl, smem, threadIdx.x);
+                    wide_twobuf_consumer<RB, 1, ROW_Q>(a, pl, smem, threadIdx.x);
                 } else {
                     setmaxnreg_dec<ATT_VALUE_REGS>();
                     wide_ring_consumer<RB, 1, ROW_Q>(a, pl, smem, threadIdx.x);

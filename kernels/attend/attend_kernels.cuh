@@ -7,7 +7,7 @@
 #define NVFP4_MLA_ATTEND_KERNELS_CUH
 
 #include "attend_plan.h"
-#include "codec.h"
+#include "kernel_args.h"
 
 /* An attention kernel: the call's arguments and its plan, both __grid_constant__. */
 typedef void (*attend_kernel_t)(nvfp4_mla_attend_kernel_args_t, attend_plan);

@@ -26,7 +26,7 @@
 
 #include <stdint.h>
 
-#include "codec.h"
+#include "kernel_args.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
 
 /* The schedule of a plan (the chooser below decided it through the fit it called). */
 static int schedule_of(const attend_plan *p) {
-    return p->wide ? (p->paired ? SCHEDULE_WIDE_PAIRED : SCHEDULE_WIDE_RING)
+    return p->wide ? (p->twobuf ? SCHEDULE_WIDE_TWOBUF : SCHEDULE_WIDE_RING)
                    : (p->wgmma ? SCHEDULE_NARROW_WGMMA : SCHEDULE_NARROW_SYNC);
 }
 
@@ -42,9 +42,9 @@ attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
      * the kinds cross in graph replays on the H200 (docs/performance-notes.md, attend_plan_for). */
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
-    const bool wide_groups = wide_pairs(rb) || a->num_queries * ((a->num_heads + 63) / 64) >= 32;
+    const bool wide_groups = wide_uses_twobuf(rb) || a->num_queries * ((a->num_heads + 63) / 64) >= 32;
     if (wgmma && a->num_heads > 32 && wide_groups)
-        ok = wide_pairs(rb) ? wide_paired_fit(&p, rb, contiguous, schedule_threads(SCHEDULE_WIDE_PAIRED), budget)
+        ok = wide_uses_twobuf(rb) ? wide_twobuf_fit(&p, rb, contiguous, schedule_threads(SCHEDULE_WIDE_TWOBUF), budget)
                             : wide_ring_fit(&p, rb, contiguous, schedule_threads(SCHEDULE_WIDE_RING), budget);
     const bool few = a->num_queries * a->num_heads < 256;
     const int narrow_threads = schedule_threads(wgmma ? SCHEDULE_NARROW_WGMMA : SCHEDULE_NARROW_SYNC);
@@ -52,7 +52,7 @@ attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
         ok = narrow_fit(&p, rb, heads, wgmma, contiguous, narrow_threads, budget);
     if (!ok) return (attend_plan){0};
     p.bytes = place_tail(&p, rb, attend_schedules[schedule_of(&p)].red_bytes) + 1024;
-    p.slots_magic = (uint32_t)((((uint64_t)1 << 32) + (uint64_t)p.slots - 1) / (uint64_t)p.slots);
+    p.ring_magic = (uint32_t)((((uint64_t)1 << 32) + (uint64_t)p.ring_blocks - 1) / (uint64_t)p.ring_blocks);
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
     split_items(&p, a, sms, tiles);
     /* In the launch (in-launch, or auto until the call finds its stream capturing) unless the last

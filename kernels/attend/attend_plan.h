@@ -17,36 +17,36 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "codec.h"
+#include "kernel_args.h"
 #include "lib/attend_map.h"
 #include "schedules/narrow/narrow_map.h"
-#include "schedules/wide_paired/wide_paired_map.h"
+#include "schedules/wide_twobuf/wide_twobuf_map.h"
 #include "schedules/wide_ring/wide_ring_map.h"
 
 /* ---- the schedules: a room each under schedules/, a row each here ---- */
 
-enum { SCHEDULE_NARROW_SYNC, SCHEDULE_NARROW_WGMMA, SCHEDULE_WIDE_PAIRED, SCHEDULE_WIDE_RING, SCHEDULE_COUNT };
+enum { SCHEDULE_NARROW_SYNC, SCHEDULE_NARROW_WGMMA, SCHEDULE_WIDE_TWOBUF, SCHEDULE_WIDE_RING, SCHEDULE_COUNT };
 #ifdef __cplusplus
 static constexpr attend_schedule_facts attend_schedules[SCHEDULE_COUNT] =
 #else
 static const attend_schedule_facts attend_schedules[SCHEDULE_COUNT] =
 #endif
-    {NARROW_SYNC_FACTS, NARROW_WGMMA_FACTS, WIDE_PAIRED_FACTS, WIDE_RING_FACTS};
+    {NARROW_SYNC_FACTS, NARROW_WGMMA_FACTS, WIDE_TWOBUF_FACTS, WIDE_RING_FACTS};
 
 /* The kinds of kernel the table of kernels instantiates (kernels/attend/attend_kernels.cuh): the
  * narrow schedule's four (heads x engine), and KIND_WIDE, whose schedule the record size picks. */
 enum { KIND_N16_SYNC, KIND_N32_SYNC, KIND_N16_WGMMA, KIND_N32_WGMMA, KIND_WIDE, KIND_COUNT };
 
-/* Whether the wide kind runs the paired schedule for records of record_bytes. Not for 656: a
+/* Whether the wide kind runs the two-buffer schedule for records of record_bytes. Not for 656: a
  * quarter record would not fit a producer thread's registers (docs/performance-notes.md,
- * wide_pairs). */
-ATT_CONST bool wide_pairs(int record_bytes) {
+ * wide_uses_twobuf). */
+ATT_CONST bool wide_uses_twobuf(int record_bytes) {
     return record_bytes != NVFP4_MLA_RECORD_BYTES_656;
 }
 
 /* The schedule that runs a kind on records of record_bytes. */
 ATT_CONST int schedule_of_kind(int kind, int record_bytes) {
-    return kind == KIND_WIDE             ? (wide_pairs(record_bytes) ? SCHEDULE_WIDE_PAIRED : SCHEDULE_WIDE_RING)
+    return kind == KIND_WIDE             ? (wide_uses_twobuf(record_bytes) ? SCHEDULE_WIDE_TWOBUF : SCHEDULE_WIDE_RING)
            : kind >= KIND_N16_WGMMA      ? SCHEDULE_NARROW_WGMMA
                                          : SCHEDULE_NARROW_SYNC;
 }

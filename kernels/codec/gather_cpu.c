@@ -12,6 +12,7 @@
 
 #include "backends.h"
 #include "fp_codes.h"
+#include "record_cpu.h"
 
 /* 64 stored bf16 RoPE values (432 and 656 records) by the corrupt-field rule. */
 static void copy_rope_bf16(const uint8_t *stored, uint16_t *row) {

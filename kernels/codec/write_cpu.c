@@ -11,6 +11,7 @@
 
 #include "backends.h"
 #include "fp_codes.h"
+#include "record_cpu.h"
 #include "write_policy.h"
 
 /* Largest finite |v| over n values (0 when none is finite). */

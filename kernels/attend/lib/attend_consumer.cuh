@@ -157,34 +157,34 @@ static __device__ __forceinline__ item_out item_out_of(const nvfp4_mla_attend_ke
  *
  * bf16 outputs pass through the item's Q region (free once its last Q.K^T is done) so that the
  * global stores are whole 16-byte runs, not a 2-byte store per value (the accumulators hold dims
- * in operand order, heads across lanes), exposed after the last tile. Staged rows are 1040 bytes:
+ * in operand order, heads across lanes), exposed after the last tile. Output rows are held 1040 bytes apart:
  * 512 bf16 and 16 bytes of padding, which put consecutive heads 4 banks apart. Split partials are
- * bf16 rows too and take the same path (docs/performance-notes.md, stage_flush). */
-#define ATT_STAGE_ROW 1040
-static_assert(ATT_STAGE_ROW % 16 == 0 && ATT_STAGE_ROW >= 1024, "staged rows: 512 bf16, 16-byte aligned");
-static_assert(ATT_STAGE_ROW <= ATT_TILE_BLOCKS * 128,
-              "narrow: N staged rows fit the N-row Q blocks (9 x N x 128 bytes)");
-static_assert(64 * ATT_STAGE_ROW <= ATT_TILE_BLOCKS * ATT_BLOCK, "wide: 64 staged rows fit the 9 Q blocks");
+ * bf16 rows too and take the same path (docs/performance-notes.md, out_flush). */
+#define ATT_OUT_ROW 1040
+static_assert(ATT_OUT_ROW % 16 == 0 && ATT_OUT_ROW >= 1024, "output rows: 512 bf16, 16-byte aligned");
+static_assert(ATT_OUT_ROW <= ATT_TILE_BLOCKS * 128,
+              "narrow: N output rows fit the N-row Q blocks (9 x N x 128 bytes)");
+static_assert(64 * ATT_OUT_ROW <= ATT_TILE_BLOCKS * ATT_BLOCK, "wide: 64 output rows fit the 9 Q blocks");
 
-/* Copies the staged rows [0, ROWS) to o.out (rows past o.heads are not stored); thread t of NT
+/* Copies the output rows [0, ROWS) to o.out (rows past o.heads are not stored); thread t of NT
  * copies 16-byte run t % 64 of rows t / 64 + (NT / 64) k, eight loads in flight before their stores. out
  * is 16-byte aligned with 8-element strides (the plugin checks it), and so is the workspace.
- * OPERAND_ORDER: the rows were staged in operand order (each 8-element chunk holding dims
+ * OPERAND_ORDER: the rows were written in operand order (each 8-element chunk holding dims
  * (0,4,1,5,2,6,3,7), as the accumulators hold them), and each run is put back in dim order on its
  * way out (from_operand_order). */
 template <int ROWS, int NT, bool OPERAND_ORDER>
-static __device__ __forceinline__ void stage_flush(const item_out &o, const uint8_t *stage, int t) {
+static __device__ __forceinline__ void out_flush(const item_out &o, const uint8_t *outrows, int t) {
     constexpr int STEP = NT / 64, PER = ROWS / STEP, BATCH = PER < 8 ? PER : 8; /* 32 registers of loads */
     static_assert(NT % 64 == 0 && ROWS % STEP == 0 && PER % BATCH == 0, "whole rows a pass");
     const int ch = t & 63, row0 = t >> 6;
-    const uint8_t *src = stage + row0 * ATT_STAGE_ROW + 16 * ch;
+    const uint8_t *src = outrows + row0 * ATT_OUT_ROW + 16 * ch;
     uint16_t *dst = o.out + row0 * o.out_head_stride + 8 * ch;
 #pragma unroll 1
     for (int k0 = 0; k0 < PER; k0 += BATCH) {
         uint4 v[BATCH];
 #pragma unroll
         for (int k = 0; k < BATCH; k++)
-            v[k] = *reinterpret_cast<const uint4 *>(src + (k0 + k) * STEP * ATT_STAGE_ROW);
+            v[k] = *reinterpret_cast<const uint4 *>(src + (k0 + k) * STEP * ATT_OUT_ROW);
 #pragma unroll
         for (int k = 0; k < BATCH; k++) {
             if (row0 + STEP * (k0 + k) < o.heads)

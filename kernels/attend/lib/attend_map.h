@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "codec.h"
+#include "kernel_args.h"
 
 #ifdef __CUDACC__
 #define ATT_SHARED static __host__ __device__ __forceinline__ /* plan and kernels call it */
@@ -34,7 +34,7 @@ enum {
     ATT_LATENT_BLOCKS = NVFP4_MLA_LATENT_DIM / ATT_BLOCK_DIMS, /* 8 */
     ATT_TILE_BLOCKS = NVFP4_MLA_ROW_DIM / ATT_BLOCK_DIMS,      /* 9: RoPE, then latent 0..7 */
     ATT_STREAM_BLOCKS = ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS,   /* 17: RoPE, latent 0..7, 0..7 */
-    ATT_RING_SLOTS = 2 * ATT_TILE_BLOCKS,                      /* 18: two whole tiles */
+    ATT_RING_BLOCKS = 2 * ATT_TILE_BLOCKS,                      /* 18: two whole tiles */
     ATT_WARPGROUP = 128,
     ATT_WIDE_CONSUMERS = 2 * ATT_WARPGROUP,
 };
@@ -61,7 +61,7 @@ ATT_SHARED int meta_bytes(bool wide) {
 #define ATT_VALUE_REGS 168 /* warpgroup 1: half of O */
 
 /* Its fixed area at off_red: the rows' alpha from warpgroup 0 to warpgroup 1 each tile, and the
- * rows' 1 / l in the epilogue (xl), where the paired schedule's f16 RoPE keeps the rows' 2^-s
+ * rows' 1 / l in the epilogue (xl), where the two-buffer schedule's f16 RoPE keeps the rows' 2^-s
  * during the item's tiles (xshift: the same warp's rows, read before the epilogue writes xl). */
 typedef struct wide_red {
     float xalpha[64];
@@ -84,16 +84,16 @@ typedef struct attend_plan {
     int32_t groups;          /* head groups per query: ceil(h / heads) */
     int32_t splits;          /* top-k splits per (query, group) */
     int32_t tiles_per_split; /* 64-entry tiles per split */
-    int32_t stages;          /* raw record stages R (paired: 0, the records pass through registers) */
-    int32_t slots;           /* operand ring slots S */
+    int32_t stages;          /* raw record stages R (two-buffer: 0, the records pass through registers) */
+    int32_t ring_blocks;           /* operand ring blocks S */
     int32_t resident;        /* 1: 9 blocks a tile (latent kept for P.V), 0: 17 (streaming) */
-    int32_t paired;          /* 1: 18 slots = two tile buffers written from records staged in the
-                              * producers' registers (schedules/wide_paired) */
+    int32_t twobuf;          /* 1: 18 blocks = two tile buffers written from records staged in the
+                              * producers' registers (schedules/wide_twobuf) */
     int32_t contiguous;      /* block_stride == block_size * record_bytes */
     int32_t grid;            /* persistent CTAs */
     int32_t threads;         /* the schedule's (attend_schedules, attend_plan.h) */
     int32_t one_launch;      /* 1: splits > 1 merged in this launch by each group's last split */
-    uint32_t slots_magic;    /* ceil(2^32 / slots): ring positions divide by a multiply */
+    uint32_t ring_magic;    /* ceil(2^32 / blocks): ring positions divide by a multiply */
     int64_t items;           /* n_q * groups * splits */
     int32_t off_q, off_p, off_ring, off_raw, off_valid, off_meta, off_red, off_bar;
     int32_t bytes;           /* dynamic shared memory requested (alignment slack included) */
@@ -106,38 +106,38 @@ static inline int att_align_up(int v, int a) {
     return (v + a - 1) / a * a;
 }
 
-/* Places the raw stages and their flags after the ring (none when stages is 0, as in the paired
+/* Places the raw stages and their flags after the ring (none when stages is 0, as in the two-buffer
  * schedule, whose records pass through the producers' registers; off_raw / off_valid are then -1),
  * then the metadata ring, the schedule's fixed area of red_bytes and the barriers; returns the
  * bytes used. */
 static inline int place_tail(attend_plan *p, int record_bytes, int red_bytes) {
-    p->off_raw = p->off_ring + p->slots * ATT_BLOCK;
+    p->off_raw = p->off_ring + p->ring_blocks * ATT_BLOCK;
     p->off_valid = p->off_raw + p->stages * ATT_KEYS * record_bytes;
     p->off_meta = att_align_up(p->off_valid + p->stages * ATT_KEYS, 16);
     if (p->stages == 0) p->off_raw = p->off_valid = -1;
     p->off_red = p->off_meta + ATT_META_RING * meta_bytes(p->wide);
     p->off_bar = att_align_up(p->off_red + red_bytes, 8);
-    return p->off_bar + (p->stages + 2 * p->slots) * 8;
+    return p->off_bar + (p->stages + 2 * p->ring_blocks) * 8;
 }
 
-/* Chooses stages R and slots S under `budget` bytes. Resident rings (whole tiles, produced in one
- * batch) first: 17+ slots let the producer write tile T+1 while the consumers run P.V of tile T,
- * so prefer them with 2-3 stages, then take what fits down to 9 slots; else (if allowed)
- * streaming (3+ slots, 2 or 1 stages). At most 2 tiles of slots: the metadata ring's bound. */
+/* Chooses stages R and blocks S under `budget` bytes. Resident rings (whole tiles, produced in one
+ * batch) first: 17+ blocks let the producer write tile T+1 while the consumers run P.V of tile T,
+ * so prefer them with 2-3 stages, then take what fits down to 9 blocks; else (if allowed)
+ * streaming (3+ blocks, 2 or 1 stages). At most 2 tiles of blocks: the metadata ring's bound. */
 static inline bool fit_ring(attend_plan *p, int record_bytes, int red_bytes, int budget, int max_stages,
                             bool may_stream) {
     const int want[2] = {ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS, ATT_TILE_BLOCKS};
     for (int pass = 0; pass < 2; pass++)
         for (int r = pass == 0 ? max_stages : 2; r >= (pass == 0 ? 2 : 1); r--) {
-            p->stages = r, p->slots = ATT_RING_SLOTS, p->resident = 1;
-            while (p->slots >= want[pass] && place_tail(p, record_bytes, red_bytes) > budget) p->slots--;
-            if (p->slots >= want[pass]) return true;
+            p->stages = r, p->ring_blocks = ATT_RING_BLOCKS, p->resident = 1;
+            while (p->ring_blocks >= want[pass] && place_tail(p, record_bytes, red_bytes) > budget) p->ring_blocks--;
+            if (p->ring_blocks >= want[pass]) return true;
         }
     if (!may_stream) return false;
     for (int r = 2; r >= 1; r--) { /* one stage (656-byte records in 99 KB) serialises copies and work */
-        p->stages = r, p->slots = 2 * ATT_STREAM_BLOCKS, p->resident = 0;
-        while (p->slots >= 3 && place_tail(p, record_bytes, red_bytes) > budget) p->slots--;
-        if (p->slots >= 3) return true;
+        p->stages = r, p->ring_blocks = 2 * ATT_STREAM_BLOCKS, p->resident = 0;
+        while (p->ring_blocks >= 3 && place_tail(p, record_bytes, red_bytes) > budget) p->ring_blocks--;
+        if (p->ring_blocks >= 3) return true;
     }
     return false;
 }

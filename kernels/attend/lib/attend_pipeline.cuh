@@ -7,16 +7,16 @@
  * item is one query's top-k split for one group of heads):
  *
  *   global records --(bulk copies, 16 or 8 per producer warp)--> raw stages [R x 64 records]
- *   raw stage --(dequantisation, the 4 or 8 producer warps)--> operand ring [S slots of 8 KB]
+ *   raw stage --(dequantisation, the 4 or 8 producer warps)--> operand ring [S blocks of 8 KB]
  *   operand ring --(wgmma / mma.sync, the consumer warpgroups)--> S, softmax, P.V
  *
- * The paired wide kind has no raw stages: its ring is two whole-tile buffers, written from records
+ * The two-buffer wide kind has no raw stages: its ring is two whole-tile buffers, written from records
  * each producer thread holds in registers a tile ahead. An operand block is 64 keys x 64 dims of
  * bf16 (SW128, sm90_cuda.cuh); a tile is the RoPE block, then latent blocks 0..7 ("resident": kept
  * for P.V, 9 blocks) or those and latent blocks 0..7 again ("streaming", 17 blocks: for shared
  * memory that cannot hold a whole tile). Slots pass by full/empty mbarriers in FIFO order; the key
  * metadata rides in a ring of 4 tiles beside them, safe because the producer is at most two tiles
- * ahead (slots <= 2 tiles' blocks, the plan's bound).
+ * ahead (blocks <= 2 tiles' blocks, the plan's bound).
  *
  * Why the scales are folded, not applied: a latent operand value is e2m1 * d * 2^-9, exact in bf16
  * (record_read.cuh, e2m1x8_block), a 656 latent value bf16(e4m3 x tile scale) as its readers
@@ -35,13 +35,13 @@
 #include <type_traits>
 
 #include "attend_plan.h"
-#include "codec.h"
+#include "kernel_args.h"
 #include "record_read.cuh"
 #include "sm90_cuda.cuh"
 
 /* Named barriers (0 is __syncthreads). */
 /* BAR_WIDE_P: warpgroup 0 has written a tile's P and alpha (wide_softmax); BAR_WIDE_P_FREE:
- * warpgroup 1 is done with them. Both warpgroups bar.sync on each (schedules/wide_paired/wide_paired.cuh says why). */
+ * warpgroup 1 is done with them. Both warpgroups bar.sync on each (schedules/wide_twobuf/wide_twobuf.cuh says why). */
 enum { BAR_CONSUMER = 1, BAR_PRODUCER = 2, BAR_WIDE_P_FREE = 3, BAR_WIDE_P = 4, BAR_WIDE_ITEM = 5, BAR_MERGE = 6 };
 
 /* Key metadata of one tile for the narrow consumers, written by the producer with the tile's RoPE
@@ -49,7 +49,7 @@ enum { BAR_CONSUMER = 1, BAR_PRODUCER = 2, BAR_WIDE_P_FREE = 3, BAR_WIDE_P = 4, 
 struct tile_meta {
     float s[ATT_KEYS];       /* latent score/P scale: (s_t or s) * 2^9 (NVFP4), 1 (656), 0 if unused */
     float r[ATT_KEYS];       /* RoPE score scale: r (368), 1 (432, 656) */
-    uint8_t valid[ATT_KEYS]; /* 1 when the entry counts (bytes: int32 flags cost the 32-head ring a slot) */
+    uint8_t valid[ATT_KEYS]; /* 1 when the entry counts (bytes: int32 flags cost the 32-head ring a block) */
 };
 
 /* The wide kind's key metadata: what its softmax multiplies by, precomputed once a key by the
@@ -125,67 +125,67 @@ static __device__ __forceinline__ int64_t item_tiles(const item_span &s) {
 /* Barrier arrays inside the shared-memory map. */
 struct attend_bars {
     uint64_t *raw_full;   /* [R]: the stage's copies landed (one arrival per producer thread + transaction bytes) */
-    uint64_t *slot_full;  /* [S]: the block is written (one arrival per producer thread) */
-    uint64_t *slot_empty; /* [S]: the block is consumed (one arrival per consumer thread; wide: per thread of the
+    uint64_t *block_full;  /* [S]: the block is written (one arrival per producer thread) */
+    uint64_t *block_empty; /* [S]: the block is consumed (one arrival per consumer thread; wide: per thread of the
                            * warpgroup that reads it last) */
 };
 
 static __device__ __forceinline__ attend_bars bars_of(uint8_t *smem, const attend_plan &pl) {
     uint64_t *b = reinterpret_cast<uint64_t *>(smem + pl.off_bar);
-    return {b, b + pl.stages, b + pl.stages + pl.slots};
+    return {b, b + pl.stages, b + pl.stages + pl.ring_blocks};
 }
 
-/* Ring position -> slot and phase parity. The quotient pos / slots is umulhi(pos, ceil(2^32 /
- * slots)), exact while pos * slots < 2^32 (a CTA walks at most items x tiles x 17 positions): an
+/* Ring position -> block and phase parity. The quotient pos / blocks is umulhi(pos, ceil(2^32 /
+ * blocks)), exact while pos * blocks < 2^32 (a CTA walks at most items x tiles x 17 positions): an
  * integer division cost the consumers about 20 instructions a block. */
 static __device__ __forceinline__ uint32_t pos_round(uint32_t pos, const attend_plan &pl) {
-    return __umulhi(pos, pl.slots_magic);
+    return __umulhi(pos, pl.ring_magic);
 }
-static __device__ __forceinline__ uint32_t pos_slot(uint32_t pos, const attend_plan &pl) {
-    return pos - pos_round(pos, pl) * (uint32_t)pl.slots;
+static __device__ __forceinline__ uint32_t ring_index(uint32_t pos, const attend_plan &pl) {
+    return pos - pos_round(pos, pl) * (uint32_t)pl.ring_blocks;
 }
 static __device__ __forceinline__ uint32_t pos_parity(uint32_t pos, const attend_plan &pl) {
     return pos_round(pos, pl) & 1u;
 }
 
-/* The slot of ring position pos0 + i from s0 = pos_slot(pos0), i < slots: a compare where pos_slot
- * takes a multiply-high and a multiply (docs/performance-notes.md, slot_after). */
-static __device__ __forceinline__ uint32_t slot_after(uint32_t s0, uint32_t i, const attend_plan &pl) {
+/* The block of ring position pos0 + i from s0 = ring_index(pos0), i < blocks: a compare where ring_index
+ * takes a multiply-high and a multiply (docs/performance-notes.md, ring_index_after). */
+static __device__ __forceinline__ uint32_t ring_index_after(uint32_t s0, uint32_t i, const attend_plan &pl) {
     const uint32_t s = s0 + i;
-    return s >= (uint32_t)pl.slots ? s - (uint32_t)pl.slots : s;
+    return s >= (uint32_t)pl.ring_blocks ? s - (uint32_t)pl.ring_blocks : s;
 }
 
 /* ---- ring hand-over helpers (consumers) ---- */
 
-/* A consumer thread releases a slot once its reads of it are complete. Every thread arrives (the
+/* A consumer thread releases a block once its reads of it are complete. Every thread arrives (the
  * barrier counts all consumer threads) so that each thread's own accesses are ordered by its own
  * release: compute-sanitizer racecheck does not carry a __syncwarp into another lane's arrival.
  * In the wide kind only the warpgroup that reads a block last arrives (128 threads): warpgroup
  * 0's Q.K^T reads of the blocks warpgroup 1 frees come before their BAR_WIDE_P sync, which
  * precedes warpgroup 1's release. The narrow consumers must release in ring (position) order:
- * their producers wait only for the last of a tile's slots (attend_producer, IN_ORDER). A consumer
+ * their producers wait only for the last of a tile's blocks (attend_producer, IN_ORDER). A consumer
  * that frees blocks out of ring order, as the wide one does, must run with IN_ORDER false. */
-static __device__ __forceinline__ void release_slot_at(const attend_bars &bars, uint32_t slot) {
-    mbar_arrive(&bars.slot_empty[slot]);
+static __device__ __forceinline__ void release_block_at(const attend_bars &bars, uint32_t block) {
+    mbar_arrive(&bars.block_empty[block]);
 }
-static __device__ __forceinline__ void release_slot(const attend_bars &bars, uint32_t pos, const attend_plan &pl) {
-    release_slot_at(bars, pos_slot(pos, pl));
+static __device__ __forceinline__ void release_block(const attend_bars &bars, uint32_t pos, const attend_plan &pl) {
+    release_block_at(bars, ring_index(pos, pl));
 }
 
-static __device__ __forceinline__ uint8_t *slot_ptr(uint8_t *smem, const attend_plan &pl, uint32_t pos) {
-    return smem + pl.off_ring + pos_slot(pos, pl) * ATT_BLOCK;
+static __device__ __forceinline__ uint8_t *block_ptr(uint8_t *smem, const attend_plan &pl, uint32_t pos) {
+    return smem + pl.off_ring + ring_index(pos, pl) * ATT_BLOCK;
 }
 
 static __device__ __forceinline__ void wait_full(const attend_bars &bars, uint32_t pos, const attend_plan &pl) {
-    mbar_wait(&bars.slot_full[pos_slot(pos, pl)], pos_parity(pos, pl));
+    mbar_wait(&bars.block_full[ring_index(pos, pl)], pos_parity(pos, pl));
 }
 
-/* A paired ring (plan.paired; schedules/wide_paired, wide_tile) is two buffers of 9 blocks: tile
- * X is buffer X & 1, slots 9 (X & 1) .. +8, in phase (X >> 1) & 1 of their barriers. */
-static __device__ __forceinline__ uint8_t *paired_buffer(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
+/* A two-buffer ring (plan.twobuf; schedules/wide_twobuf, wide_tile) is two buffers of 9 blocks: tile
+ * X is buffer X & 1, blocks 9 (X & 1) .. +8, in phase (X >> 1) & 1 of their barriers. */
+static __device__ __forceinline__ uint8_t *tile_buffer(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
     return smem + pl.off_ring + (tile & 1u) * ATT_TILE_BLOCKS * ATT_BLOCK;
 }
-static __device__ __forceinline__ uint32_t paired_phase(uint32_t tile) {
+static __device__ __forceinline__ uint32_t buffer_phase(uint32_t tile) {
     return (tile >> 1) & 1u;
 }
 

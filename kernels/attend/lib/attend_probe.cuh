@@ -11,7 +11,7 @@
  * index a loop or a wait needs (the cursor's walk, the key metadata the consumers read), and every
  * address in bounds: a probe build neither hangs nor touches memory a normal build would not. The
  * producer probes start after its warm tiles (att_probe_warm_tiles): until then it loads and writes
- * for real, so that every ring slot and raw stage holds a real tile's bytes that the later, skipped
+ * for real, so that every ring block and raw stage holds a real tile's bytes that the later, skipped
  * tiles then reuse.
  */
 #ifndef NVFP4_MLA_ATTEND_PROBE_CUH
@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "codec.h"
+#include "kernel_args.h"
 
 #ifndef NVFP4_MLA_ATTEND_PROBE
 #define NVFP4_MLA_ATTEND_PROBE 0
@@ -27,8 +27,8 @@
 
 /* The switches, bits of NVFP4_MLA_ATTEND_PROBE. */
 enum {
-    /* The producer issues no global load after its warm tiles: no slot indices, no records (the
-     * bulk copies' barriers get their arrivals without copies; the paired producer keeps the quarter
+    /* The producer issues no global load after its warm tiles: no block indices, no records (the
+     * bulk copies' barriers get their arrivals without copies; the two-buffer producer keeps the quarter
      * record it holds). Its dequantisation then works on the bytes it already has. */
     ATT_PROBE_NO_LOADS = 1,
     /* The producer writes no operand block after its warm tiles: no dequantisation, no stores to the
@@ -51,11 +51,11 @@ __host__ __device__ constexpr bool att_probe() {
     return (NVFP4_MLA_ATTEND_PROBE & BIT) != 0;
 }
 
-/* The warm tiles of a producer with raw stages: enough tiles to write every ring slot once
- * (ceil(slots / blocks a tile)) and to fill every raw stage once. (The paired producer's are its two
- * buffers: schedules/wide_paired/paired_producer.cuh.) */
-__host__ __device__ constexpr uint32_t att_probe_warm_tiles(int stages, int slots, int per_tile) {
-    return (uint32_t)(stages > (slots + per_tile - 1) / per_tile ? stages : (slots + per_tile - 1) / per_tile);
+/* The warm tiles of a producer with raw stages: enough tiles to write every ring block once
+ * (ceil(blocks / blocks a tile)) and to fill every raw stage once. (The two-buffer producer's are its two
+ * buffers: schedules/wide_twobuf/twobuf_producer.cuh.) */
+__host__ __device__ constexpr uint32_t att_probe_warm_tiles(int stages, int blocks, int per_tile) {
+    return (uint32_t)(stages > (blocks + per_tile - 1) / per_tile ? stages : (blocks + per_tile - 1) / per_tile);
 }
 
 /* Whether a producer keeps the part that switch BIT removes (its loads: ATT_PROBE_NO_LOADS; its

@@ -1,6 +1,6 @@
 /* The producer warpgroup(s) of the attention pipeline (lib/attend_pipeline.cuh): bulk copies of
  * raw records into the stages and their dequantisation into operand blocks, and the record rules
- * (dequantisation, key metadata) that the paired wide kind's producer (schedules/wide_paired/paired_producer.cuh)
+ * (dequantisation, key metadata) that the two-buffer wide kind's producer (schedules/wide_twobuf/twobuf_producer.cuh)
  * shares. */
 #ifndef NVFP4_MLA_ATTEND_PRODUCER_CUH
 #define NVFP4_MLA_ATTEND_PRODUCER_CUH
@@ -276,8 +276,8 @@ static __device__ __forceinline__ void write_meta(const nvfp4_mla_attend_kernel_
 
 /* The producer (thread t = 0..PT-1 of its PT / 128 warpgroups): keeps R stages of copies in
  * flight and turns each landed stage into the tile's operand blocks. IN_ORDER: the consumers
- * release slots in ring order (the narrow ones; the wide warpgroups each free their own blocks,
- * out of ring order), so a resident tile waits only for the last of its 9 slots to be released: each
+ * release blocks in ring order (the narrow ones; the wide warpgroups each free their own blocks,
+ * out of ring order), so a resident tile waits only for the last of its 9 blocks to be released: each
  * consumer thread's arrival there comes after its arrivals on the 8 before. Meta: the consumers'
  * key metadata form (tile_meta, or wide_meta for the wide kind). */
 template <int RB, int PT, bool IN_ORDER, typename Meta>
@@ -287,7 +287,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     const attend_bars bars = bars_of(smem, pl);
     Meta *meta = reinterpret_cast<Meta *>(smem + pl.off_meta);
     const int per_tile = pl.resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS;
-    const uint32_t warm = att_probe_warm_tiles(pl.stages, pl.slots, per_tile); /* probe builds only */
+    const uint32_t warm = att_probe_warm_tiles(pl.stages, pl.ring_blocks, per_tile); /* probe builds only */
     tile_cursor cur;
     cur.item = blockIdx.x;
     cursor_seek(a, pl, cur);
@@ -306,24 +306,24 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
         if (pl.resident) { /* the tile's 9 blocks in one batch */
-            const uint32_t s0 = pos_slot(pos, pl);
+            const uint32_t s0 = ring_index(pos, pl);
             for (int i = IN_ORDER ? ATT_LATENT_BLOCKS : 0; i < ATT_TILE_BLOCKS; i++)
-                mbar_wait(&bars.slot_empty[slot_after(s0, i, pl)], pos_parity(pos + i, pl) ^ 1u);
+                mbar_wait(&bars.block_empty[ring_index_after(s0, i, pl)], pos_parity(pos + i, pl) ^ 1u);
             write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
             if (att_probe_keeps<ATT_PROBE_NO_DEQUANT>(tile, warm)) {
                 dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + s0 * ATT_BLOCK, t);
                 dequant_latent_tile<RB, PT>(
-                    raw, valid, smem + pl.off_ring, [&](uint32_t b) { return slot_after(s0, 1 + b, pl) * ATT_BLOCK; },
+                    raw, valid, smem + pl.off_ring, [&](uint32_t b) { return ring_index_after(s0, 1 + b, pl) * ATT_BLOCK; },
                     t);
             }
             fence_proxy_async();
-            for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.slot_full[slot_after(s0, i, pl)]);
+            for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.block_full[ring_index_after(s0, i, pl)]);
             pos += ATT_TILE_BLOCKS;
         }
         for (int i = 0; i < per_tile && !pl.resident; i++, pos++) {
-            const uint32_t slot = pos_slot(pos, pl);
-            mbar_wait(&bars.slot_empty[slot], pos_parity(pos, pl) ^ 1u);
-            uint8_t *blk = smem + pl.off_ring + slot * ATT_BLOCK;
+            const uint32_t block = ring_index(pos, pl);
+            mbar_wait(&bars.block_empty[block], pos_parity(pos, pl) ^ 1u);
+            uint8_t *blk = smem + pl.off_ring + block * ATT_BLOCK;
             if (i == 0) {
                 write_meta<RB>(a, raw, valid, &meta[tile % ATT_META_RING], t);
                 if (att_probe_keeps<ATT_PROBE_NO_DEQUANT>(tile, warm)) dequant_rope<RB, PT>(raw, valid, blk, t);
@@ -331,7 +331,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
                 dequant_latent<RB, PT>(raw, valid, blk, (i - 1) & (ATT_LATENT_BLOCKS - 1), t);
             }
             fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
-            mbar_arrive(&bars.slot_full[slot]);
+            mbar_arrive(&bars.block_full[block]);
         }
         named_sync(BAR_PRODUCER, PT); /* every producer thread is done with the stage */
         if (cur.valid) {

@@ -1,6 +1,6 @@
 /* The wide consumer's pieces (lib/attend_pipeline.cuh), sm_90a: two warpgroups serving 64 heads of
  * one query (h > 32; h = 128 runs as two items per query). The two wide schedules' CTAs
- * (schedules/wide_paired/wide_paired.cuh, schedules/wide_ring/wide_ring.cuh) run them per tile.
+ * (schedules/wide_twobuf/wide_twobuf.cuh, schedules/wide_ring/wide_ring.cuh) run them per tile.
  *
  *   S [64 heads, 64 keys]       = Q . K^T     warpgroup 0 alone (A = Q, B = the operand blocks,
  *                                             both K-major; N = 64)
@@ -12,7 +12,7 @@
  * be split by dims across the two warpgroups. Scores for all 64 keys in one warpgroup read Q once
  * a tile (two warpgroups of 32 keys read it twice), keep whole rows in one warpgroup (no maxima
  * cross warpgroups), and let warpgroup 0 go on to the next tile's Q.K^T while warpgroup 1 runs
- * this tile's P.V (in the paired kind; in the 656 kind's 12-slot ring the next tile needs slots
+ * this tile's P.V (in the two-buffer kind; in the 656 kind's 12-block ring the next tile needs blocks
  * that warpgroup 1 frees last). Warpgroup 1 then needs far fewer registers, which go to the
  * producers. FlashMLA's Hopper FP8 decode splits its consumers the same way
  * (docs/performance-notes.md, attend_wide).
@@ -26,38 +26,38 @@
 
 struct wide_state {
     float o[4][32]; /* O rows 16w + lane/4 (+8), dims 64(4c + b) + 8j + 2(lane%4) (+1); o[2h], o[2h + 1]
-                     * contiguous: the paired kind's n128 accumulator h (wide_pv, wgmma_ss_n128) */
+                     * contiguous: the two-buffer kind's n128 accumulator h (wide_pv, wgmma_ss_n128) */
     float m[2];     /* warpgroup 0: running row maximum (log2 domain) of rows lane/4 and lane/4 + 8 */
     float l[2];     /* warpgroup 0: this thread's part of the running row sums (16 of 64 keys) */
 };
 
 /* Where a tile's nine blocks are (block 0 RoPE, 1..8 latent) and how they are handed over. In a
- * paired ring (schedules/wide_paired) tile `tile` is the contiguous buffer tile & 1 and its slots'
+ * two-buffer ring (schedules/wide_twobuf) tile `tile` is the contiguous buffer tile & 1 and its blocks'
  * barriers are indexed directly; otherwise the blocks are ring positions pos0.. . */
-template <bool PAIRED>
+template <bool TWOBUF>
 struct wide_tile {
     uint32_t pos0;   /* ring position of block 0 */
-    uint32_t base;   /* PAIRED: shared address of block 0 */
-    uint32_t slot0;  /* PAIRED: ATT_TILE_BLOCKS * (tile & 1) */
-    uint32_t parity; /* PAIRED: the buffer's phase, (tile >> 1) & 1 */
+    uint32_t base;   /* TWOBUF: shared address of block 0 */
+    uint32_t block0;  /* TWOBUF: ATT_TILE_BLOCKS * (tile & 1) */
+    uint32_t parity; /* TWOBUF: the buffer's phase, (tile >> 1) & 1 */
     __device__ __forceinline__ wide_tile(uint8_t *smem, const attend_plan &pl, uint32_t pos, uint32_t tile)
-        : pos0(pos), base(smem_addr(paired_buffer(smem, pl, tile))), slot0(ATT_TILE_BLOCKS * (tile & 1u)),
-          parity(paired_phase(tile)) {}
+        : pos0(pos), base(smem_addr(tile_buffer(smem, pl, tile))), block0(ATT_TILE_BLOCKS * (tile & 1u)),
+          parity(buffer_phase(tile)) {}
     __device__ __forceinline__ uint32_t block(uint8_t *smem, const attend_plan &pl, int i) const {
-        return PAIRED ? base + (uint32_t)i * ATT_BLOCK : smem_addr(slot_ptr(smem, pl, pos0 + i));
+        return TWOBUF ? base + (uint32_t)i * ATT_BLOCK : smem_addr(block_ptr(smem, pl, pos0 + i));
     }
     __device__ __forceinline__ void wait(const attend_bars &bars, const attend_plan &pl, int i) const {
-        if (PAIRED) mbar_wait(&bars.slot_full[slot0 + i], parity);
+        if (TWOBUF) mbar_wait(&bars.block_full[block0 + i], parity);
         else wait_full(bars, pos0 + i, pl);
     }
     __device__ __forceinline__ void release(const attend_bars &bars, const attend_plan &pl, int i) const {
-        if (PAIRED) mbar_arrive(&bars.slot_empty[slot0 + i]);
-        else release_slot(bars, pos0 + i, pl);
+        if (TWOBUF) mbar_arrive(&bars.block_empty[block0 + i]);
+        else release_block(bars, pos0 + i, pl);
     }
 };
 
 /* The 4 RoPE k-steps of S = Q.K^T (64 heads x 64 keys) into `rope`: Q's RoPE block (descriptor
- * dq_rope) against the tile's (dk_rope), f16 or bf16 operands (schedules/wide_paired/rope_f16.cuh). */
+ * dq_rope) against the tile's (dk_rope), f16 or bf16 operands (schedules/wide_twobuf/rope_f16.cuh). */
 template <bool F16>
 static __device__ __forceinline__ void rope_ksteps(float *rope, uint64_t dq_rope, uint64_t dk_rope) {
 #pragma unroll
@@ -68,10 +68,10 @@ static __device__ __forceinline__ void rope_ksteps(float *rope, uint64_t dq_rope
  * N = 64. One Q read a tile, where two warpgroups of N = 32 read Q twice (about 216 KB of operand
  * reads a tile against 144 KB). A descriptor's address field is the
  * shared address / 16, so the next 8 KB block is +512 with no carry. ROPE_F16: the RoPE blocks are
- * f16 (schedules/wide_paired/rope_f16.cuh; `rope` then holds the rows' shifted scores). */
-template <bool PAIRED, bool ROPE_F16 = false>
+ * f16 (schedules/wide_twobuf/rope_f16.cuh; `rope` then holds the rows' shifted scores). */
+template <bool TWOBUF, bool ROPE_F16 = false>
 static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                                   const wide_tile<PAIRED> &tl, float *lat, float *rope) {
+                                                   const wide_tile<TWOBUF> &tl, float *lat, float *rope) {
     const uint64_t dq = sw128_desc(warp_uniform(smem_addr(smem + pl.off_q)), 1024, 16); /* Q block j: + 512 j */
     const uint64_t d0 = sw128_desc(warp_uniform(tl.block(smem, pl, 0)), 1024, 16);
     tl.wait(bars, pl, ATT_LATENT_BLOCKS); /* the tile's last block */
@@ -83,7 +83,7 @@ static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_
 #pragma unroll 1
     for (int i = 1; i < ATT_TILE_BLOCKS; i++) {
         wgmma_fence();
-        const uint64_t db = PAIRED ? d0 + 512 * i : sw128_desc(warp_uniform(tl.block(smem, pl, i)), 1024, 16);
+        const uint64_t db = TWOBUF ? d0 + 512 * i : sw128_desc(warp_uniform(tl.block(smem, pl, i)), 1024, 16);
         const uint64_t da = dq + 512 * (i - 1);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) wgmma_ss_n64<0>(lat, da + 2 * kk, db + 2 * kk, i > 1 || kk > 0);
@@ -92,7 +92,7 @@ static __device__ __forceinline__ void wide_scores(const attend_plan &pl, uint8_
     wgmma_wait<0>();
     fence_regs<32>(lat);
     fence_regs<32>(rope);
-    if (!PAIRED) tl.release(bars, pl, 0); /* paired: P goes into the RoPE block; warpgroup 1 frees it */
+    if (!TWOBUF) tl.release(bars, pl, 0); /* two-buffer: P goes into the RoPE block; warpgroup 1 frees it */
 }
 
 /* This warpgroup's O rows times their alpha (rows lane/4 and lane/4 + 8 of each warp); skipped
@@ -176,20 +176,20 @@ static __device__ __forceinline__ void wide_softmax(wide_state &st, const float 
 
 /* O += P V over latent blocks first .. first + 3 (dims 64 (first - 1) ..): warpgroup 0 with P from
  * its registers (pf), warpgroup 1 from the P tile at pbuf (pf unused: null); then frees them. */
-template <bool PAIRED, bool P_IN_REGS>
+template <bool TWOBUF, bool P_IN_REGS>
 static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
-                                               wide_state &st, const wide_tile<PAIRED> &tl, int first,
+                                               wide_state &st, const wide_tile<TWOBUF> &tl, int first,
                                                uint32_t (*pf)[4], const uint8_t *pbuf) {
 #pragma unroll
     for (int b = 0; b < 4; b++) fence_regs<32>(st.o[b]);
     wgmma_fence();
     /* V block descriptors; a k-step (16 keys) is +2048 bytes = +128. LBO = ATT_BLOCK matters to the
      * n128 form alone: it reads vd[2h]'s columns 64..127 from block first + 2h + 1, 8 KB on in a
-     * paired buffer (vd[1], vd[3]: the ring's n64 forms only). */
+     * two-buffer buffer (vd[1], vd[3]: the ring's n64 forms only). */
     uint64_t vd[4];
 #pragma unroll
     for (int b = 0; b < 4; b++) vd[b] = sw128_desc(warp_uniform(tl.block(smem, pl, first + b)), 1024, ATT_BLOCK);
-    if constexpr (PAIRED) { /* contiguous blocks: two n128 wgmma a k-step (performance-notes.md, wide_pv) */
+    if constexpr (TWOBUF) { /* contiguous blocks: two n128 wgmma a k-step (performance-notes.md, wide_pv) */
         float *o = &st.o[0][0]; /* o + 64h = st.o[2h], st.o[2h + 1]: block b's columns at o + 32b */
         const uint64_t pd = sw128_desc(warp_uniform(smem_addr(pbuf)), 1024, 16);
 #pragma unroll
@@ -244,13 +244,13 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
     float inv[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) inv[h] = xl[16 * warp + g + 8 * h];
-    /* Staged in operand order, a bf16 pair a 4-byte store (positions 2c, 2c + 1 of chunk j), half
-     * the instructions of 2-byte stores of dims c and c + 4; stage_flush puts each chunk back in dim
+    /* Written in operand order, a bf16 pair a 4-byte store (positions 2c, 2c + 1 of chunk j), half
+     * the instructions of 2-byte stores of dims c and c + 4; out_flush puts each chunk back in dim
      * order (docs/performance-notes.md, wide_epilogue). */
-    uint8_t *stage = smem + pl.off_q; /* 64 rows of ATT_STAGE_ROW <= the 9 Q blocks */
+    uint8_t *outrows = smem + pl.off_q; /* 64 rows of ATT_OUT_ROW <= the 9 Q blocks */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        uint32_t *row = reinterpret_cast<uint32_t *>(stage + (16 * warp + g + 8 * h) * ATT_STAGE_ROW) +
+        uint32_t *row = reinterpret_cast<uint32_t *>(outrows + (16 * warp + g + 8 * h) * ATT_OUT_ROW) +
                         NVFP4_MLA_LATENT_DIM / 4 * cw + c;
 #pragma unroll
         for (int b = 0; b < 4; b++)
@@ -261,8 +261,8 @@ static __device__ __forceinline__ void wide_epilogue(const nvfp4_mla_attend_kern
             }
     }
     named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
-    stage_flush<64, ATT_WIDE_CONSUMERS, true>(out, stage, ATT_WARPGROUP * cw + 32 * warp + lane);
-    named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS); /* xl, the stage and Q's region free for the next item */
+    out_flush<64, ATT_WIDE_CONSUMERS, true>(out, outrows, ATT_WARPGROUP * cw + 32 * warp + lane);
+    named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS); /* xl, the output rows and Q's region free for the next item */
 }
 
 #endif /* NVFP4_HAVE_WGMMA */

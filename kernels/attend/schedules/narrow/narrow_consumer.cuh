@@ -24,8 +24,8 @@
 
 #if NVFP4_HAVE_WGMMA
 /* S^T of a resident tile with wgmma: its nine blocks in one batch (qk_issue_resident), the RoPE
- * slot released once the scores are in. The per-block loop below (waits and releases for
- * streaming rings) cost the resident tiles its branches and slot arithmetic. */
+ * block released once the scores are in. The per-block loop below (waits and releases for
+ * streaming rings) cost the resident tiles its branches and block arithmetic. */
 template <int N>
 static __device__ __forceinline__ void narrow_qk_resident(const attend_plan &pl, uint8_t *smem, const attend_bars &bars,
                                                           uint32_t pos0, float *lat_out, float *rope) {
@@ -36,7 +36,7 @@ static __device__ __forceinline__ void narrow_qk_resident(const attend_plan &pl,
     wgmma_commit();
     wgmma_wait<0>();
     qk_pin<N, C>(lat, rope);
-    release_slot(bars, pos0, pl);
+    release_block(bars, pos0, pl);
     qk_sum<N, C>(lat, lat_out);
 }
 #endif
@@ -54,8 +54,8 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
     const int qblock = N * 128;
     float lat[C][N / 2];
     float(*rope1)[N / 2] = reinterpret_cast<float(*)[N / 2]>(rope);
-    /* A resident tile is handed over whole (the producer arrives on its 9 slots after writing all
-     * of them, in ring order), so its last slot's barrier covers the 8 before it. */
+    /* A resident tile is handed over whole (the producer arrives on its 9 blocks after writing all
+     * of them, in ring order), so its last block's barrier covers the 8 before it. */
     wait_full(bars, pl.resident ? pos0 + ATT_LATENT_BLOCKS : pos0, pl); /* the tile's last block */
 #if NVFP4_HAVE_WGMMA
     if constexpr (WG) {
@@ -66,13 +66,13 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
         wgmma_fence(); /* from here on, wgmma streams */
     }
 #endif
-    qk_block<N, WG, 1>(rope1, slot_ptr(smem, pl, pos0), qs + 8 * qblock, true, warp, lane);
+    qk_block<N, WG, 1>(rope1, block_ptr(smem, pl, pos0), qs + 8 * qblock, true, warp, lane);
     if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
         wgmma_commit();
 #endif
     } else {
-        release_slot(bars, pos0, pl);
+        release_block(bars, pos0, pl);
     }
     /* wgmma: unrolled, so that ptxas keeps the descriptors in uniform registers without the loop's
      * bookkeeping; mma.sync keeps the loop, which spills less (docs/performance-notes.md,
@@ -83,22 +83,22 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
 #if NVFP4_HAVE_WGMMA
         if (WG) wgmma_fence();
 #endif
-        qk_block<N, WG, C>(lat, slot_ptr(smem, pl, pos0 + i), qs + (i - 1) * qblock, i == 1, warp, lane);
+        qk_block<N, WG, C>(lat, block_ptr(smem, pl, pos0 + i), qs + (i - 1) * qblock, i == 1, warp, lane);
         if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
             wgmma_commit();
             wgmma_wait<1>(); /* keep one block in flight; release the one before */
-            release_slot(bars, pos0 + i - 1, pl);
+            release_block(bars, pos0 + i - 1, pl);
 #endif
         } else if (!pl.resident) {
-            release_slot(bars, pos0 + i, pl);
+            release_block(bars, pos0 + i, pl);
         }
     }
 #if NVFP4_HAVE_WGMMA
     if (WG) {
         wgmma_wait<0>();
         qk_pin<N, C>(lat, rope);
-        release_slot(bars, pos0 + ATT_LATENT_BLOCKS, pl);
+        release_block(bars, pos0 + ATT_LATENT_BLOCKS, pl);
     }
 #endif
     qk_sum<N, C>(lat, lat_out);
@@ -201,23 +201,23 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
             for (int b = 0; b < ATT_LATENT_BLOCKS; b++) {
                 wait_full(bars, pos + b, pl);
                 wgmma_fence();
-                pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
+                pv_block<N, WG>(st, block_ptr(smem, pl, pos + b), pt, b, warp, lane);
                 wgmma_commit();
                 wgmma_wait<1>();
-                if (b > 0) release_slot(bars, pos + b - 1, pl);
+                if (b > 0) release_block(bars, pos + b - 1, pl);
             }
             wgmma_wait<0>();
 #pragma unroll
             for (int b = 0; b < ATT_LATENT_BLOCKS; b++) fence_regs<N / 2>(st.o[b]);
-            release_slot(bars, pos + (ATT_LATENT_BLOCKS - 1), pl);
+            release_block(bars, pos + (ATT_LATENT_BLOCKS - 1), pl);
         }
 #endif
     } else {
 #pragma unroll
         for (int b = 0; b < ATT_LATENT_BLOCKS; b++) {
             if (!pl.resident) wait_full(bars, pos + b, pl);
-            pv_block<N, WG>(st, slot_ptr(smem, pl, pos + b), pt, b, warp, lane);
-            release_slot(bars, pos + b, pl);
+            pv_block<N, WG>(st, block_ptr(smem, pl, pos + b), pt, b, warp, lane);
+            release_block(bars, pos + b, pl);
         }
     }
 }
@@ -248,25 +248,25 @@ static __device__ __forceinline__ void narrow_epilogue(const nvfp4_mla_attend_ke
         if (warp == 0 && (lane >> 2) == 0) store_lse(out, col, l, st.m[c]);
     }
     const int dim0 = latent_dim(narrow_row0<WG>(warp, lane)), head0 = 2 * (lane & 3);
-    /* staged in Q's region: N rows of ATT_STAGE_ROW <= the 9 Q blocks' 1152 N bytes */
-    uint8_t *stage = smem + pl.off_q;
-    __nv_bfloat16 *base = reinterpret_cast<__nv_bfloat16 *>(stage + head0 * ATT_STAGE_ROW) + dim0;
+    /* output rows in Q's region: N rows of ATT_OUT_ROW <= the 9 Q blocks' 1152 N bytes */
+    uint8_t *outrows = smem + pl.off_q;
+    __nv_bfloat16 *base = reinterpret_cast<__nv_bfloat16 *>(outrows + head0 * ATT_OUT_ROW) + dim0;
 #pragma unroll
     for (int b = 0; b < ATT_LATENT_BLOCKS; b++)
 #pragma unroll
         for (int i = 0; i < N / 2; i++)
-            base[narrow_col(i) * (ATT_STAGE_ROW / 2) + narrow_row<WG>(b, i)] =
+            base[narrow_col(i) * (ATT_OUT_ROW / 2) + narrow_row<WG>(b, i)] =
                 __float2bfloat16_rn(st.o[b][i] * inv[2 * (i >> 2) + (i & 1)]);
     named_sync(BAR_CONSUMER, ATT_WARPGROUP);
-    stage_flush<N, ATT_WARPGROUP, false>(out, stage, 32 * warp + lane);
-    named_sync(BAR_CONSUMER, ATT_WARPGROUP); /* the stage (Q's region) free for the next item's Q */
+    out_flush<N, ATT_WARPGROUP, false>(out, outrows, 32 * warp + lane);
+    named_sync(BAR_CONSUMER, ATT_WARPGROUP); /* the output rows (Q's region) free for the next item's Q */
 }
 
 #if NVFP4_HAVE_WGMMA
 /* An item's tiles on a resident ring with wgmma, overlapped: P.V of tile T and Q.K^T of tile T+1
  * are issued back to back, so the tensor cores go from one to the other without the consumer
  * waiting in between (one warp per scheduler: each wait was a drained pipe). Tile T's latent
- * slots are released when P.V completes (wgmma groups complete in order), T+1's RoPE slot when
+ * blocks are released when P.V completes (wgmma groups complete in order), T+1's RoPE block when
  * its scores do: still ring order for the producer. */
 template <int N>
 static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_attend_kernel_args_t &a,
@@ -275,9 +275,9 @@ static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_a
                                                                narrow_state<N, true> &st, int64_t tiles, uint32_t &pos,
                                                                uint32_t &tile, int warp, int lane) {
     static_assert(N == 16,
-                  "at 32 heads a second set of score accumulators spilled, and 32 heads have at most 17 slots");
+                  "at 32 heads a second set of score accumulators spilled, and 32 heads have at most 17 blocks");
     constexpr int C = qk_chains<N, true>::value;
-    constexpr bool CONTIG = true; /* ATT_RING_SLOTS: attend_narrow's condition, fit_ring's largest ring */
+    constexpr bool CONTIG = true; /* ATT_RING_BLOCKS: attend_narrow's condition, fit_ring's largest ring */
     const uint8_t *pt = smem + pl.off_p;
     float acc[C][N / 2], rope[N / 2], lat[N / 2];
     wait_full(bars, pos + ATT_LATENT_BLOCKS, pl);
@@ -286,12 +286,12 @@ static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_a
     wgmma_commit();
     wgmma_wait<0>();
     qk_collect<N, C>(acc, rope, lat);
-    release_slot(bars, pos, pl);
+    release_block(bars, pos, pl);
     for (int64_t k = 0; k < tiles; k++, tile++, pos += ATT_TILE_BLOCKS) {
         narrow_softmax<N, true>(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], warp, lane);
         const bool next = k + 1 < tiles;
         /* The next tile's wait comes first: a wait loop with P.V's accumulators in flight would be
-         * a loop edge (C7519). The producer wrote that tile into slots freed before this one. */
+         * a loop edge (C7519). The producer wrote that tile into blocks freed before this one. */
         if (next) wait_full(bars, pos + ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS, pl);
 #pragma unroll
         for (int b = 0; b < ATT_LATENT_BLOCKS; b++) fence_regs<N / 2>(st.o[b]);
@@ -307,7 +307,7 @@ static __device__ __forceinline__ void narrow_tiles_overlapped(const nvfp4_mla_a
             pv_resident_done<N, CONTIG>(st, bars, cur, pl);
             wgmma_wait<0>();
             qk_collect<N, C>(acc, rope, lat);
-            release_slot(bars, pos + ATT_TILE_BLOCKS, pl);
+            release_block(bars, pos + ATT_TILE_BLOCKS, pl);
         } else {
             wgmma_wait<0>();
             pv_resident_done<N, CONTIG>(st, bars, cur, pl);
@@ -338,11 +338,11 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
 #pragma unroll
         for (int c = 0; c < N / 4; c++) st.m[c] = -INFINITY, st.l[c] = 0.0f;
 #if NVFP4_HAVE_WGMMA
-        /* Two whole tiles of slots: tile T+1 is waited for before P.V of tile T is issued, so it
-         * must not need T's slots (at 17 slots, T+1 takes T's RoPE slot: docs/performance-notes.md,
+        /* Two whole tiles of blocks: tile T+1 is waited for before P.V of tile T is issued, so it
+         * must not need T's blocks (at 17 blocks, T+1 takes T's RoPE block: docs/performance-notes.md,
          * narrow_tiles_overlapped). */
         /* (an empty item has no tile to wait for) */
-        if (WG && N == 16 && pl.resident && pl.slots >= ATT_RING_SLOTS && tiles > 0) {
+        if (WG && N == 16 && pl.resident && pl.ring_blocks >= ATT_RING_BLOCKS && tiles > 0) {
             if constexpr (WG && N == 16)
                 narrow_tiles_overlapped<N>(a, pl, smem, bars, meta, st, tiles, pos, tile, warp, lane);
             narrow_epilogue<N, WG>(a, pl, smem, st, span, warp, lane);

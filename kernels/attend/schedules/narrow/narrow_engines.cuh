@@ -63,20 +63,20 @@ static __device__ __forceinline__ void qk_block_desc(float (*acc)[N / 2], uint64
 
 /* The wgmma descriptors of a resident tile's nine ring blocks (0: RoPE, 1..8: latent), the tile's
  * first block at ring position pos0, from the ring's base in uniform registers (warp_uniform).
- * A block's descriptor is slot 0's plus 512 a slot (8 KB in the address field, which cannot carry
- * below 256 KB), so no block is masked and shifted. CONTIG, for an 18-slot ring only (fit_ring's
- * largest; positions advance 9 a tile, so tiles start at slot 0 or 9): block i is slot s0 + i;
- * otherwise a tile's slots may wrap (slot_after).
- * Each block's slot from its position (pos_slot) and its address from a per-thread base took
+ * A block's descriptor is block 0's plus 512 a block (8 KB in the address field, which cannot carry
+ * below 256 KB), so no block is masked and shifted. CONTIG, for an 18-block ring only (fit_ring's
+ * largest; positions advance 9 a tile, so tiles start at block 0 or 9): block i is block s0 + i;
+ * otherwise a tile's blocks may wrap (ring_index_after).
+ * Each block's block from its position (ring_index) and its address from a per-thread base took
  * about 8 instructions a wgmma, 2 of them R2UR (SASS, h = 16). */
 template <bool CONTIG>
 struct resident_descs {
-    uint32_t ring; /* shared address of slot 0 */
-    uint32_t s0;   /* slot of block 0 */
+    uint32_t ring; /* shared address of block 0 */
+    uint32_t s0;   /* block of block 0 */
     __device__ __forceinline__ resident_descs(uint8_t *smem, const attend_plan &pl, uint32_t pos0)
-        : ring(warp_uniform(smem_addr(smem + pl.off_ring))), s0(pos_slot(pos0, pl)) {}
+        : ring(warp_uniform(smem_addr(smem + pl.off_ring))), s0(ring_index(pos0, pl)) {}
     __device__ __forceinline__ uint64_t of(const attend_plan &pl, int i, uint32_t sbo, uint32_t lbo) const {
-        return sw128_desc(ring, sbo, lbo) + 512u * (CONTIG ? s0 + (uint32_t)i : slot_after(s0, (uint32_t)i, pl));
+        return sw128_desc(ring, sbo, lbo) + 512u * (CONTIG ? s0 + (uint32_t)i : ring_index_after(s0, (uint32_t)i, pl));
     }
 };
 #endif
@@ -170,7 +170,7 @@ static __device__ __forceinline__ void pv_resident_wgmma(narrow_state<N, true> &
     }
 }
 
-/* After the wait for P.V over a resident tile: pins O^T, then frees the tile's 8 latent slots, in
+/* After the wait for P.V over a resident tile: pins O^T, then frees the tile's 8 latent blocks, in
  * ring order. */
 template <int N, bool CONTIG>
 static __device__ __forceinline__ void pv_resident_done(narrow_state<N, true> &st, const attend_bars &bars,
@@ -178,7 +178,7 @@ static __device__ __forceinline__ void pv_resident_done(narrow_state<N, true> &s
 #pragma unroll
     for (int b = 0; b < ATT_LATENT_BLOCKS; b++) fence_regs<N / 2>(st.o[b]);
 #pragma unroll 1
-    for (int b = 1; b < ATT_TILE_BLOCKS; b++) release_slot_at(bars, slot_after(tile.s0, b, pl));
+    for (int b = 1; b < ATT_TILE_BLOCKS; b++) release_block_at(bars, ring_index_after(tile.s0, b, pl));
 }
 
 /* Issues S^T of a resident tile (RoPE block into `rope`, latent blocks into the chains `lat`)

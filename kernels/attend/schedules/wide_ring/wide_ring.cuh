@@ -9,7 +9,7 @@
  * Each block is freed by the warpgroup that reads it last (empty_arrivals 128): the RoPE block and
  * blocks 1..4 by warpgroup 0, blocks 5..8 by warpgroup 1, out of ring order (the producer runs with
  * IN_ORDER false). The next tile needs ring blocks that warpgroup 1 frees last, so warpgroup 0
- * overlaps less than in the paired schedule. The pieces of the consumers are lib/wide_consumer.cuh's. */
+ * overlaps less than in the two-buffer schedule. The pieces of the consumers are lib/wide_consumer.cuh's. */
 #ifndef NVFP4_MLA_WIDE_RING_CUH
 #define NVFP4_MLA_WIDE_RING_CUH
 
@@ -18,8 +18,8 @@
 
 #if NVFP4_HAVE_WGMMA
 
-/* The two consumer warpgroups (thread t = 0..255; cw = t / 128): as wide_paired_consumer
- * (schedules/wide_paired/wide_paired.cuh says how they meet), over ring positions and the P tile. */
+/* The two consumer warpgroups (thread t = 0..255; cw = t / 128): as wide_twobuf_consumer
+ * (schedules/wide_twobuf/wide_twobuf.cuh says how they meet), over ring positions and the P tile. */
 template <int RB, int CW, bool ROW_Q>
 static __device__ void wide_ring_consumer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                           uint8_t *smem, int t) {

@@ -7,13 +7,13 @@
 #include "lib/attend_map.h"
 
 /* Registers: warpgroup 1 lowers its count from the launch's 168 (384 threads). */
-#define ATT_WIDE_PRODUCER_REGS 104 /* (384 x 168 - 128 x (232 + 168)) / 128: the rest of the launch's */
-static_assert(128 * (ATT_SCORE_REGS + ATT_VALUE_REGS) + 128 * ATT_WIDE_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
+#define ATT_RING_PRODUCER_REGS 104 /* (384 x 168 - 128 x (232 + 168)) / 128: the rest of the launch's */
+static_assert(128 * (ATT_SCORE_REGS + ATT_VALUE_REGS) + 128 * ATT_RING_PRODUCER_REGS <= 384 * ATT_LAUNCH_REGS,
               "wide ring: over the launch's registers");
 static_assert(ATT_VALUE_REGS <= ATT_LAUNCH_REGS, "wide ring: warpgroup 1 lowers its count");
 
 /* Its row of attend_schedules: a block is freed by the one warpgroup that reads it last. */
-#define WIDE_RING_FACTS {1, ATT_WIDE_CONSUMERS, ATT_WARPGROUP, ATT_WIDE_PRODUCER_REGS, ATT_WARPGROUP, ATT_WIDE_RED_BYTES, VARIANT_ROW_Q}
+#define WIDE_RING_FACTS {1, ATT_WIDE_CONSUMERS, ATT_WARPGROUP, ATT_RING_PRODUCER_REGS, ATT_WARPGROUP, ATT_WIDE_RED_BYTES, VARIANT_ROW_Q}
 
 #ifndef __cplusplus /* the plan's (attend_plan.c); the kernels read only the numbers */
 /* The map: Q 72 KB, the shared P tile 8 KB, then a resident ring (up to 3 raw stages; no streaming). */

@@ -1,22 +1,22 @@
-/* The paired wide schedule's producer (wide_paired.cuh): records loaded into the producer threads'
+/* The two-buffer wide schedule's producer (wide_twobuf.cuh): records loaded into the producer threads'
  * registers a tile ahead and written from there into two tile buffers. Its record rules
  * (dequantisation, key metadata, the tile walk) are lib/attend_producer.cuh's. */
-#ifndef NVFP4_MLA_PAIRED_PRODUCER_CUH
-#define NVFP4_MLA_PAIRED_PRODUCER_CUH
+#ifndef NVFP4_MLA_TWOBUF_PRODUCER_CUH
+#define NVFP4_MLA_TWOBUF_PRODUCER_CUH
 
 #include "lib/attend_producer.cuh"
 
-/* ---- producer of the paired tile buffers (the wide kind) ----
+/* ---- producer of the two-buffer tile buffers (the wide kind) ----
  *
- * The ring is two tiles: 18 slots, tile X's nine blocks the contiguous buffer X & 1 (RoPE block,
- * then latent blocks 0..7; paired_buffer). Beside 72 KB of Q there is no room for raw stages as
+ * The ring is two tiles: 18 blocks, tile X's nine blocks the contiguous buffer X & 1 (RoPE block,
+ * then latent blocks 0..7; tile_buffer). Beside 72 KB of Q there is no room for raw stages as
  * well as two buffers, so the records are staged in the producer's registers instead: thread t
  * (key_part: key k, part p of 4) loads its quarter of key k's record of tile X + 1 (64 code bytes,
  * 8 group-scale codes, 16 RoPE codes or 32 RoPE bytes, and for part 0 the two scales) right after
  * writing tile X, so the loads are in flight while it waits for tile X - 1's consumers to free
  * the buffer, and the buffer is then written from registers in one pass, where bulk copies into
  * each buffer's tail could only be issued once tile X - 2's P.V had freed it
- * (docs/performance-notes.md, attend_producer_paired). Which layouts pair: wide_pairs
+ * (docs/performance-notes.md, attend_producer_twobuf). Which layouts pair: wide_uses_twobuf
  * (attend_plan.h). */
 
 /* A producer thread's quarter of one record (zeros for an entry that counts nothing): 64 code
@@ -24,7 +24,7 @@
  * or 16 bf16). */
 template <int RB>
 struct record_quarter {
-    static_assert(wide_pairs(RB), "quarters of the layouts that pair");
+    static_assert(wide_uses_twobuf(RB), "quarters of the layouts that pair");
     static constexpr int rope_chunks = record_layout<RB>::fp8_rope ? 1 : 2;
     /* The tile's RoPE block holds f16 (write_quarter: e4m3x16_f16; the wide consumer's RoPE k-steps
      * and Q's RoPE block follow: rope_f16.cuh), else bf16. */
@@ -41,8 +41,8 @@ struct record_quarter {
  * The producer's loads of a tile were two dependent round trips, the slot index and then the records
  * it names, both on its chain (Nsight Compute at b 128, h 128: 12.6% of the producer's samples waited
  * on the slot, 17.9% on the records). So the slots come from a ring in shared memory (slot_ring; 4
- * tiles, 1 KB, in the paired schedule's fixed area: wide_paired_red), written ATT_SLOT_AHEAD tiles
- * ahead by the value warpgroup (wide_paired.cuh, warpgroup 1, which waits for warpgroup 0's P most
+ * tiles, 1 KB, in the two-buffer schedule's fixed area: wide_twobuf_red), written ATT_SLOT_AHEAD tiles
+ * ahead by the value warpgroup (wide_twobuf.cuh, warpgroup 1, which waits for warpgroup 0's P most
  * of each tile): it loads the raw slots of tile X + 3 at the start of its tile X and stores them
  * before it frees tile X's RoPE block. The producer reads them after it has waited for tile X's
  * nine blocks to be free (to write X + 2), an acquire of that release; and the ring place of X + 3 was
@@ -53,7 +53,7 @@ struct record_quarter {
 static __device__ __forceinline__ int32_t *slot_ring(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
     /* the row by a multiply of the int32 pointer, not the array's row address: the same code as before
      * the struct (tools/kernel-text-compare) */
-    return reinterpret_cast<int32_t *>(smem + pl.off_red + offsetof(wide_paired_red, slot_ring)) +
+    return reinterpret_cast<int32_t *>(smem + pl.off_red + offsetof(wide_twobuf_red, slot_ring)) +
            (tile % ATT_SLOT_RING) * ATT_KEYS;
 }
 
@@ -142,12 +142,12 @@ static __device__ __forceinline__ void probe_write_quarter(const nvfp4_mla_atten
     }
 }
 
-/* The paired producer (thread t = 0..PT-1, PT = 256: four threads a key). Tile X: buffer X & 1
- * (paired_buffer), written once tile X - 2's consumers have freed all nine of its blocks;
+/* The two-buffer producer (thread t = 0..PT-1, PT = 256: four threads a key). Tile X: buffer X & 1
+ * (tile_buffer), written once tile X - 2's consumers have freed all nine of its blocks;
  * metadata X % 4 (last read by tile X - 4's consumers, whose blocks were all freed before tile
  * X - 2's could be written). */
 template <int RB, int PT>
-static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+static __device__ void attend_producer_twobuf(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                               uint8_t *smem, int t) {
     static_assert(producer_shape<PT>::parts == 4, "a quarter record a thread");
     const attend_bars bars = bars_of(smem, pl);
@@ -160,20 +160,20 @@ static __device__ void attend_producer_paired(const nvfp4_mla_attend_kernel_args
     /* Probe builds: the warm tiles, one a buffer; 0 added at run time, so that nvcc does not peel
      * them off the loop (after them the held quarter would be loop-invariant, its dequantisation
      * hoisted out of the NO_LOADS probe's loop). */
-    const uint32_t warm = ATT_PAIRED_BUFFERS + att_probe_zero(a);
+    const uint32_t warm = ATT_TILE_BUFFERS + att_probe_zero(a);
     record_quarter<RB> q;
     load_quarter<RB>(a, pl, cursor_slot(a, cur, k), part, q);
     for (uint32_t tile = 0; cur.valid; tile++) {
         const uint32_t b = tile & 1u;
-        uint8_t *buf = paired_buffer(smem, pl, tile);
+        uint8_t *buf = tile_buffer(smem, pl, tile);
         for (int i = 0; i < ATT_TILE_BLOCKS; i++)
-            mbar_wait(&bars.slot_empty[ATT_TILE_BLOCKS * b + i], paired_phase(tile) ^ 1u);
+            mbar_wait(&bars.block_empty[ATT_TILE_BLOCKS * b + i], buffer_phase(tile) ^ 1u);
         if (att_probe_keeps<ATT_PROBE_NO_DEQUANT>(tile, warm))
             write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
         else
             probe_write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
         fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
-        for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.slot_full[ATT_TILE_BLOCKS * b + i]);
+        for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.block_full[ATT_TILE_BLOCKS * b + i]);
         cursor_next(a, pl, cur);
         if (att_probe_keeps<ATT_PROBE_NO_LOADS>(tile + 1, warm)) { /* the next tile's, in flight through the next wait */
             const int32_t raw = tile + 1 < ATT_SLOT_AHEAD ? cursor_slot(a, cur, k)

@@ -1,20 +1,20 @@
-/* The paired wide schedule's CTA, sm_90a (wide_paired_map.h: threads, registers, the fixed area,
+/* The two-buffer wide schedule's CTA, sm_90a (wide_twobuf_map.h: threads, registers, the fixed area,
  * the fit): 368- and 432-byte records, 64 heads of one query an item.
  *
  *   warpgroup 0 (232 registers)  scores, softmax, P.V over dims 0..255 with P from registers
  *   warpgroup 1 (168 registers)  P.V over dims 256..511 with P from the tile's RoPE block; fills the
  *                                slot ring ATT_SLOT_AHEAD tiles ahead and frees the RoPE block
- *   warpgroups 2, 3 (56)         the producers (paired_producer.cuh): a quarter record a thread,
+ *   warpgroups 2, 3 (56)         the producers (twobuf_producer.cuh): a quarter record a thread,
  *                                staged in registers a tile ahead, into tile buffer X & 1
  *
  * The ring is two tile buffers (no raw stages); each block is freed by the warpgroup that reads it
  * last (empty_arrivals 128): blocks 1..4 by warpgroup 0, 5..8 and the RoPE block (P) by warpgroup 1.
  * The pieces of the consumers are lib/wide_consumer.cuh's; the f16 RoPE is rope_f16.cuh's. */
-#ifndef NVFP4_MLA_WIDE_PAIRED_CUH
-#define NVFP4_MLA_WIDE_PAIRED_CUH
+#ifndef NVFP4_MLA_WIDE_TWOBUF_CUH
+#define NVFP4_MLA_WIDE_TWOBUF_CUH
 
 #include "lib/wide_consumer.cuh"
-#include "paired_producer.cuh"
+#include "twobuf_producer.cuh"
 #include "rope_f16.cuh"
 
 #if NVFP4_HAVE_WGMMA
@@ -32,20 +32,20 @@
  * each setmaxnreg region to its own count only when the code after it is its own (with one body for
  * both, all of it got 128). */
 template <int RB, int CW, bool ROW_Q>
-static __device__ void wide_paired_consumer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+static __device__ void wide_twobuf_consumer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                             uint8_t *smem, int t) {
     constexpr int cw = CW;
     const int warp = (t >> 5) & 3, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
     const wide_meta *meta = reinterpret_cast<const wide_meta *>(smem + pl.off_meta);
-    wide_paired_red *red = reinterpret_cast<wide_paired_red *>(smem + pl.off_red);
+    wide_twobuf_red *red = reinterpret_cast<wide_twobuf_red *>(smem + pl.off_red);
     float *xalpha = red->wide.xalpha;
     constexpr bool ROPE_F16 = record_quarter<RB>::rope_f16;
     /* ROPE_F16: the rows' 2^-s of Q's RoPE part (q_rope_to_f16) during an item's tiles */
     float *xshift = red->wide.x.xshift;
     uint32_t pos = 0, tile = 0;
     /* warpgroup 1: the walk ATT_SLOT_AHEAD tiles ahead whose slots it puts in the slot ring
-     * (paired_producer.cuh), one key a thread of the first 64. */
+     * (twobuf_producer.cuh), one key a thread of the first 64. */
     tile_cursor ahead;
     if constexpr (CW == 1) {
         ahead.item = blockIdx.x;
@@ -74,7 +74,7 @@ static __device__ void wide_paired_consumer(const nvfp4_mla_attend_kernel_args_t
         st.l[0] = st.l[1] = 0.0f;
         for (int64_t k = 0; k < tiles; k++, tile++, pos += ATT_TILE_BLOCKS) {
             const wide_tile<true> tl(smem, pl, pos, tile);
-            uint8_t *pbuf = paired_buffer(smem, pl, tile); /* P in the tile's RoPE block */
+            uint8_t *pbuf = tile_buffer(smem, pl, tile); /* P in the tile's RoPE block */
             if constexpr (CW == 0) {
                 float lat[32], rope[32];
                 uint32_t pf[4][4]; /* P' as A fragments */
