@@ -18,19 +18,6 @@
 #include "fp_codes.h"
 #include "nvfp4_mla_record.h"
 
-/* The two-buffer wide kind's RoPE operand for 368-byte records (issue 46, the lighter producer): 1, f16
- * (the E4M3 codes through the hardware conversion, f16 wgmma for the RoPE k-steps, Q's RoPE part in
- * f16 with a per-row power-of-two shift: kernels/attend/schedules/wide_twobuf/rope_f16.cuh; and the group scales
- * by group_scale_x2_of); 0, bf16 (bit moves, bf16 wgmma), as the narrow kinds and the 432 / 656
- * layouts read it either way. A build switch (-Dcuda_args=-DNVFP4_MLA_ATTEND_F16_ROPE=0 builds
- * the bf16 form, byte-identical to the kernels before the switch), so that both can be built and
- * timed; the two-buffer producer's record_quarter::rope_f16 and store_latent_groups8 read it. 1 by default: on the
- * H200 it passed the gpu tests and gave the same output bits, 1.0-3.8% faster
- * (docs/performance-notes.md, "Issue 46's designs"). */
-#ifndef NVFP4_MLA_ATTEND_F16_ROPE
-#define NVFP4_MLA_ATTEND_F16_ROPE 1
-#endif
-
 /* ---- stored fields as every reader takes them ----
  * Every CUDA reader takes a stored s_t, RoPE scale r, 656-byte tile scale or bf16 RoPE chunk (8
  * values in a uint4) through these, so that what a reader makes of a stored value is decided in one
@@ -192,18 +179,14 @@ template <typename BlockOff>
 static __device__ __forceinline__ void store_latent_groups8(uint8_t *row, BlockOff blk_off, uint32_t r16, uint32_t g0,
                                                             const uint4 *codes, uint32_t scales_lo,
                                                             uint32_t scales_hi) {
-    /* NVFP4_MLA_ATTEND_F16_ROPE: the scales by group_scale_x2_of (issue 46's lighter producer, built
-     * and timed together; the same bf16 values either way) */
-    if (NVFP4_MLA_ATTEND_F16_ROPE) scales_lo = e4m3x4_finite(scales_lo), scales_hi = e4m3x4_finite(scales_hi);
+    scales_lo = e4m3x4_finite(scales_lo), scales_hi = e4m3x4_finite(scales_hi); /* group_scale_x2_of's words */
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const uint32_t g = g0 + (uint32_t)j;
-        const uint32_t code = ((j < 4 ? scales_lo : scales_hi) >> (8 * (j & 3))) & 0xFFu;
         const uint32_t w0 = (j & 1) ? codes[j >> 1].z : codes[j >> 1].x;
         const uint32_t w1 = (j & 1) ? codes[j >> 1].w : codes[j >> 1].y;
         store_e2m1_group(row, blk_off(g >> 2) + (((g & 3u) << 5) ^ r16), w0, w1,
-                         NVFP4_MLA_ATTEND_F16_ROPE ? group_scale_x2_of(j < 4 ? scales_lo : scales_hi, j)
-                                                   : group_scale_x2(code));
+                         group_scale_x2_of(j < 4 ? scales_lo : scales_hi, j));
     }
 }
 
@@ -233,7 +216,7 @@ static __device__ __forceinline__ uint2 e4m3x4_f16(uint32_t w) {
 }
 
 /* Sixteen E4M3 RoPE codes as two 8-value chunks of f16 (e4m3x4_f16: exact): the two-buffer kind's RoPE
- * block where record_quarter<RB>::rope_f16 (the two-buffer schedule). */
+ * block in its f16 form (ROPE_F16, schedules/wide_twobuf). */
 static __device__ __forceinline__ void e4m3x16_f16(uint4 c, uint4 &lo, uint4 &hi) {
     const uint2 a0 = e4m3x4_f16(c.x), a1 = e4m3x4_f16(c.y), a2 = e4m3x4_f16(c.z), a3 = e4m3x4_f16(c.w);
     lo = make_uint4(a0.x, a0.y, a1.x, a1.y);

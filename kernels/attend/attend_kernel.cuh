@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
         if constexpr (F.producer_regs > 0) setmaxnreg_dec<F.producer_regs>();
 #endif
         if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF)
-            attend_producer_twobuf<RB, PRODUCERS>(a, pl, smem, threadIdx.x - CONSUMERS);
+            attend_producer_twobuf<RB, PRODUCERS, wide_twobuf_rope_f16<RB, ROW_Q>()>(a, pl, smem,
+                                                                                    threadIdx.x - CONSUMERS);
         else
             attend_producer<RB, PRODUCERS, !WIDE, meta_of<WIDE>>(a, pl, smem, threadIdx.x - CONSUMERS);
         if constexpr (ONE_LAUNCH)
@@ -69,12 +70,12 @@ __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
 #if NVFP4_HAVE_WGMMA
             if (threadIdx.x < ATT_WARPGROUP) {
                 setmaxnreg_inc<ATT_SCORE_REGS>();
-                if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF) wide_twobuf_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
+                if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF) wide_twobuf_consumer<RB, 0, ROW_Q, wide_twobuf_rope_f16<RB, ROW_Q>()>(a, pl, smem, threadIdx.x);
                 else wide_ring_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
             } else {
                 if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF) {
                     setmaxnreg_inc<ATT_VALUE_REGS>();
-                    wide_twobuf_consumer<RB, 1, ROW_Q>(a, pl, smem, threadIdx.x);
+                    wide_twobuf_consumer<RB, 1, ROW_Q, wide_twobuf_rope_f16<RB, ROW_Q>()>(a, pl, smem, threadIdx.x);
                 } else {
                     setmaxnreg_dec<ATT_VALUE_REGS>();
                     wide_ring_consumer<RB, 1, ROW_Q>(a, pl, smem, threadIdx.x);

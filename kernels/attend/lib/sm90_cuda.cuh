@@ -177,7 +177,7 @@ static __device__ __forceinline__ void wgmma_ss_n32(float *d, uint64_t da, uint6
 
 /* D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory; A K-major; TRANS_B: B MN-major
  * (1, the blocks' transposed view in P.V) or K-major (0). F16: both operands f16 (the two-buffer kind's
- * RoPE k-steps where record_quarter::rope_f16: schedules/wide_twobuf/rope_f16.cuh), else bf16. The two forms
+ * RoPE k-steps where ROPE_F16: schedules/wide_twobuf/rope_f16.cuh), else bf16. The two forms
  * differ in the instruction's type suffix alone. */
 #define ATT_WGMMA_SS_N64(TYPES)                                                                                        \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                          \

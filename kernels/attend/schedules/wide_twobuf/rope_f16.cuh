@@ -1,6 +1,5 @@
-/* The RoPE block in f16 (issue 46, "a lighter producer instruction stream"): where
- * record_quarter<RB>::rope_f16 (368-byte records in the two-buffer wide schedule, switch
- * NVFP4_MLA_ATTEND_F16_ROPE in record_read.cuh), the two-buffer producer writes the keys' RoPE codes
+/* The RoPE block in f16: where an instantiation of the two-buffer wide schedule takes it
+ * (ROPE_F16, wide_twobuf_rope_f16: 368-byte records), the two-buffer producer writes the keys' RoPE codes
  * through the hardware E4M3 -> f16 conversion (e4m3x16_f16: 2 instructions a code pair where the
  * bf16 bit moves take 5), and the wide consumer runs the RoPE k-steps as f16 wgmma against Q's RoPE
  * part converted to f16 when Q is loaded. The latent blocks and Q's latent part stay bf16.

@@ -26,9 +26,6 @@ template <int RB>
 struct record_quarter {
     static_assert(wide_uses_twobuf(RB), "quarters of the layouts that pair");
     static constexpr int rope_chunks = record_layout<RB>::fp8_rope ? 1 : 2;
-    /* The tile's RoPE block holds f16 (write_quarter: e4m3x16_f16; the wide consumer's RoPE k-steps
-     * and Q's RoPE block follow: rope_f16.cuh), else bf16. */
-    static constexpr bool rope_f16 = record_layout<RB>::fp8_rope && NVFP4_MLA_ATTEND_F16_ROPE;
     uint4 codes[4];          /* payload bytes 64p .. 64p + 63: latent groups 8p .. 8p + 7 */
     uint2 scales;            /* their E4M3 group-scale codes */
     uint4 rope[rope_chunks]; /* RoPE dims 16p .. 16p + 15: 16 E4M3 codes (368) or 16 bf16 (432) */
@@ -102,15 +99,16 @@ static __device__ __forceinline__ void write_quarter_meta(const nvfp4_mla_attend
 }
 
 /* Key k's quarter q into tile buffer `buf`: the RoPE chunks 2p, 2p + 1 (368: the bare E4M3 values,
- * exact in f16 (record_quarter::rope_f16) or bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks
+ * exact in f16 (ROPE_F16) or bf16; 432: the stored bf16), latent groups 8p .. 8p + 7 (blocks
  * 1 + 2p, 2 + 2p) and, from part 0, the key's metadata. */
-template <int RB>
+template <int RB, bool ROPE_F16>
 static __device__ __forceinline__ void write_quarter(const nvfp4_mla_attend_kernel_args_t &a,
                                                      const record_quarter<RB> &q, uint8_t *buf, wide_meta *m, int k,
                                                      int part) {
+    static_assert(!ROPE_F16 || record_layout<RB>::fp8_rope, "an f16 RoPE block from E4M3 codes only");
     write_quarter_meta<RB>(a, q, m, k, part);
     uint4 lo, hi;
-    if (record_quarter<RB>::rope_f16) e4m3x16_f16(q.rope[0], lo, hi);
+    if (ROPE_F16) e4m3x16_f16(q.rope[0], lo, hi);
     else if (record_layout<RB>::fp8_rope) e4m3x16_bf16(q.rope[0], lo, hi);
     else lo = stored_rope_bf16(q.rope[0]), hi = stored_rope_bf16(q.rope[q.rope_chunks - 1]);
     *reinterpret_cast<uint4 *>(buf + swizzle_off(k, 16 * part)) = lo;
@@ -146,7 +144,7 @@ static __device__ __forceinline__ void probe_write_quarter(const nvfp4_mla_atten
  * (tile_buffer), written once tile X - 2's consumers have freed all nine of its blocks;
  * metadata X % 4 (last read by tile X - 4's consumers, whose blocks were all freed before tile
  * X - 2's could be written). */
-template <int RB, int PT>
+template <int RB, int PT, bool ROPE_F16>
 static __device__ void attend_producer_twobuf(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                               uint8_t *smem, int t) {
     static_assert(producer_shape<PT>::parts == 4, "a quarter record a thread");
@@ -169,7 +167,7 @@ static __device__ void attend_producer_twobuf(const nvfp4_mla_attend_kernel_args
         for (int i = 0; i < ATT_TILE_BLOCKS; i++)
             mbar_wait(&bars.block_empty[ATT_TILE_BLOCKS * b + i], buffer_phase(tile) ^ 1u);
         if (att_probe_keeps<ATT_PROBE_NO_DEQUANT>(tile, warm))
-            write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
+            write_quarter<RB, ROPE_F16>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
         else
             probe_write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
         fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */

@@ -17,6 +17,16 @@
 #include "twobuf_producer.cuh"
 #include "rope_f16.cuh"
 
+/* The RoPE operand of an instantiation, which its producers and consumers share: f16 where the
+ * records carry E4M3 RoPE codes (368 bytes: the codes through the hardware conversion, f16 wgmma
+ * for the RoPE k-steps, Q's RoPE part in f16 with a per-row shift, rope_f16.cuh), else bf16 (bit
+ * moves, bf16 wgmma; 432 bytes store bf16). A template flag of the producer and the consumer, so
+ * that one instantiation (a variant) can take the bf16 form while the others keep f16. */
+template <int RB, bool ROW_Q>
+static __host__ __device__ constexpr bool wide_twobuf_rope_f16() {
+    return record_layout<RB>::fp8_rope;
+}
+
 #if NVFP4_HAVE_WGMMA
 
 /* The two consumer warpgroups (thread t = 0..255; cw = t / 128). Warpgroup 0 computes each tile's
@@ -27,11 +37,12 @@
  * reaches the other barrier next and waits there anyway (no slower on the H200), and
  * compute-sanitizer racecheck orders no accesses across a bar.arrive (with arrivals it reported the
  * WAR hazards of alpha and of the next item's Q over the staged outputs, which the barriers do
- * order). ROW_Q: Q loaded with load_q_rows (short items: attend_variant_of picks), else with
+ * order). ROPE_F16: the RoPE blocks and Q's RoPE part are f16 (wide_twobuf_rope_f16). ROW_Q: Q
+ * loaded with load_q_rows (short items: attend_variant_of picks), else with
  * load_q_chunks (lib/attend_consumer.cuh says why). One instantiation a warpgroup: ptxas allocates
  * each setmaxnreg region to its own count only when the code after it is its own (with one body for
  * both, all of it got 128). */
-template <int RB, int CW, bool ROW_Q>
+template <int RB, int CW, bool ROW_Q, bool ROPE_F16>
 static __device__ void wide_twobuf_consumer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                             uint8_t *smem, int t) {
     constexpr int cw = CW;
@@ -40,7 +51,6 @@ static __device__ void wide_twobuf_consumer(const nvfp4_mla_attend_kernel_args_t
     const wide_meta *meta = reinterpret_cast<const wide_meta *>(smem + pl.off_meta);
     wide_twobuf_red *red = reinterpret_cast<wide_twobuf_red *>(smem + pl.off_red);
     float *xalpha = red->wide.xalpha;
-    constexpr bool ROPE_F16 = record_quarter<RB>::rope_f16;
     /* ROPE_F16: the rows' 2^-s of Q's RoPE part (q_rope_to_f16) during an item's tiles */
     float *xshift = red->wide.x.xshift;
     uint32_t pos = 0, tile = 0;
