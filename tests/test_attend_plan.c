@@ -16,6 +16,8 @@
 
 static const char *const kind_names[KIND_COUNT] = {"n16_sync", "n32_sync", "n16_wgmma", "n32_wgmma", "wide"};
 static const char *const variant_names[VARIANT_COUNT] = {"plain", "merge_in_launch", "row_q"};
+static const char *const flow_names[] = {"streaming", "resident", "overlapped"};
+static const char *const schedule_names[SCHEDULE_COUNT] = {"narrow_sync", "narrow_wgmma", "wide_twobuf", "wide_ring"};
 
 /* A call of nq queries x h heads over top-k entries on a device, as the plugin lowers it. */
 static nvfp4_mla_attend_kernel_args_t call_on(int arch, int sms, int smem, int sync, int quads, int rb, int64_t nq,
@@ -36,9 +38,9 @@ static void plan_row(const nvfp4_mla_attend_kernel_args_t *a, char *out, size_t 
         return;
     }
     snprintf(out, size,
-             "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%lld\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%llu",
+             "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%lld\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%llu",
              kind_names[attend_kind_of(&p)], variant_names[attend_variant_of(&p)], p.heads, p.groups, p.splits,
-             p.tiles_per_split, p.grid, (long long)p.items, p.stages, p.ring_blocks, p.resident, p.twobuf, p.threads,
+             p.tiles_per_split, p.grid, (long long)p.items, p.stages, p.ring_blocks, flow_names[p.flow], schedule_names[p.schedule], p.threads,
              p.bytes, p.one_launch, attend_placement_cluster(a, &p), p.off_q, p.off_p, p.off_ring, p.off_raw,
              p.off_valid, p.off_meta, p.off_red, p.off_bar, (unsigned long long)attend_workspace_of(a, &p));
 }
@@ -109,8 +111,17 @@ static void check_limits(const nvfp4_mla_attend_kernel_args_t *a, const attend_p
     assert_true(p->splits >= 1 && p->splits <= 64);
     assert_true((int64_t)p->splits * p->tiles_per_split >= tiles);
     assert_true((int64_t)(p->splits - 1) * p->tiles_per_split < tiles || tiles == 0);
-    assert_true(p->ring_blocks <= 2 * (p->resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS));
-    assert_true(p->ring_blocks >= (p->resident ? ATT_TILE_BLOCKS : 3));
+    assert_true(p->ring_blocks <= 2 * (plan_resident(p) ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS));
+    assert_true(p->ring_blocks >= (plan_resident(p) ? ATT_TILE_BLOCKS : 3));
+    /* the kernel the table gives the plan runs the plan's schedule and obeys its flow */
+    assert_int_equal(schedule_of_kind(kind, a->record_bytes), p->schedule);
+    assert_int_equal(p->threads, schedule_threads(p->schedule));
+    assert_true(p->flow >= ATT_FLOW_STREAMING && p->flow <= ATT_FLOW_OVERLAPPED);
+    if (p->flow == ATT_FLOW_OVERLAPPED)
+        assert_true(kind == KIND_N16_WGMMA && p->ring_blocks == ATT_RING_BLOCKS);
+    else if (kind == KIND_N16_WGMMA && plan_resident(p))
+        assert_true(p->ring_blocks < ATT_RING_BLOCKS);
+    assert_true(p->schedule != SCHEDULE_WIDE_TWOBUF || (p->stages == 0 && p->ring_blocks == 2 * ATT_TILE_BLOCKS));
     assert_int_equal(p->threads, kind_threads(kind, a->record_bytes));
     assert_true(kind_has_variant(kind, variant));
     assert_true(!p->wgmma || a->arch == 90);

@@ -4,12 +4,6 @@
 
 #include <stddef.h>
 
-/* The schedule of a plan (the chooser below decided it through the fit it called). */
-static int schedule_of(const attend_plan *p) {
-    return p->wide ? (p->twobuf ? SCHEDULE_WIDE_TWOBUF : SCHEDULE_WIDE_RING)
-                   : (p->wgmma ? SCHEDULE_NARROW_WGMMA : SCHEDULE_NARROW_SYNC);
-}
-
 /* Splits over the top-k's `tiles` until the CTAs fill the SMs, and the grid. */
 static void split_items(attend_plan *p, const nvfp4_mla_attend_kernel_args_t *a, int sms, int64_t tiles) {
     const int64_t base_items = a->num_queries * p->groups;
@@ -51,7 +45,7 @@ attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
     for (int heads = a->num_heads <= 16 || few ? 16 : 32; !ok && heads >= 16; heads -= 16)
         ok = narrow_fit(&p, rb, heads, wgmma, contiguous, narrow_threads, budget);
     if (!ok) return (attend_plan){0};
-    p.bytes = place_tail(&p, rb, attend_schedules[schedule_of(&p)].red_bytes) + 1024;
+    p.bytes = place_tail(&p, rb, attend_schedules[p.schedule].red_bytes) + 1024;
     p.ring_magic = (uint32_t)((((uint64_t)1 << 32) + (uint64_t)p.ring_blocks - 1) / (uint64_t)p.ring_blocks);
     p.groups = (int32_t)((a->num_heads + p.heads - 1) / p.heads);
     split_items(&p, a, sms, tiles);
@@ -71,9 +65,12 @@ uint64_t attend_workspace_of(const nvfp4_mla_attend_kernel_args_t *a, const atte
 }
 
 int attend_kind_of(const attend_plan *pl) {
-    if (pl->wide) return KIND_WIDE;
-    if (pl->wgmma) return pl->heads == 16 ? KIND_N16_WGMMA : KIND_N32_WGMMA;
-    return pl->heads == 16 ? KIND_N16_SYNC : KIND_N32_SYNC;
+    switch (pl->schedule) {
+    case SCHEDULE_WIDE_TWOBUF:
+    case SCHEDULE_WIDE_RING: return KIND_WIDE; /* the record size's row holds the schedule (schedule_of_kind) */
+    case SCHEDULE_NARROW_WGMMA: return pl->heads == 16 ? KIND_N16_WGMMA : KIND_N32_WGMMA;
+    default: return pl->heads == 16 ? KIND_N16_SYNC : KIND_N32_SYNC;
+    }
 }
 
 /* The wide kind has no in-launch merge (the plan never gives it one_launch); ROW_Q for its short

@@ -25,7 +25,6 @@
 
 /* ---- the schedules: a room each under schedules/, a row each here ---- */
 
-enum { SCHEDULE_NARROW_SYNC, SCHEDULE_NARROW_WGMMA, SCHEDULE_WIDE_TWOBUF, SCHEDULE_WIDE_RING, SCHEDULE_COUNT };
 #ifdef __cplusplus
 static constexpr attend_schedule_facts attend_schedules[SCHEDULE_COUNT] =
 #else

@@ -75,6 +75,16 @@ static_assert(sizeof(wide_red) == 2 * 64 * 4, "wide_red: two [64 rows] f32 array
 
 /* ---- the plan ---- */
 
+/* The schedules, a room each under schedules/ and a row each of attend_schedules (attend_plan.h). */
+enum { SCHEDULE_NARROW_SYNC, SCHEDULE_NARROW_WGMMA, SCHEDULE_WIDE_TWOBUF, SCHEDULE_WIDE_RING, SCHEDULE_COUNT };
+
+/* The tile flows, a plan's `flow`: STREAMING, 17 blocks a tile (the latent blocks produced again
+ * for P.V: for shared memory that cannot hold a whole tile); RESIDENT, 9 blocks a tile produced in
+ * one batch and kept for P.V; OVERLAPPED, resident on an 18-block ring of two whole tiles, where
+ * the narrow wgmma consumer at 16 heads waits for tile T+1 before it issues P.V of tile T
+ * (narrow_tiles_overlapped). The device obeys the plan's flow; it does not derive it. */
+enum { ATT_FLOW_STREAMING, ATT_FLOW_RESIDENT, ATT_FLOW_OVERLAPPED };
+
 /* How one launch is tiled and where everything lives in the dynamic shared memory (byte offsets
  * from the 1024-byte aligned base). The kernels' parameter: its layout is their code's. */
 typedef struct attend_plan {
@@ -86,9 +96,8 @@ typedef struct attend_plan {
     int32_t tiles_per_split; /* 64-entry tiles per split */
     int32_t stages;          /* raw record stages R (two-buffer: 0, the records pass through registers) */
     int32_t ring_blocks;           /* operand ring blocks S */
-    int32_t resident;        /* 1: 9 blocks a tile (latent kept for P.V), 0: 17 (streaming) */
-    int32_t twobuf;          /* 1: 18 blocks = two tile buffers written from records staged in the
-                              * producers' registers (schedules/wide_twobuf) */
+    int32_t flow;            /* the tile flow, ATT_FLOW_*: how the ring holds a tile and the consumer walks it */
+    int32_t schedule;        /* SCHEDULE_* (attend_plan.h): the schedule the launch runs, which its fit set */
     int32_t contiguous;      /* block_stride == block_size * record_bytes */
     int32_t grid;            /* persistent CTAs */
     int32_t threads;         /* the schedule's (attend_schedules, attend_plan.h) */
@@ -98,6 +107,11 @@ typedef struct attend_plan {
     int32_t off_q, off_p, off_ring, off_raw, off_valid, off_meta, off_red, off_bar;
     int32_t bytes;           /* dynamic shared memory requested (alignment slack included) */
 } attend_plan;
+
+/* Whether a plan's ring holds whole tiles (9 blocks a tile), kept for P.V. */
+ATT_SHARED bool plan_resident(const attend_plan *p) {
+    return p->flow != ATT_FLOW_STREAMING;
+}
 
 #ifndef __cplusplus /* the plan's (attend_plan.c); the kernels read only the numbers */
 /* ---- fitting a map (host: the schedules' fit functions) ---- */
@@ -129,13 +143,13 @@ static inline bool fit_ring(attend_plan *p, int record_bytes, int red_bytes, int
     const int want[2] = {ATT_TILE_BLOCKS + ATT_LATENT_BLOCKS, ATT_TILE_BLOCKS};
     for (int pass = 0; pass < 2; pass++)
         for (int r = pass == 0 ? max_stages : 2; r >= (pass == 0 ? 2 : 1); r--) {
-            p->stages = r, p->ring_blocks = ATT_RING_BLOCKS, p->resident = 1;
+            p->stages = r, p->ring_blocks = ATT_RING_BLOCKS, p->flow = ATT_FLOW_RESIDENT;
             while (p->ring_blocks >= want[pass] && place_tail(p, record_bytes, red_bytes) > budget) p->ring_blocks--;
             if (p->ring_blocks >= want[pass]) return true;
         }
     if (!may_stream) return false;
     for (int r = 2; r >= 1; r--) { /* one stage (656-byte records in 99 KB) serialises copies and work */
-        p->stages = r, p->ring_blocks = 2 * ATT_STREAM_BLOCKS, p->resident = 0;
+        p->stages = r, p->ring_blocks = 2 * ATT_STREAM_BLOCKS, p->flow = ATT_FLOW_STREAMING;
         while (p->ring_blocks >= 3 && place_tail(p, record_bytes, red_bytes) > budget) p->ring_blocks--;
         if (p->ring_blocks >= 3) return true;
     }

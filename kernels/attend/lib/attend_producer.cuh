@@ -286,7 +286,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     const int warp = t >> 5, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
     Meta *meta = reinterpret_cast<Meta *>(smem + pl.off_meta);
-    const int per_tile = pl.resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS;
+    const int per_tile = plan_resident(&pl) ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS;
     const uint32_t warm = att_probe_warm_tiles(pl.stages, pl.ring_blocks, per_tile); /* probe builds only */
     tile_cursor cur;
     cur.item = blockIdx.x;
@@ -305,7 +305,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
         mbar_wait(&bars.raw_full[stage], (tile / (uint32_t)pl.stages) & 1u);
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
-        if (pl.resident) { /* the tile's 9 blocks in one batch */
+        if (plan_resident(&pl)) { /* the tile's 9 blocks in one batch */
             const uint32_t s0 = ring_index(pos, pl);
             for (int i = IN_ORDER ? ATT_LATENT_BLOCKS : 0; i < ATT_TILE_BLOCKS; i++)
                 mbar_wait(&bars.block_empty[ring_index_after(s0, i, pl)], pos_parity(pos + i, pl) ^ 1u);
@@ -320,7 +320,7 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.block_full[ring_index_after(s0, i, pl)]);
             pos += ATT_TILE_BLOCKS;
         }
-        for (int i = 0; i < per_tile && !pl.resident; i++, pos++) {
+        for (int i = 0; i < per_tile && !plan_resident(&pl); i++, pos++) {
             const uint32_t block = ring_index(pos, pl);
             mbar_wait(&bars.block_empty[block], pos_parity(pos, pl) ^ 1u);
             uint8_t *blk = smem + pl.off_ring + block * ATT_BLOCK;

@@ -56,10 +56,10 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
     float(*rope1)[N / 2] = reinterpret_cast<float(*)[N / 2]>(rope);
     /* A resident tile is handed over whole (the producer arrives on its 9 blocks after writing all
      * of them, in ring order), so its last block's barrier covers the 8 before it. */
-    wait_full(bars, pl.resident ? pos0 + ATT_LATENT_BLOCKS : pos0, pl); /* the tile's last block */
+    wait_full(bars, plan_resident(&pl) ? pos0 + ATT_LATENT_BLOCKS : pos0, pl); /* the tile's last block */
 #if NVFP4_HAVE_WGMMA
     if constexpr (WG) {
-        if (pl.resident) {
+        if (plan_resident(&pl)) {
             narrow_qk_resident<N>(pl, smem, bars, pos0, lat_out, rope);
             return;
         }
@@ -79,7 +79,7 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
      * narrow_qk). */
 #pragma unroll (WG ? ATT_LATENT_BLOCKS : 1)
     for (int i = 1; i < ATT_TILE_BLOCKS; i++) {
-        if (WG || !pl.resident) wait_full(bars, pos0 + i, pl);
+        if (WG || !plan_resident(&pl)) wait_full(bars, pos0 + i, pl);
 #if NVFP4_HAVE_WGMMA
         if (WG) wgmma_fence();
 #endif
@@ -90,7 +90,7 @@ static __device__ __forceinline__ void narrow_qk(const attend_plan &pl, uint8_t 
             wgmma_wait<1>(); /* keep one block in flight; release the one before */
             release_block(bars, pos0 + i - 1, pl);
 #endif
-        } else if (!pl.resident) {
+        } else if (!plan_resident(&pl)) {
             release_block(bars, pos0 + i, pl);
         }
     }
@@ -185,7 +185,7 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
     const uint8_t *pt = smem + pl.off_p;
     if constexpr (WG) {
 #if NVFP4_HAVE_WGMMA
-        if (pl.resident) {
+        if (plan_resident(&pl)) {
 #pragma unroll
             for (int b = 0; b < ATT_LATENT_BLOCKS; b++) fence_regs<N / 2>(st.o[b]);
             wgmma_fence();
@@ -215,7 +215,7 @@ static __device__ __forceinline__ void narrow_pv(const attend_plan &pl, uint8_t 
     } else {
 #pragma unroll
         for (int b = 0; b < ATT_LATENT_BLOCKS; b++) {
-            if (!pl.resident) wait_full(bars, pos + b, pl);
+            if (!plan_resident(&pl)) wait_full(bars, pos + b, pl);
             pv_block<N, WG>(st, block_ptr(smem, pl, pos + b), pt, b, warp, lane);
             release_block(bars, pos + b, pl);
         }
@@ -323,7 +323,7 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
     const int warp = t >> 5, lane = t & 31;
     const attend_bars bars = bars_of(smem, pl);
     const tile_meta *meta = reinterpret_cast<const tile_meta *>(smem + pl.off_meta);
-    const int per_tile = pl.resident ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS;
+    const int per_tile = plan_resident(&pl) ? ATT_TILE_BLOCKS : ATT_STREAM_BLOCKS;
     uint32_t pos = 0, tile = 0;
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
@@ -342,7 +342,7 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
          * must not need T's blocks (at 17 blocks, T+1 takes T's RoPE block: docs/performance-notes.md,
          * narrow_tiles_overlapped). */
         /* (an empty item has no tile to wait for) */
-        if (WG && N == 16 && pl.resident && pl.ring_blocks >= ATT_RING_BLOCKS && tiles > 0) {
+        if (WG && N == 16 && pl.flow == ATT_FLOW_OVERLAPPED && tiles > 0) { /* the plan decides (narrow_fit) */
             if constexpr (WG && N == 16)
                 narrow_tiles_overlapped<N>(a, pl, smem, bars, meta, st, tiles, pos, tile, warp, lane);
             narrow_epilogue<N, WG>(a, pl, smem, st, span, warp, lane);
@@ -353,7 +353,7 @@ static __device__ void attend_narrow(const nvfp4_mla_attend_kernel_args_t &a, co
             float lat[N / 2], rope[N / 2];
             narrow_qk<N, WG>(pl, smem, bars, pos, lat, rope, warp, lane);
             narrow_softmax<N, WG>(a, pl, smem, st, lat, rope, meta[tile % ATT_META_RING], warp, lane);
-            narrow_pv<N, WG>(pl, smem, bars, st, pl.resident ? pos + 1 : pos + ATT_TILE_BLOCKS, warp, lane);
+            narrow_pv<N, WG>(pl, smem, bars, st, plan_resident(&pl) ? pos + 1 : pos + ATT_TILE_BLOCKS, warp, lane);
         }
         narrow_epilogue<N, WG>(a, pl, smem, st, span, warp, lane);
     }

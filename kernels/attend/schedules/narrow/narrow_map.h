@@ -29,13 +29,19 @@ static_assert(sizeof(narrow_red) == 2 * 4 * 32 * 4, "narrow_red: two [4 warps][3
 
 #ifndef __cplusplus /* the plan's (attend_plan.c); the kernels read only the numbers */
 /* The map for `heads` (16 or 32) under `budget` bytes: Q, the P tile, then the ring (up to 4 raw
- * stages, streaming allowed). */
+ * stages, streaming allowed). The tile flow: OVERLAPPED for the wgmma consumer at 16 heads on a
+ * ring of two whole tiles (at 32 heads a second set of score accumulators spills; 17 blocks would
+ * give tile T+1 tile T's RoPE block), else what the ring holds. */
 static inline bool narrow_fit(attend_plan *p, int record_bytes, int heads, int wgmma, int contiguous, int threads,
                               int budget) {
     *p = (attend_plan){0};
     p->wgmma = wgmma, p->heads = heads, p->contiguous = contiguous, p->threads = threads;
+    p->schedule = wgmma ? SCHEDULE_NARROW_WGMMA : SCHEDULE_NARROW_SYNC;
     p->off_q = 0, p->off_p = ATT_TILE_BLOCKS * heads * 128, p->off_ring = p->off_p + heads * 128;
-    return fit_ring(p, record_bytes, ATT_NARROW_RED_BYTES, budget, 4, true);
+    if (!fit_ring(p, record_bytes, ATT_NARROW_RED_BYTES, budget, 4, true)) return false;
+    if (wgmma && heads == 16 && p->flow == ATT_FLOW_RESIDENT && p->ring_blocks >= ATT_RING_BLOCKS)
+        p->flow = ATT_FLOW_OVERLAPPED;
+    return true;
 }
 #endif
 

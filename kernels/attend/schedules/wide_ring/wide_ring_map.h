@@ -21,7 +21,7 @@ static inline bool wide_ring_fit(attend_plan *p, int record_bytes, int contiguou
     *p = (attend_plan){0};
     p->wide = 1, p->wgmma = 1, p->heads = 64, p->contiguous = contiguous, p->off_q = 0;
     p->off_p = ATT_TILE_BLOCKS * ATT_BLOCK, p->off_ring = p->off_p + ATT_BLOCK;
-    p->threads = threads;
+    p->threads = threads, p->schedule = SCHEDULE_WIDE_RING;
     return fit_ring(p, record_bytes, ATT_WIDE_RED_BYTES, budget, 3, false);
 }
 #endif

@@ -40,7 +40,7 @@ static inline bool wide_twobuf_fit(attend_plan *p, int record_bytes, int contigu
     *p = (attend_plan){0};
     p->wide = 1, p->wgmma = 1, p->heads = 64, p->contiguous = contiguous, p->off_q = 0;
     p->off_p = -1, p->off_ring = ATT_TILE_BLOCKS * ATT_BLOCK; /* after Q's blocks */
-    p->twobuf = 1, p->resident = 1, p->stages = 0, p->ring_blocks = ATT_TILE_BLOCKS * ATT_TILE_BUFFERS;
+    p->schedule = SCHEDULE_WIDE_TWOBUF, p->flow = ATT_FLOW_RESIDENT, p->stages = 0, p->ring_blocks = ATT_TILE_BLOCKS * ATT_TILE_BUFFERS;
     p->threads = threads;
     return place_tail(p, record_bytes, ATT_TWOBUF_RED_BYTES) <= budget;
 }
