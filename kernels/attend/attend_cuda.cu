@@ -1,25 +1,11 @@
-/* Sparse MLA attention over records on CUDA: the launchers. Checked against
- * kernels/attend/attend_cpu.c (tests/test_gpu_attend.c).
- *
- * The kernels (attend_kernel.cuh; a schedule each under schedules/) are one warp-specialised, persistent family: producer warps
- * dequantise each 64-key tile of records once per CTA into bf16 operand blocks, consumer
- * warpgroups run wgmma (sm_90a) or mma.sync on them with an online softmax (lib/attend_pipeline.cuh
- * says how). The plan (attend_plan.c, host C) picks the kind, the split-K and the shared-memory
- * map from the shapes and the limits the context read at init: the launch path makes no device
- * query and sets no attribute. This file holds the table of kernels every chooser reads, and the
- * merge of split-K partials: a second kernel, one CTA a (query, head) row, launched dependent on
- * the attention grid, or, for small merges, the producer warps of each group's last split inside
- * the launch (merge_if_last: one launch, less host time, more GPU time). NVFP4_MLA_ATTEND_MERGE
- * picks; auto merges in the launch on an eager stream, with the kernel on a capturing one. An eager
- * call whose arguments the context saw before launches as one prebuilt graph of its kernels
- * (attend_launches.h: one host launch whatever the graph holds, so auto takes the merge kernel there).
- *
- * Differences from the CPU reference (attention in double over the same binary32 values): scales
- * applied to f32 sums instead of elements, P rounded to bf16 for the tensor cores (against a
- * running maximum that may trail the scores by up to 2^8: advance_max), f32 sums, and split-K
- * partial rows rounded to bf16 before the merge. Entries with slot -1, past valid_len, or outside
- * the cache count for nothing (the CPU entry rejects out-of-range ids; a CUDA entry cannot read
- * them without a sync).
+/* Sparse MLA attention over records on CUDA: the launchers (docs/architecture.md, "The attention
+ * pipeline"). Checked against kernels/attend/attend_cpu.c (tests/test_gpu_attend.c). The plan
+ * (attend_plan.c) picks the schedule, the split-K and the shared-memory map; the launch path makes no
+ * device query. Here: the table of kernels every chooser reads, the merge kernel's launch (or the
+ * in-launch merge: NVFP4_MLA_ATTEND_MERGE, auto decided in plan_as_launched), and the prebuilt
+ * graphs of eager calls (attend_launches.h). Entries with slot -1, past valid_len, or outside the
+ * cache count for nothing (the CPU entry rejects out-of-range ids; a CUDA entry cannot read them
+ * without a sync). How the outputs differ from the CPU reference: docs/architecture.md.
  */
 #include <cuda_runtime.h>
 #include <math.h>

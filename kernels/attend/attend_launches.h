@@ -1,25 +1,13 @@
-/* The eager attend calls' launch table, on the host (attend_launches.c): a CUDA context remembers the
- * calls it saw, by their complete kernel arguments, and from an argument struct's ATT_LAUNCH_BUILD_AT-th
- * call on launches it as one prebuilt CUDA graph holding the call's every kernel (the attention grid
- * and, for split-K, the merge kernel, with the programmatic edge between them).
- *
- * Why: a kernel launch costs 3.5-4.5 us of host time on the H200's host, a split call launches two,
- * and an engine's eager decode loop (the prepared calls of host_shims/python/nvfp4_mla/prepared.py,
- * the torch ops' cached path) repeats the same arguments every step; cudaGraphLaunch of a prebuilt
- * graph costs 2.0-2.6 us whatever it holds (docs/performance-notes.md, "Host side"). A graph holds the
- * launches' parameters by value, so one built for an argument struct is exactly that call: the key is
- * the whole struct, stream included, and any other struct is another entry. The struct is also all that
- * the backend's own plan and checks read (the plugin's checks made it), so a call whose graph is built
- * launches it before them (attend_launch_find first; attend_launch_add only for a call that passed).
- *
- * What stays as it was: calls on a capturing stream (cudaGraphLaunch is refused there, and the
- * engine's own graph already pays no host time) and a struct's first calls launch directly, so a
- * one-shot call, or a shape an eager engine meets for a step or two, never pays for a graph (tens of
- * microseconds to build). The graphs are built node by node, never by stream capture (an open capture
- * fails other host threads' device-wide synchronisation). The table is the context's (one thread at a
- * time, the context's rule) and holds at most ATT_LAUNCH_ENTRIES structs, the least recently used one
- * making room; ops_attend.c logs each graph built (DEBUG) and each that could not be (WARN). Plain C over opaque graph handles: tests/test_attend_launches.c
- * holds its rules without a GPU; attend_cuda.cu builds, launches and destroys the graphs.
+/* The eager attend calls' launch table, on the host (attend_launches.c): from an argument struct's
+ * ATT_LAUNCH_BUILD_AT-th call on, a CUDA context launches the call as one prebuilt graph of its
+ * kernels (the attention grid and, for split-K, the merge kernel with the programmatic edge).
+ * docs/architecture.md says why and what stays a direct launch. The key is the whole struct, stream
+ * included (a graph holds its launches' parameters by value), and the struct is all that the
+ * backend's plan and checks read, so a built graph launches before them (attend_launch_find first;
+ * attend_launch_add only for a call that passed). At most ATT_LAUNCH_ENTRIES structs, the least
+ * recently used making room; the table is the context's (one thread at a time). Plain C over opaque
+ * graph handles: tests/test_attend_launches.c holds its rules without a GPU; attend_cuda.cu builds,
+ * launches and destroys the graphs node by node (never by stream capture).
  */
 #ifndef NVFP4_MLA_ATTEND_LAUNCHES_H
 #define NVFP4_MLA_ATTEND_LAUNCHES_H

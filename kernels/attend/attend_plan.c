@@ -1,5 +1,6 @@
 /* The attention launch's plan (attend_plan.h): the chooser of a call's schedule (whose fit function,
- * in its map header, places the shared-memory map), its items and its split-K. Tested by tests/test_attend_plan.c (the table for the H200 and for 99 KB of shared memory). */
+ * in its map header, places the shared-memory map), its items and its split-K. Tested by
+ * tests/test_attend_plan.c over tests/data/attend_plan.tsv. */
 #include "attend_plan.h"
 
 #include <stddef.h>
@@ -33,7 +34,7 @@ attend_plan attend_plan_for(const nvfp4_mla_attend_kernel_args_t *a) {
      * a record dequantised once per 64 heads); on 656 records from 32 queries x 64-head groups.
      * Otherwise below 256 query-heads 16-head groups (the most CTAs at work: more, shorter chains),
      * from there 32 (fewer copies of the dequantisation, half the items). The thresholds are where
-     * the kinds cross in graph replays on the H200 (docs/performance-notes.md, attend_plan_for). */
+     * the kinds cross in graph replays (docs/performance-notes.md, attend_plan_for). */
     const int sms = a->sm_count > 0 ? a->sm_count : 1;
     const int64_t tiles = (a->topk + ATT_KEYS - 1) / ATT_KEYS;
     const bool wide_groups = wide_uses_twobuf(rb) || a->num_queries * ((a->num_heads + 63) / 64) >= 32;

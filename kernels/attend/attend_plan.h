@@ -82,7 +82,7 @@ ATT_CONST bool kind_has_variant(int kind, int variant) {
  * A split grid (one item a CTA, at most one CTA an SM) launches in clusters of 4 consecutive CTAs
  * when the device runs all of the grid's clusters at once (a grid whose clusters do not all fit
  * would wait a wave). The kernel does not use the cluster: the dimension only tells the scheduler
- * to place 4 CTAs in one GPC, which measured faster in the light calls (docs/performance-notes.md,
+ * to place 4 CTAs in one GPC, which helps the light calls (docs/performance-notes.md,
  * attend_placement_cluster). The count is a device limit the context reads at init
  * (count_quad_clusters, a->quad_clusters; 0: no clusters). */
 #define ATT_QUAD 4

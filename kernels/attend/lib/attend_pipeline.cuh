@@ -1,29 +1,15 @@
-/* The attention schedules' shared pipeline (kernels/attend/attend_kernel.cuh; the plan: attend_plan.h;
- * the maps: lib/attend_map.h and each schedule's): the key metadata, the walk over work items and
- * the ring's hand-over. The roles: lib/attend_producer.cuh, lib/wide_consumer.cuh and
- * lib/attend_consumer.cuh, and each schedule's under schedules/<name>/.
+/* The attention schedules' shared pipeline (the picture: docs/architecture.md): the key metadata, the
+ * walk over work items (persistent CTAs: items blockIdx.x, + gridDim.x, ...; an item is one query's
+ * top-k split for one head group) and the ring's hand-over. Blocks pass by full/empty mbarriers in
+ * FIFO order; the key metadata rides in a ring of 4 tiles beside them, safe because the producer is
+ * at most two tiles ahead (ring_blocks <= 2 tiles' blocks, the plan's bound).
  *
- * Pipeline of one CTA (persistent: it takes items blockIdx.x, blockIdx.x + gridDim.x, ...; an
- * item is one query's top-k split for one group of heads):
- *
- *   global records --(bulk copies, 16 or 8 per producer warp)--> raw stages [R x 64 records]
- *   raw stage --(dequantisation, the 4 or 8 producer warps)--> operand ring [S blocks of 8 KB]
- *   operand ring --(wgmma / mma.sync, the consumer warpgroups)--> S, softmax, P.V
- *
- * The two-buffer wide kind has no raw stages: its ring is two whole-tile buffers, written from records
- * each producer thread holds in registers a tile ahead. An operand block is 64 keys x 64 dims of
- * bf16 (SW128, sm90_cuda.cuh); a tile is the RoPE block, then latent blocks 0..7 ("resident": kept
- * for P.V, 9 blocks) or those and latent blocks 0..7 again ("streaming", 17 blocks: for shared
- * memory that cannot hold a whole tile). Slots pass by full/empty mbarriers in FIFO order; the key
- * metadata rides in a ring of 4 tiles beside them, safe because the producer is at most two tiles
- * ahead (blocks <= 2 tiles' blocks, the plan's bound).
- *
- * Why the scales are folded, not applied: a latent operand value is e2m1 * d * 2^-9, exact in bf16
- * (record_read.cuh, e2m1x8_block), a 656 latent value bf16(e4m3 x tile scale) as its readers
- * compute it, a RoPE value the bare E4M3 value (368) or the stored bf16; the outer scale (s_t or s)
- * times 2^9 and the RoPE scale r multiply each key's score column and P. The
- * latent's 8-element chunks hold elements in the order (0,4,1,5,2,6,3,7), which the bit moves give;
- * Q is permuted the same way when it is loaded, and output columns are mapped back.
+ * The scales are folded, not applied: a latent operand value is e2m1 * d * 2^-9, exact in bf16
+ * (record_read.cuh, e2m1x8_block), a 656 latent value bf16(e4m3 x tile scale), a RoPE value the bare
+ * E4M3 value (368) or the stored bf16; the outer scale (s_t or s) times 2^9 and the RoPE scale r
+ * multiply each key's score column and P. The latent's 8-element chunks hold elements in the order
+ * (0,4,1,5,2,6,3,7), which the bit moves give; Q is permuted the same way when it is loaded, and
+ * output columns are mapped back.
  */
 #ifndef NVFP4_MLA_ATTEND_PIPELINE_CUH
 #define NVFP4_MLA_ATTEND_PIPELINE_CUH

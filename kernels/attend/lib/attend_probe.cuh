@@ -1,18 +1,11 @@
-/* Stage-removal probes of the attention pipeline (issue 46, "what bounds it"): compile-time switches
- * that take one part of a tile's work out of a build, so that what is left can be timed
- * (bench/attend_probes.py; the builds: -Dattend_probes=true, kernels/ and bench/meson.build). Off in
- * every normal build: NVFP4_MLA_ATTEND_PROBE is 0 unless a probe build passes it, every switch is a
- * constant of it (att_probe, att_probe_keeps) that is false there, and at 0 the attention kernels'
- * objects are the same byte for byte as without the switches (docs/performance-notes.md, "Stage-removal
- * probes", says how that was shown).
- *
- * A probe's outputs are garbage by design: it times, it does not compute. What each keeps is every
- * barrier protocol (the mbarrier arrivals and waits, named barriers, the consumers' releases), every
- * index a loop or a wait needs (the cursor's walk, the key metadata the consumers read), and every
- * address in bounds: a probe build neither hangs nor touches memory a normal build would not. The
- * producer probes start after its warm tiles (att_probe_warm_tiles): until then it loads and writes
- * for real, so that every ring block and raw stage holds a real tile's bytes that the later, skipped
- * tiles then reuse.
+/* Stage-removal probes of the attention pipeline: compile-time switches that take one part of a
+ * tile's work out of a build, so that what is left can be timed (bench/attend_probes.py;
+ * -Dattend_probes=true). Off in every normal build: NVFP4_MLA_ATTEND_PROBE is 0 and every switch a
+ * constant false of it (docs/performance-notes.md, "Stage-removal probes"). A probe's outputs are
+ * garbage by design; it keeps every barrier protocol, every index a loop or a wait needs and every
+ * address in bounds, so it neither hangs nor touches memory a normal build would not. The producer
+ * probes start after its warm tiles (att_probe_warm_tiles), so that every ring block and raw stage
+ * holds a real tile's bytes that the skipped tiles then reuse.
  */
 #ifndef NVFP4_MLA_ATTEND_PROBE_CUH
 #define NVFP4_MLA_ATTEND_PROBE_CUH

@@ -1,21 +1,15 @@
-/* The wide consumer's pieces (lib/attend_pipeline.cuh), sm_90a: two warpgroups serving 64 heads of
- * one query (h > 32; h = 128 runs as two items per query). The two wide schedules' CTAs
- * (schedules/wide_twobuf/wide_twobuf.cuh, schedules/wide_ring/wide_ring.cuh) run them per tile.
+/* The wide consumer's pieces, sm_90a: two warpgroups serving 64 heads of one query (h > 32; h = 128
+ * runs as two items per query), run per tile by the wide schedules' consumer loops
+ * (schedules/wide_twobuf/wide_twobuf.cuh, schedules/wide_ring/wide_ring.cuh).
  *
- *   S [64 heads, 64 keys]       = Q . K^T     warpgroup 0 alone (A = Q, B = the operand blocks,
- *                                             both K-major; N = 64)
- *   O [64 heads, 256 dims]     += P . V       warpgroup c owns dims 256c..256c+255 (warpgroup 0:
- *                                             P from its registers; warpgroup 1: from the P tile;
- *                                             B = the blocks MN-major)
+ *   S [64 heads, 64 keys]       = Q . K^T     warpgroup 0 alone (A = Q, B = the blocks, K-major)
+ *   O [64 heads, 256 dims]     += P . V       warpgroup c owns dims 256c..; warpgroup 0 takes P from
+ *                                             its registers, warpgroup 1 from shared memory
  *
- * Why this split: 64 heads x 512 dims of f32 accumulators fill half the register file, so O must
- * be split by dims across the two warpgroups. Scores for all 64 keys in one warpgroup read Q once
- * a tile (two warpgroups of 32 keys read it twice), keep whole rows in one warpgroup (no maxima
- * cross warpgroups), and let warpgroup 0 go on to the next tile's Q.K^T while warpgroup 1 runs
- * this tile's P.V (in the two-buffer kind; in the 656 kind's 12-block ring the next tile needs blocks
- * that warpgroup 1 frees last). Warpgroup 1 then needs far fewer registers, which go to the
- * producers. FlashMLA's Hopper FP8 decode splits its consumers the same way
- * (docs/performance-notes.md, attend_wide).
+ * 64 x 512 f32 accumulators fill half the register file, so O is split by dims; scores for all 64
+ * keys in one warpgroup read Q once a tile and keep whole rows there (no maxima cross warpgroups),
+ * and warpgroup 0 goes on to the next tile's Q.K^T while warpgroup 1 runs this tile's P.V, with far
+ * fewer registers (docs/performance-notes.md, attend_wide).
  */
 #ifndef NVFP4_MLA_WIDE_CONSUMER_CUH
 #define NVFP4_MLA_WIDE_CONSUMER_CUH

@@ -1,23 +1,13 @@
-/* The two-buffer wide schedule's producer (wide_twobuf.cuh): records loaded into the producer threads'
- * registers a tile ahead and written from there into two tile buffers. Its record rules
- * (dequantisation, key metadata, the tile walk) are lib/attend_producer.cuh's. */
+/* The two-buffer wide schedule's producer (wide_twobuf.cuh; record rules: lib/attend_producer.cuh).
+ * The ring is two tiles: 18 blocks, tile X the contiguous buffer X & 1 (RoPE block, latent blocks
+ * 0..7; tile_buffer). Beside 72 KB of Q there is no room for raw stages, so thread t (key_part: key
+ * k, part p of 4) loads its quarter of key k's record of tile X + 1 into registers right after
+ * writing tile X: the loads are in flight while it waits for the buffer to be freed, which it then
+ * writes in one pass (docs/performance-notes.md, attend_producer_twobuf). */
 #ifndef NVFP4_MLA_TWOBUF_PRODUCER_CUH
 #define NVFP4_MLA_TWOBUF_PRODUCER_CUH
 
 #include "lib/attend_producer.cuh"
-
-/* ---- producer of the two-buffer tile buffers (the wide kind) ----
- *
- * The ring is two tiles: 18 blocks, tile X's nine blocks the contiguous buffer X & 1 (RoPE block,
- * then latent blocks 0..7; tile_buffer). Beside 72 KB of Q there is no room for raw stages as
- * well as two buffers, so the records are staged in the producer's registers instead: thread t
- * (key_part: key k, part p of 4) loads its quarter of key k's record of tile X + 1 (64 code bytes,
- * 8 group-scale codes, 16 RoPE codes or 32 RoPE bytes, and for part 0 the two scales) right after
- * writing tile X, so the loads are in flight while it waits for tile X - 1's consumers to free
- * the buffer, and the buffer is then written from registers in one pass, where bulk copies into
- * each buffer's tail could only be issued once tile X - 2's P.V had freed it
- * (docs/performance-notes.md, attend_producer_twobuf). Which layouts pair: wide_uses_twobuf
- * (attend_plan.h). */
 
 /* A producer thread's quarter of one record (zeros for an entry that counts nothing): 64 code
  * bytes, 8 group-scale codes and a quarter of the RoPE, rope_chunks 16-byte chunks (16 E4M3 codes,
@@ -33,12 +23,11 @@ struct record_quarter {
     bool valid;
 };
 
-/* ---- the slot ring (issue 46's first design) ----
+/* ---- the slot ring ----
  *
- * The producer's loads of a tile were two dependent round trips, the slot index and then the records
- * it names, both on its chain (Nsight Compute at b 128, h 128: 12.6% of the producer's samples waited
- * on the slot, 17.9% on the records). So the slots come from a ring in shared memory (slot_ring; 4
- * tiles, 1 KB, in the two-buffer schedule's fixed area: wide_twobuf_red), written ATT_SLOT_AHEAD tiles
+ * Loading a tile's slot indices and then the records they name put two dependent round trips on the
+ * producer's chain (docs/performance-notes.md, "Issue 46's designs"). So the slots come from a ring in
+ * shared memory (slot_ring; 4 tiles, 1 KB, in the fixed area: wide_twobuf_red), written ATT_SLOT_AHEAD tiles
  * ahead by the value warpgroup (wide_twobuf.cuh, warpgroup 1, which waits for warpgroup 0's P most
  * of each tile): it loads the raw slots of tile X + 3 at the start of its tile X and stores them
  * before it frees tile X's RoPE block. The producer reads them after it has waited for tile X's

@@ -34,10 +34,8 @@ static __host__ __device__ constexpr bool wide_twobuf_rope_f16() {
  * next tile's Q.K^T. They meet twice a tile: BAR_WIDE_P (P and alpha written) and BAR_WIDE_P_FREE
  * (warpgroup 1 done with them, before the next tile's are written). Both sides bar.sync on both,
  * although each barrier only needs the other side's bar.arrive: the side that would only arrive
- * reaches the other barrier next and waits there anyway (no slower on the H200), and
- * compute-sanitizer racecheck orders no accesses across a bar.arrive (with arrivals it reported the
- * WAR hazards of alpha and of the next item's Q over the staged outputs, which the barriers do
- * order). ROPE_F16: the RoPE blocks and Q's RoPE part are f16 (wide_twobuf_rope_f16). ROW_Q: Q
+ * reaches the other barrier next and waits there anyway, and compute-sanitizer racecheck orders no
+ * accesses across a bar.arrive (docs/performance-notes.md, attend_wide). ROPE_F16: the RoPE blocks and Q's RoPE part are f16 (wide_twobuf_rope_f16). ROW_Q: Q
  * loaded with load_q_rows (short items: attend_variant_of picks), else with
  * load_q_chunks (lib/attend_consumer.cuh says why). One instantiation a warpgroup: ptxas allocates
  * each setmaxnreg region to its own count only when the code after it is its own (with one body for
