@@ -40,9 +40,10 @@ static void plan_row(const nvfp4_mla_attend_kernel_args_t *a, char *out, size_t 
     snprintf(out, size,
              "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%lld\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%llu",
              kind_names[attend_kind_of(&p)], variant_names[attend_variant_of(&p)], p.heads, p.groups, p.splits,
-             p.tiles_per_split, p.grid, (long long)p.items, p.stages, p.ring_blocks, flow_names[p.flow], schedule_names[p.schedule], p.threads,
-             p.bytes, p.one_launch, attend_placement_cluster(a, &p), p.off_q, p.off_p, p.off_ring, p.off_raw,
-             p.off_valid, p.off_meta, p.off_red, p.off_bar, (unsigned long long)attend_workspace_of(a, &p));
+             p.tiles_per_split, p.grid, (long long)p.items, p.stages, p.ring_blocks, flow_names[p.flow],
+             schedule_names[p.schedule], p.threads, p.bytes, p.one_launch, attend_placement_cluster(a, &p), p.off_q,
+             p.off_p, p.off_ring, p.off_raw, p.off_valid, p.off_meta, p.off_red, p.off_bar,
+             (unsigned long long)attend_workspace_of(a, &p));
 }
 
 /* Every row of the table for `device`, against the plan made now; returns the rows checked. */

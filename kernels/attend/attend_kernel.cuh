@@ -70,8 +70,10 @@ __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
 #if NVFP4_HAVE_WGMMA
             if (threadIdx.x < ATT_WARPGROUP) {
                 setmaxnreg_inc<ATT_SCORE_REGS>();
-                if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF) wide_twobuf_consumer<RB, 0, ROW_Q, wide_twobuf_rope_f16<RB, ROW_Q>()>(a, pl, smem, threadIdx.x);
-                else wide_ring_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
+                if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF)
+                    wide_twobuf_consumer<RB, 0, ROW_Q, wide_twobuf_rope_f16<RB, ROW_Q>()>(a, pl, smem, threadIdx.x);
+                else
+                    wide_ring_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
             } else {
                 if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF) {
                     setmaxnreg_inc<ATT_VALUE_REGS>();

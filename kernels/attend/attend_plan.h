@@ -1,9 +1,10 @@
 /* The attention launch's plan, on the host (attend_plan.c): which schedule takes the call, how its
  * work is cut into items (query, head group, top-k split), and where everything lives in a CTA's
- * shared memory (the schedule's fit function). Pure arithmetic on the shapes and on the device limits the context read once at
- * init (SM count, opt-in shared memory per block after NVFP4_MLA_ATTEND_SMEM_CAP, architecture,
- * NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE), in C, so that the workspace query and the launch
- * agree without a device call and tests/test_attend_plan.c holds the table without a GPU.
+ * shared memory (the schedule's fit function). Pure arithmetic on the shapes and on the device
+ * limits the context read once at init (SM count, opt-in shared memory per block after
+ * NVFP4_MLA_ATTEND_SMEM_CAP, architecture, NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE), in C, so
+ * that the workspace query and the launch agree without a device call and tests/test_attend_plan.c
+ * holds the table without a GPU.
  *
  * Also here, because both the plan and the kernels (kernels/attend/attend_kernel.cuh) read them: the
  * table of schedules (each one's map: schedules/<name>/<name>_map.h; what all share:

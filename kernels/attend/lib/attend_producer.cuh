@@ -300,8 +300,9 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
     for (uint32_t tile = 0; tile < issued; tile++) {
         const int stage = (int)(tile % (uint32_t)pl.stages);
         /* The next copies' slots, in flight during this tile's dequantisation. */
-        const int32_t next =
-            cur.valid && att_probe_keeps<ATT_PROBE_NO_LOADS>(issued, warm) ? load_tile_slot<PT>(a, cur, warp, lane) : -1;
+        const int32_t next = cur.valid && att_probe_keeps<ATT_PROBE_NO_LOADS>(issued, warm)
+                                 ? load_tile_slot<PT>(a, cur, warp, lane)
+                                 : -1;
         mbar_wait(&bars.raw_full[stage], (tile / (uint32_t)pl.stages) & 1u);
         const uint8_t *raw = smem + pl.off_raw + stage * ATT_KEYS * RB;
         const uint8_t *valid = smem + pl.off_valid + stage * ATT_KEYS;
@@ -313,11 +314,12 @@ static __device__ void attend_producer(const nvfp4_mla_attend_kernel_args_t &a, 
             if (att_probe_keeps<ATT_PROBE_NO_DEQUANT>(tile, warm)) {
                 dequant_rope<RB, PT>(raw, valid, smem + pl.off_ring + s0 * ATT_BLOCK, t);
                 dequant_latent_tile<RB, PT>(
-                    raw, valid, smem + pl.off_ring, [&](uint32_t b) { return ring_index_after(s0, 1 + b, pl) * ATT_BLOCK; },
-                    t);
+                    raw, valid, smem + pl.off_ring,
+                    [&](uint32_t b) { return ring_index_after(s0, 1 + b, pl) * ATT_BLOCK; }, t);
             }
             fence_proxy_async();
-            for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.block_full[ring_index_after(s0, i, pl)]);
+            for (int i = 0; i < ATT_TILE_BLOCKS; i++)
+                mbar_arrive(&bars.block_full[ring_index_after(s0, i, pl)]);
             pos += ATT_TILE_BLOCKS;
         }
         for (int i = 0; i < per_tile && !plan_resident(&pl); i++, pos++) {

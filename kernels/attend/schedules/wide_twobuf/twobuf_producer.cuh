@@ -160,12 +160,14 @@ static __device__ void attend_producer_twobuf(const nvfp4_mla_attend_kernel_args
         else
             probe_write_quarter<RB>(a, q, buf, &meta[tile % ATT_META_RING], k, part);
         fence_proxy_async(); /* generic writes -> the consumers' wgmma (async proxy) reads */
-        for (int i = 0; i < ATT_TILE_BLOCKS; i++) mbar_arrive(&bars.block_full[ATT_TILE_BLOCKS * b + i]);
+        for (int i = 0; i < ATT_TILE_BLOCKS; i++)
+            mbar_arrive(&bars.block_full[ATT_TILE_BLOCKS * b + i]);
         cursor_next(a, pl, cur);
-        if (att_probe_keeps<ATT_PROBE_NO_LOADS>(tile + 1, warm)) { /* the next tile's, in flight through the next wait */
+        if (att_probe_keeps<ATT_PROBE_NO_LOADS>(tile + 1,
+                                                warm)) { /* the next tile's, in flight through the next wait */
             const int32_t raw = tile + 1 < ATT_SLOT_AHEAD ? cursor_slot(a, cur, k)
-                                : cur.valid                ? slot_ring(smem, pl, tile + 1)[k]
-                                                           : -1;
+                                : cur.valid               ? slot_ring(smem, pl, tile + 1)[k]
+                                                          : -1;
             load_quarter<RB>(a, pl, raw, part, q);
         }
     }

@@ -35,11 +35,11 @@ static __host__ __device__ constexpr bool wide_twobuf_rope_f16() {
  * (warpgroup 1 done with them, before the next tile's are written). Both sides bar.sync on both,
  * although each barrier only needs the other side's bar.arrive: the side that would only arrive
  * reaches the other barrier next and waits there anyway, and compute-sanitizer racecheck orders no
- * accesses across a bar.arrive (docs/performance-notes.md, attend_wide). ROPE_F16: the RoPE blocks and Q's RoPE part are f16 (wide_twobuf_rope_f16). ROW_Q: Q
- * loaded with load_q_rows (short items: attend_variant_of picks), else with
- * load_q_chunks (lib/attend_consumer.cuh says why). One instantiation a warpgroup: ptxas allocates
- * each setmaxnreg region to its own count only when the code after it is its own (with one body for
- * both, all of it got 128). */
+ * accesses across a bar.arrive (docs/performance-notes.md, attend_wide). ROPE_F16: the RoPE blocks
+ * and Q's RoPE part are f16 (wide_twobuf_rope_f16). ROW_Q: Q loaded with load_q_rows (short items:
+ * attend_variant_of picks), else with load_q_chunks (lib/attend_consumer.cuh says why). One
+ * instantiation a warpgroup: ptxas allocates each setmaxnreg region to its own count only when the
+ * code after it is its own (with one body for both, all of it got 128). */
 template <int RB, int CW, bool ROW_Q, bool ROPE_F16>
 static __device__ void wide_twobuf_consumer(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                             uint8_t *smem, int t) {

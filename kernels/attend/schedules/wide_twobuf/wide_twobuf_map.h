@@ -31,8 +31,11 @@ static_assert(sizeof(wide_twobuf_red) == ATT_WIDE_RED_BYTES + ATT_SLOT_RING * AT
 
 /* Its row of attend_schedules: 256 consumers, 256 producers (a quarter record a thread, four a
  * key); a block is freed by the one warpgroup that reads it last. */
-#define WIDE_TWOBUF_FACTS                                                                                               \
-    {1, ATT_WIDE_CONSUMERS, 2 * ATT_WARPGROUP, ATT_TWOBUF_PRODUCER_REGS, ATT_WARPGROUP, ATT_TWOBUF_RED_BYTES, VARIANT_ROW_Q}
+#define WIDE_TWOBUF_FACTS                                                                                              \
+    {                                                                                                                  \
+        1, ATT_WIDE_CONSUMERS, 2 * ATT_WARPGROUP, ATT_TWOBUF_PRODUCER_REGS, ATT_WARPGROUP, ATT_TWOBUF_RED_BYTES,       \
+            VARIANT_ROW_Q                                                                                              \
+    }
 
 #ifndef __cplusplus /* the plan's (attend_plan.c); the kernels read only the numbers */
 /* The map: Q 72 KB, two tile buffers of 72 KB, P in each tile's RoPE block (220 KB in all). */
@@ -40,7 +43,8 @@ static inline bool wide_twobuf_fit(attend_plan *p, int record_bytes, int contigu
     *p = (attend_plan){0};
     p->wide = 1, p->wgmma = 1, p->heads = 64, p->contiguous = contiguous, p->off_q = 0;
     p->off_p = -1, p->off_ring = ATT_TILE_BLOCKS * ATT_BLOCK; /* after Q's blocks */
-    p->schedule = SCHEDULE_WIDE_TWOBUF, p->flow = ATT_FLOW_RESIDENT, p->stages = 0, p->ring_blocks = ATT_TILE_BLOCKS * ATT_TILE_BUFFERS;
+    p->schedule = SCHEDULE_WIDE_TWOBUF, p->flow = ATT_FLOW_RESIDENT, p->stages = 0,
+    p->ring_blocks = ATT_TILE_BLOCKS * ATT_TILE_BUFFERS;
     p->threads = threads;
     return place_tail(p, record_bytes, ATT_TWOBUF_RED_BYTES) <= budget;
 }
