@@ -55,7 +55,7 @@ DEVICE = "cuda"
 PLAN_TABLE = os.path.join(ROOT, "tests", "data", "attend_plan.tsv")
 PROBE_FILE = re.compile(r"libnvfp4_mla_attend_probe(\d+)\.so$")
 # The switches (kernels/attend/lib/attend_probe.cuh, ATT_PROBE_*): bit -> name.
-SWITCHES = {1: "NO_LOADS", 2: "NO_DEQUANT", 4: "NO_MMA"}
+SWITCHES = {1: "NO_LOADS", 2: "NO_DEQUANT", 4: "NO_MMA", 8: "NO_PV_VALUE", 16: "NO_PV_SCORE"}
 # What a build leaves out, by its bits (0: the plugin as committed).
 WHAT = {0: "as committed",
         1: "producer: no global loads after its warm tiles (dequantises the bytes it holds)",
@@ -64,7 +64,9 @@ WHAT = {0: "as committed",
         4: "consumers: no wgmma / mma.sync (waits, softmax, P and releases kept)",
         5: "no producer loads, no tensor-core products",
         6: "no dequantisation, no tensor-core products",
-        7: "all three: barriers, key metadata and the softmax alone"}
+        7: "all three: barriers, key metadata and the softmax alone",
+        8: "wide kind: value warpgroup 1's P.V skipped (dims 256..511)",
+        16: "wide kind: score warpgroup 0's P.V skipped (dims 0..255)"}
 # The cases: (name, batch, s_q, heads, launches between events); a case's queries are batch x s_q.
 CASES = (("decode b=128 h=64", 128, 1, 64, 20), ("decode b=128 h=128", 128, 1, 128, 20),
          ("prefill 4096 h=128", 1, 4096, 128, 3))

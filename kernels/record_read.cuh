@@ -52,6 +52,22 @@ static __device__ __forceinline__ uint32_t e4m3x4_finite(uint32_t w) {
     return w - (nan >> 7);
 }
 
+/* Tests for the corrupt codes above, cheaper than the fixes when OR-ed over many words and voted on
+ * once (the readers' hot loops take the fixing path only when some lane of the warp has a corrupt
+ * word: never on records a writer made, which keeps the outputs bit-identical at about half the
+ * instructions; performance-notes.md, "The 656 reader's vote"). Bit 7 of each byte of
+ * e4m3x4_nan_bits is set exactly for the codes 0x7F / 0xFF (the masked byte is at most 0x7F, so
+ * adding 1 carries into no other byte); bit 15 of each half of bf16x2_nonfinite_bits exactly for a
+ * NaN or +-Inf half (at most 0x7F80 + 0x0080). */
+static __device__ __forceinline__ uint32_t e4m3x4_nan_bits(uint32_t w) {
+    return (w & 0x7F7F7F7Fu) + 0x01010101u;
+}
+#define E4M3_NAN_BITS 0x80808080u
+static __device__ __forceinline__ uint32_t bf16x2_nonfinite_bits(uint32_t w) {
+    return (w & 0x7F807F80u) + 0x00800080u;
+}
+#define BF16_NONFINITE_BITS 0x80008000u
+
 /* ---- the layouts ---- */
 
 /* How a reader addresses and interprets records of RB bytes (docs/record-format.md sections 2 and
@@ -113,9 +129,12 @@ static __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_codes) {
 }
 
 /* Eight E4M3 codes (bytes of lo, hi) times a binary32 scale, rounded to bf16 like the CPU decoder;
- * `interleave` gives the latent order (0,4),(1,5),(2,6),(3,7), else natural pairs (RoPE). */
+ * `interleave` gives the latent order (0,4),(1,5),(2,6),(3,7), else natural pairs (RoPE). FINITE:
+ * the NaN codes read as the largest finite (e4m3x4_finite); false only where the caller has voted
+ * that no such code is among them (e4m3x4_nan_bits). */
+template <bool FINITE = true>
 static __device__ __forceinline__ uint4 e4m3x8_scaled(uint32_t lo, uint32_t hi, float scale, bool interleave) {
-    lo = e4m3x4_finite(lo), hi = e4m3x4_finite(hi);
+    if (FINITE) lo = e4m3x4_finite(lo), hi = e4m3x4_finite(hi);
     uint32_t w[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {

@@ -55,8 +55,8 @@ __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
         if constexpr (F.producer_regs > 0) setmaxnreg_dec<F.producer_regs>();
 #endif
         if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF)
-            attend_producer_twobuf<RB, PRODUCERS, wide_twobuf_rope_f16<RB, ROW_Q>()>(a, pl, smem,
-                                                                                    threadIdx.x - CONSUMERS);
+            attend_producer_twobuf<RB, PRODUCERS, wide_twobuf_rope_f16<RB, ROW_Q>(), wide_twobuf_slot_ring<ROW_Q>()>(
+                a, pl, smem, threadIdx.x - CONSUMERS);
         else
             attend_producer<RB, PRODUCERS, !WIDE, meta_of<WIDE>>(a, pl, smem, threadIdx.x - CONSUMERS);
         if constexpr (ONE_LAUNCH)

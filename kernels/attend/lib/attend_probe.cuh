@@ -34,7 +34,13 @@ enum {
      * and the epilogue stay; the mma.sync kinds' ldmatrix go with their products (ptxas drops loads
      * whose registers nothing reads). */
     ATT_PROBE_NO_MMA = 4,
-    ATT_PROBE_ALL = 7,
+    /* The wide kind's P.V products of one warpgroup alone (its wgmma skipped, as NO_MMA skips them;
+     * everything else kept): value warpgroup 1's (dims 256..511, P from the P tile) or score
+     * warpgroup 0's (dims 0..255, P from its registers). What each saves bounds moving that half of
+     * P.V under the softmax (performance-notes.md, "P.V under the softmax"). */
+    ATT_PROBE_NO_PV_VALUE = 8,
+    ATT_PROBE_NO_PV_SCORE = 16,
+    ATT_PROBE_ALL = 31,
 };
 static_assert((NVFP4_MLA_ATTEND_PROBE & ~ATT_PROBE_ALL) == 0, "NVFP4_MLA_ATTEND_PROBE: bits of ATT_PROBE_*");
 

@@ -153,6 +153,25 @@ static __device__ __forceinline__ void dequant_latent(const uint8_t *stage, cons
     }
 }
 
+/* Latent groups gl0 .. gl0 + 3 of key k (656 records: 16 E4M3 codes each in c[], with their 128-value
+ * tiles' scales) into their blocks at base + blk_off(block). FINITE: dequant_latent_tile's vote. */
+template <bool FINITE, typename BlockOff>
+static __device__ __forceinline__ void store_fp8_groups(uint8_t *base, BlockOff blk_off, int k, int gl0,
+                                                        const uint4 *c, float4 tiles) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int gl = gl0 + i, b = gl >> 2, gq = gl & 3;
+        const float scale = stored_tile_scale((b >> 1) == 0   ? tiles.x
+                                              : (b >> 1) == 1 ? tiles.y
+                                              : (b >> 1) == 2 ? tiles.z
+                                                              : tiles.w);
+        uint8_t *blk = base + blk_off((uint32_t)b);
+        *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq)) = e4m3x8_scaled<FINITE>(c[i].x, c[i].y, scale, true);
+        *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq + 8)) =
+            e4m3x8_scaled<FINITE>(c[i].z, c[i].w, scale, true);
+    }
+}
+
 /* The whole tile at once (resident rings): thread t takes one key and one latent part (key_part) of P =
  * PT / 64 parts (G = 32 / P groups: 16 for 128 producer threads, 8 for 256): its 8G code bytes and
  * G scale codes come in vector loads and give 2G independent 8-element chunks, which is what keeps
@@ -171,18 +190,23 @@ static __device__ __forceinline__ void dequant_latent_tile(const uint8_t *stage,
     if (L::fp8_latent) {
         const float4 tiles =
             v ? *reinterpret_cast<const float4 *>(rec + L::tile_scale_offset) : make_float4(0, 0, 0, 0);
+        /* Four groups at a time, their 16 code words tested for NaN codes with one vote
+         * (e4m3x4_nan_bits): the per-word fix only where a lane of the warp holds one. */
 #pragma unroll
-        for (int i = 0; i < G; i++) { /* 16 bytes = chunks 2i, 2i+1 of this part = group i */
-            const uint4 c =
-                v ? *reinterpret_cast<const uint4 *>(rec + L::payload_offset + 16 * G * half + 16 * i) : z;
-            const int gl = G * half + i, b = gl >> 2, gq = gl & 3;
-            const float scale = stored_tile_scale((b >> 1) == 0   ? tiles.x
-                                                  : (b >> 1) == 1 ? tiles.y
-                                                  : (b >> 1) == 2 ? tiles.z
-                                                                  : tiles.w);
-            uint8_t *blk = base + blk_off((uint32_t)b);
-            *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq)) = e4m3x8_scaled(c.x, c.y, scale, true);
-            *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 16 * gq + 8)) = e4m3x8_scaled(c.z, c.w, scale, true);
+        for (int i0 = 0; i0 < G; i0 += 4) {
+            uint4 c[4];
+            uint32_t bad = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) { /* 16 bytes = chunks 2i, 2i+1 of this part = group i0 + i */
+                c[i] = v ? *reinterpret_cast<const uint4 *>(rec + L::payload_offset + 16 * G * half + 16 * (i0 + i))
+                         : z;
+                bad |= e4m3x4_nan_bits(c[i].x) | e4m3x4_nan_bits(c[i].y) | e4m3x4_nan_bits(c[i].z) |
+                       e4m3x4_nan_bits(c[i].w);
+            }
+            if (__any_sync(0xFFFFFFFFu, bad & E4M3_NAN_BITS))
+                store_fp8_groups<true>(base, blk_off, k, G * half + i0, c, tiles);
+            else
+                store_fp8_groups<false>(base, blk_off, k, G * half + i0, c, tiles);
         }
     } else {
         uint32_t scw[4];
@@ -231,12 +255,18 @@ static __device__ __forceinline__ void dequant_rope(const uint8_t *stage, const 
             const uint4 c = v ? *reinterpret_cast<const uint4 *>(rec + L::rope_offset + 8 * C * part + 16 * i) : z;
             e4m3x16_bf16(c, out[2 * i], out[2 * i + 1]);
         }
-    } else {
+    } else { /* stored bf16: the NaN / Inf rule (stored_rope_bf16) only where a lane of the warp needs it */
+        uint32_t bad = 0;
 #pragma unroll
-        for (int i = 0; i < C; i++)
-            out[i] =
-                v ? stored_rope_bf16(*reinterpret_cast<const uint4 *>(rec + L::rope_offset + 16 * C * part + 16 * i))
-                  : z;
+        for (int i = 0; i < C; i++) {
+            out[i] = v ? *reinterpret_cast<const uint4 *>(rec + L::rope_offset + 16 * C * part + 16 * i) : z;
+            bad |= bf16x2_nonfinite_bits(out[i].x) | bf16x2_nonfinite_bits(out[i].y) |
+                   bf16x2_nonfinite_bits(out[i].z) | bf16x2_nonfinite_bits(out[i].w);
+        }
+        if (__any_sync(0xFFFFFFFFu, bad & BF16_NONFINITE_BITS)) {
+#pragma unroll
+            for (int i = 0; i < C; i++) out[i] = stored_rope_bf16(out[i]);
+        }
     }
 #pragma unroll
     for (int i = 0; i < C; i++) *reinterpret_cast<uint4 *>(blk + swizzle_off(k, 8 * C * part + 8 * i)) = out[i];

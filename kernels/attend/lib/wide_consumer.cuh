@@ -183,7 +183,10 @@ static __device__ __forceinline__ void wide_pv(const attend_plan &pl, uint8_t *s
     uint64_t vd[4];
 #pragma unroll
     for (int b = 0; b < 4; b++) vd[b] = sw128_desc(warp_uniform(tl.block(smem, pl, first + b)), 1024, ATT_BLOCK);
-    if constexpr (TWOBUF) { /* contiguous blocks: two n128 wgmma a k-step (performance-notes.md, wide_pv) */
+    if constexpr (att_probe<P_IN_REGS ? ATT_PROBE_NO_PV_SCORE : ATT_PROBE_NO_PV_VALUE>()) {
+#pragma unroll
+        for (int b = 0; b < 4; b++) att_probe_mma_skipped<32>(st.o[b]);
+    } else if constexpr (TWOBUF) { /* contiguous blocks: two n128 wgmma a k-step (performance-notes.md, wide_pv) */
         float *o = &st.o[0][0]; /* o + 64h = st.o[2h], st.o[2h + 1]: block b's columns at o + 32b */
         const uint64_t pd = sw128_desc(warp_uniform(smem_addr(pbuf)), 1024, 16);
 #pragma unroll

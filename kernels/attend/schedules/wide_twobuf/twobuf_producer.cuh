@@ -33,7 +33,8 @@ struct record_quarter {
  * before it frees tile X's RoPE block. The producer reads them after it has waited for tile X's
  * nine blocks to be free (to write X + 2), an acquire of that release; and the ring place of X + 3 was
  * last read (for tile X - 1) before the producer wrote X - 1 < X, which warpgroup 1 waited for.
- * The producer's first ATT_SLOT_AHEAD tiles load their slots themselves. */
+ * The producer's first ATT_SLOT_AHEAD tiles load their slots themselves, and all of them where the
+ * instantiation has no ring (RING false: wide_twobuf_slot_ring). */
 
 /* Tile `tile`'s place in the slot ring: [64 keys] raw slots (-1 past the span's end). */
 static __device__ __forceinline__ int32_t *slot_ring(uint8_t *smem, const attend_plan &pl, uint32_t tile) {
@@ -133,7 +134,7 @@ static __device__ __forceinline__ void probe_write_quarter(const nvfp4_mla_atten
  * (tile_buffer), written once tile X - 2's consumers have freed all nine of its blocks;
  * metadata X % 4 (last read by tile X - 4's consumers, whose blocks were all freed before tile
  * X - 2's could be written). */
-template <int RB, int PT, bool ROPE_F16>
+template <int RB, int PT, bool ROPE_F16, bool RING>
 static __device__ void attend_producer_twobuf(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
                                               uint8_t *smem, int t) {
     static_assert(producer_shape<PT>::parts == 4, "a quarter record a thread");
@@ -165,7 +166,7 @@ static __device__ void attend_producer_twobuf(const nvfp4_mla_attend_kernel_args
         cursor_next(a, pl, cur);
         if (att_probe_keeps<ATT_PROBE_NO_LOADS>(tile + 1,
                                                 warm)) { /* the next tile's, in flight through the next wait */
-            const int32_t raw = tile + 1 < ATT_SLOT_AHEAD ? cursor_slot(a, cur, k)
+            const int32_t raw = !RING || tile + 1 < ATT_SLOT_AHEAD ? cursor_slot(a, cur, k)
                                 : cur.valid               ? slot_ring(smem, pl, tile + 1)[k]
                                                           : -1;
             load_quarter<RB>(a, pl, raw, part, q);

@@ -24,7 +24,17 @@
  * that one instantiation (a variant) can take the bf16 form while the others keep f16. */
 template <int RB, bool ROW_Q>
 static __host__ __device__ constexpr bool wide_twobuf_rope_f16() {
-    return record_layout<RB>::fp8_rope;
+    return record_layout<RB>::fp8_rope && !ROW_Q;
+}
+
+/* Whether an instantiation's producer takes its slots from the slot ring (twobuf_producer.cuh) that
+ * warpgroup 1 fills. ROW_Q (light calls: items of <= ATT_ROW_Q_TILES tiles) takes neither the ring
+ * nor the f16 RoPE: their per-item work (warpgroup 1's look-ahead walk before its Q copies; Q's RoPE
+ * conversion before the item barrier) sits on a light call's Q -> first Q.K^T chain, which is what
+ * such a call waits on (docs/performance-notes.md, "Light calls"). */
+template <bool ROW_Q>
+static __host__ __device__ constexpr bool wide_twobuf_slot_ring() {
+    return !ROW_Q;
 }
 
 #if NVFP4_HAVE_WGMMA
@@ -51,11 +61,12 @@ static __device__ void wide_twobuf_consumer(const nvfp4_mla_attend_kernel_args_t
     float *xalpha = red->wide.xalpha;
     /* ROPE_F16: the rows' 2^-s of Q's RoPE part (q_rope_to_f16) during an item's tiles */
     float *xshift = red->wide.x.xshift;
+    constexpr bool RING = wide_twobuf_slot_ring<ROW_Q>();
     uint32_t pos = 0, tile = 0;
     /* warpgroup 1: the walk ATT_SLOT_AHEAD tiles ahead whose slots it puts in the slot ring
      * (twobuf_producer.cuh), one key a thread of the first 64. */
     tile_cursor ahead;
-    if constexpr (CW == 1) {
+    if constexpr (RING && CW == 1) {
         ahead.item = blockIdx.x;
         cursor_seek(a, pl, ahead);
         for (int i = 0; i < ATT_SLOT_AHEAD; i++) cursor_next(a, pl, ahead);
@@ -95,8 +106,8 @@ static __device__ void wide_twobuf_consumer(const nvfp4_mla_attend_kernel_args_t
             } else {
                 /* tile + ATT_SLOT_AHEAD's slots, loading while this warpgroup waits for P */
                 int32_t ahead_slot = -1;
-                if ((t & 127) < ATT_KEYS) ahead_slot = cursor_slot(a, ahead, t & 127);
-                cursor_next(a, pl, ahead);
+                if (RING && (t & 127) < ATT_KEYS) ahead_slot = cursor_slot(a, ahead, t & 127);
+                if constexpr (RING) cursor_next(a, pl, ahead);
                 named_sync(BAR_WIDE_P, ATT_WIDE_CONSUMERS);
                 tl.wait(bars, pl, ATT_LATENT_BLOCKS); /* complete already (warpgroup 0 waited); this thread's acquire */
                 float alpha[2];
@@ -105,7 +116,7 @@ static __device__ void wide_twobuf_consumer(const nvfp4_mla_attend_kernel_args_t
                 wide_rescale(st, alpha);
                 wide_pv<true, false>(pl, smem, bars, st, tl, 5, nullptr, pbuf);
                 /* before the release that hands the buffer back (slot_ring says why) */
-                if ((t & 127) < ATT_KEYS) slot_ring(smem, pl, tile + ATT_SLOT_AHEAD)[t & 127] = ahead_slot;
+                if (RING && (t & 127) < ATT_KEYS) slot_ring(smem, pl, tile + ATT_SLOT_AHEAD)[t & 127] = ahead_slot;
                 tl.release(bars, pl, 0); /* P, in the RoPE block, is read */
                 if (k + 1 < tiles) named_sync(BAR_WIDE_P_FREE, ATT_WIDE_CONSUMERS);
             }
