@@ -23,6 +23,9 @@ plugindir=$(pc --variable=plugindir)
 libdir=$(pc --variable=libdir)
 [ -f "$plugindir/libnvfp4_mla.so" ] || { echo "FAIL: no $plugindir/libnvfp4_mla.so"; exit 1; }
 [ -f "$libdir/libnvfp4_mla_loader.a" ] || { echo "FAIL: no loader library in $libdir"; exit 1; }
+# The plugin's digest, recorded for the installed file (the loaders check it before dlopen: issue 58).
+(cd "$plugindir" && sha256sum -c --quiet libnvfp4_mla.so.sha256) || {
+    echo "FAIL: $plugindir/libnvfp4_mla.so.sha256 is missing or does not match the installed plugin"; exit 1; }
 case "$plugindir" in */nvfp4-mla) ;; *) echo "FAIL: plugindir $plugindir is not .../nvfp4-mla"; exit 1 ;; esac
 cat >"$stage/host.c" <<'C'
 #include <stdio.h>

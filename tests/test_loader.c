@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <elf.h>
 
 #include "nvfp4_mla_loader.h"
 
@@ -528,6 +529,129 @@ static void loader_should_refuse_files_that_are_not_this_hosts_shared_objects(vo
     copy_teardown(dir, path, bytes);
 }
 
+/* A copy of the real plugin's digest file beside `path` (its own name: the loader compares the digits). */
+static void copy_digest(const char *path) {
+    char from[4200], to[4200], line[256] = "";
+    snprintf(from, sizeof from, "%s.sha256", real_plugin);
+    snprintf(to, sizeof to, "%s.sha256", path);
+    FILE *f = fopen(from, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    f = fopen(to, "w");
+    assert_non_null(f);
+    fputs(line, f);
+    fclose(f);
+}
+
+/* The plugin's dynamic section: its file offset and entry count (from the PT_DYNAMIC program header). */
+static Elf64_Dyn *dynamic_section(unsigned char *bytes, size_t *count) {
+    Elf64_Ehdr eh;
+    memcpy(&eh, bytes, sizeof eh);
+    for (unsigned i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, bytes + eh.e_phoff + i * sizeof ph, sizeof ph);
+        if (ph.p_type == PT_DYNAMIC) {
+            *count = ph.p_filesz / sizeof(Elf64_Dyn);
+            return (Elf64_Dyn *)(void *)(bytes + ph.p_offset);
+        }
+    }
+    fail_msg("the plugin has no PT_DYNAMIC segment");
+    return NULL;
+}
+
+static Elf64_Dyn *dynamic_entry(unsigned char *bytes, Elf64_Sxword tag) {
+    size_t n;
+    Elf64_Dyn *d = dynamic_section(bytes, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (d[i].d_tag == tag) return &d[i];
+    }
+    fail_msg("the plugin's dynamic section has no tag 0x%llx", (unsigned long long)tag);
+    return NULL;
+}
+
+/* The corruptions of issue 58 (N2): bytes changed in place, the size kept, so the ELF check passes. */
+enum { CORRUPTIONS = 18 };
+static void corrupt(unsigned char *bytes, size_t len, int which) {
+    size_t n;
+    unsigned char *dyn = (unsigned char *)dynamic_section(bytes, &n);
+    static const Elf64_Sxword pointers[] = {DT_STRTAB, DT_SYMTAB, DT_GNU_HASH, DT_RELA};
+    unsigned long long x = 0x9E3779B97F4A7C15ull * (unsigned)(which + 1); /* a fixed pseudo-random stream */
+    if (which == 0 || which == 1) {
+        memset(dyn, which ? 0xFF : 0, n * sizeof(Elf64_Dyn)); /* the DYNAMIC segment zeroed, or all ones */
+    } else if (which < 6) {
+        dynamic_entry(bytes, pointers[which - 2])->d_un.d_ptr = 0x7ffffff00000ull; /* a bogus pointer */
+    } else if (which == 6) {
+        dynamic_entry(bytes, DT_RELASZ)->d_un.d_val = 1ull << 40;
+    } else if (which == 7) { /* RELACOUNT promises relative relocations: the first one is not (ld.so asserts) */
+        Elf64_Rela *r = (Elf64_Rela *)(void *)(bytes + dynamic_entry(bytes, DT_RELA)->d_un.d_ptr);
+        r->r_info = ELF64_R_INFO(0, R_X86_64_64);
+    } else {
+        const size_t span = which < 14 ? 8 : 2000; /* 8 bytes in .dynamic, or 2000 anywhere past the headers */
+        const size_t at = which < 14 ? (size_t)(dyn - bytes) + (size_t)(which - 8) * 80
+                                     : 4096 + (len - 8192) / 5 * (size_t)(which - 13);
+        for (size_t i = 0; i < span; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            bytes[at + i] = (unsigned char)(x >> 56);
+        }
+    }
+}
+
+/* Issue 58, N2: a corrupted (not cut short) plugin killed the host inside dlopen (9 of 32 corruptions:
+ * SIGSEGV; one ld.so assertion, exit 127). With the digest file the build records beside it, every
+ * corruption is refused before dlopen, naming both digests; without one, the plugin is loaded in a
+ * child process first, and whatever kills that child is refused, naming the signal or exit status;
+ * in every case the host (this test) lives on. */
+static void loader_should_keep_the_host_alive_on_a_damaged_plugin(void **state) {
+    (void)state;
+    size_t len;
+    char dir[] = "/tmp/nvfp4_dmg_XXXXXX", path[4096], sidecar[4200];
+    unsigned char *bytes = copy_setup(dir, path, sizeof path, &len);
+    unsigned char *damaged = malloc(len);
+    int killed = 0, loaded = 0;
+    assert_non_null(damaged);
+    snprintf(sidecar, sizeof sidecar, "%s.sha256", path);
+    for (int which = 0; which < CORRUPTIONS; which++) {
+        memcpy(damaged, bytes, len);
+        corrupt(damaged, len, which);
+        write_copy(path, damaged, len);
+        copy_digest(path);
+        assert_refused_file(path, "recorded in");
+        assert_refused_file(path, "when it was built or installed: the file changed since");
+        unlink(sidecar);
+        nvfp4_mla_loader_t l;
+        char msg[8192];
+        const int rc = nvfp4_mla_loader_open(&l, path, msg, sizeof msg);
+        if (rc == NVFP4_MLA_LOAD_OK) {
+            loaded++;
+            nvfp4_mla_loader_close(&l);
+            continue;
+        }
+        assert_string_equal(l.reason, which == 0 || which == 1 ? NVFP4_MLA_REASON_LOAD_ERROR : l.reason);
+        killed += strstr(msg, "in a child process first") != NULL;
+        if (which == 0) assert_contains(msg, "killed that process with signal 11 (Segmentation fault)");
+        if (which == 7) assert_contains(msg, "with exit status 127 (127: the dynamic loader stopped");
+    }
+    print_message("damaged plugins: %d of %d refused after killing the child that loaded them first, %d loaded\n",
+                  killed, CORRUPTIONS, loaded);
+    assert_true(killed >= 2);
+    /* A digest file that is not a digest is refused by name; the whole file with its digest loads. */
+    write_copy(path, bytes, len);
+    FILE *f = fopen(sidecar, "w");
+    assert_non_null(f);
+    fputs("not a digest\n", f);
+    fclose(f);
+    assert_refused_file(path, "does not start with the file's SHA-256 (64 hex digits");
+    copy_digest(path);
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, path, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    nvfp4_mla_loader_close(&l);
+    unlink(sidecar);
+    free(damaged);
+    copy_teardown(dir, path, bytes);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(loader_should_accept_a_current_plugin),
@@ -549,6 +673,7 @@ int main(void) {
         cmocka_unit_test(requirement_should_follow_the_records_rule),
         cmocka_unit_test(loader_should_refuse_a_plugin_file_cut_short),
         cmocka_unit_test(loader_should_refuse_files_that_are_not_this_hosts_shared_objects),
+        cmocka_unit_test(loader_should_keep_the_host_alive_on_a_damaged_plugin),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

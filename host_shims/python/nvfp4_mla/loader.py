@@ -12,10 +12,13 @@ tests/test_loading.py checks the words against the same mock plugins, host_shims
 """
 
 import ctypes as C
+import hashlib
 import os
 import platform
+import signal
 import stat
 import struct
+import subprocess
 import sys
 
 from . import _abi
@@ -211,10 +214,90 @@ def _elf_shape(fd):
     return None
 
 
+def _recorded_digest(sidecar):
+    """The 64 hex digits a digest file starts with (sha256sum's line; the name after them is not compared),
+    None when there is no such file, or a refusal (str) in the C loader's words."""
+    try:
+        fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read its digest file {sidecar}: {exc.strerror}"
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        text = os.pread(fd, 65, 0) if regular else b""
+    finally:
+        os.close(fd)
+    if not regular:
+        return None, f"its digest file {sidecar} is not a regular file"
+    digits = text[:64]
+    if len(digits) < 64 or any(c not in b"0123456789abcdefABCDEF" for c in digits) or \
+            (len(text) > 64 and text[64:65] not in (b" ", b"\t", b"\r", b"\n")):
+        return None, (f"its digest file {sidecar} does not start with the file's SHA-256 (64 hex digits, as "
+                      "sha256sum writes it): record it again with sha256sum, or remove the digest file")
+    return digits.decode("ascii").lower(), None
+
+
+def _digest_refusal(path):
+    """(refusal or None, whether a digest file was there): the C loader's check_digest. A corrupted plugin
+    (bytes changed in place: its dynamic section, its relocations) crashes the process that dlopen()s it;
+    the build and `meson install` record its SHA-256 beside it, which it must match before dlopen."""
+    sidecar = path + ".sha256"
+    recorded, refusal = _recorded_digest(sidecar)
+    if refusal or recorded is None:
+        return refusal, refusal is not None
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        return f"cannot read it to check its digest: {exc.strerror}", True
+    if digest.hexdigest() != recorded:
+        return (f"its SHA-256 is {digest.hexdigest()}, not the {recorded} recorded in {sidecar} when it was built or "
+                "installed: the file changed since (damaged on disk or in a copy?); reinstall it, or, after a "
+                "deliberate change such as strip, record it again (sha256sum FILE > FILE.sha256)"), True
+    return None, True
+
+
+_TRIAL = ("import ctypes, os, sys\n"
+          "try:\n    ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
+          "except OSError:\n    os._exit(3)\n"
+          "os._exit(0)\n")
+
+
+def _trial_refusal(path):
+    """The C loader's trial_load, for a plugin without a digest file: load it in a child process first (a
+    fresh interpreter, fork and exec: no lock of this process's threads is inherited), and refuse what
+    kills that child. None when the child loaded it or dlopen refused it (the host's own load says why)."""
+    head = f"loading it in a child process first (it has no digest file {path}.sha256)"
+    if not sys.executable:
+        return None  # an embedded interpreter with no executable to start: load as before
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _TRIAL, path], stdin=subprocess.DEVNULL,
+                              timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        return f"{head} did not finish in 60 s; the host did not load it"
+    except OSError as exc:
+        return f"it has no digest file ({path}.sha256), and it cannot be loaded in a child process first ({exc})"
+    if done.returncode < 0:
+        sig = -done.returncode
+        return (f"{head} killed that process with signal {sig} ({signal.strsignal(sig)}): the file is damaged (its "
+                "dynamic section or relocations?); the host did not load it")
+    if done.returncode not in (0, 3):
+        return (f"{head} ended that process with exit status {done.returncode} (127: the dynamic loader stopped on "
+                "an inconsistency): the file is damaged; the host did not load it")
+    return None
+
+
 def load(selection=None):
     """Loads and checks the plugin; raises PluginDisabled, PluginNotSelected or PluginError."""
     path = _select(selection)
     refusal = _elf_refusal(path)
+    if not refusal:
+        refusal, has_digest = _digest_refusal(path)
+        if not refusal and not has_digest and os.path.exists(path):
+            refusal = _trial_refusal(path)
     if refusal:
         raise PluginError(f"cannot load nvfp4-mla plugin {path}: {refusal}", "load_error")
     try:

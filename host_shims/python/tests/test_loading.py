@@ -1,5 +1,7 @@
 """Loading and the refusal matrix: the same mock plugins and the same words as the C loader."""
 import os
+import platform
+import struct
 
 import pytest
 
@@ -193,3 +195,68 @@ def test_loader_should_refuse_a_fifo_without_blocking(tmp_path):
     with pytest.raises(nvfp4_mla.PluginError, match="it is not a regular file") as err:
         nvfp4_mla.load(path)
     assert err.value.reason == "load_error"
+
+
+def _dynamic(data):
+    """(offset, size) of the plugin's PT_DYNAMIC segment, and its (tag, value) entries with their offsets."""
+    phoff, phentsize, phnum = struct.unpack_from("<Q", data, 32)[0], *struct.unpack_from("<HH", data, 54)
+    for i in range(phnum):
+        p_type, _flags, offset, _va, _pa, filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
+        if p_type == 2:  # PT_DYNAMIC
+            entries = {struct.unpack_from("<q", data, at)[0]: at for at in range(offset, offset + filesz, 16)}
+            return offset, filesz, entries
+    raise AssertionError("the plugin has no PT_DYNAMIC segment")
+
+
+def _damage(data, which):
+    offset, size, entries = _dynamic(data)
+    if which == "dynamic zeroed":
+        data[offset:offset + size] = bytes(size)
+    elif which == "bogus STRTAB":  # DT_STRTAB (5) points far outside the object
+        struct.pack_into("<Q", data, entries[5] + 8, 0x7FFFFFF00000)
+    elif which == "RELACOUNT lies":  # DT_RELA (7)'s first relocation is not the relative one RELACOUNT promises
+        rela = struct.unpack_from("<Q", data, entries[7] + 8)[0]
+        struct.pack_into("<Q", data, rela + 8, 1)  # r_info = R_X86_64_64, symbol 0
+    return data
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the corruptions are written for x86-64 ELF files")
+@pytest.mark.parametrize("which, child_words", [
+    ("dynamic zeroed", "killed that process with signal 11 (Segmentation fault)"),
+    ("bogus STRTAB", "killed that process with signal 11"),
+    ("RELACOUNT lies", "ended that process with exit status 127"),
+])
+def test_loader_should_keep_the_host_alive_on_a_damaged_plugin(tmp_path, plugin_path, which, child_words):
+    """Issue 58, N2: a corrupted (not cut short) plugin killed the host inside dlopen, in load() and so in
+    vLLM's register(). With the digest file the build records beside it, load() refuses it before
+    dlopen; without one, a child process loads it first, and what kills the child is refused. In the C
+    loader's words (tests/test_loader.c)."""
+    path = str(tmp_path / "libnvfp4_mla.so")
+    with open(path, "wb") as f:
+        f.write(_damage(bytearray(open(plugin_path, "rb").read()), which))
+    with open(plugin_path + ".sha256") as src, open(path + ".sha256", "w") as dst:
+        dst.write(src.read())
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        nvfp4_mla.load(path)
+    assert str(err.value).startswith(f"cannot load nvfp4-mla plugin {path}: its SHA-256 is ")
+    assert f"recorded in {path}.sha256 when it was built or installed: the file changed since" in str(err.value)
+    assert err.value.reason == "load_error"
+    os.unlink(path + ".sha256")
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        nvfp4_mla.load(path)
+    assert f"loading it in a child process first (it has no digest file {path}.sha256)" in str(err.value)
+    assert child_words in str(err.value)
+    assert err.value.reason == "load_error"
+
+
+def test_loader_should_refuse_a_digest_file_that_is_not_one(tmp_path, plugin_path):
+    path = str(tmp_path / "libnvfp4_mla.so")
+    with open(plugin_path, "rb") as src, open(path, "wb") as dst:
+        dst.write(src.read())
+    with open(path + ".sha256", "w") as f:
+        f.write("not a digest\n")
+    with pytest.raises(nvfp4_mla.PluginError, match=r"does not start with the file's SHA-256 \(64 hex digits"):
+        nvfp4_mla.load(path)
+    with open(plugin_path + ".sha256") as src, open(path + ".sha256", "w") as dst:
+        dst.write(src.read().upper())  # the digits in either case, the name not compared
+    assert nvfp4_mla.load(path).path == path
