@@ -652,6 +652,38 @@ static void loader_should_keep_the_host_alive_on_a_damaged_plugin(void **state) 
     copy_teardown(dir, path, bytes);
 }
 
+/* Issue 58, N8: require accepted what no plugin serves (per-token on 432 or 656, layout 0 or 9, scale
+ * mode 7: "serves static scales on unknown"); the first write then refused. Refused by name. */
+static void loader_should_refuse_what_no_record_serves(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    const struct {
+        nvfp4_mla_requirement_t want;
+        const char *words;
+    } cases[] = {
+        {{NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_PER_TOKEN, 0, 1},
+         "cannot serve per-token scales on bf16_rope_432: only fp8_rope_368 records carry the per-token scale s_t"},
+        {{NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_PER_TOKEN, 0, 1},
+         "cannot serve per-token scales on fp8_ds_mla_656: only fp8_rope_368 records"},
+        {{9, NVFP4_MLA_SCALE_STATIC, 0, 1}, "cannot serve layout 9: no such layout (NVFP4_MLA_LAYOUT_*: 1 fp8_rope_368"},
+        {{0, NVFP4_MLA_SCALE_STATIC, 0, 1}, "cannot serve layout 0: no such layout"},
+        {{NVFP4_MLA_LAYOUT_FP8_ROPE_368, 7, 0, 1},
+         "cannot serve scale mode 7 on fp8_rope_368: no such mode (NVFP4_MLA_SCALE_*: 1 static, 2 per-token)"},
+        {{NVFP4_MLA_LAYOUT_FP8_ROPE_368, 0, 0, 1}, "cannot serve scale mode 0 on fp8_rope_368"},
+    };
+    open_real_plugin(&l);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(nvfp4_mla_loader_require(&l, &cases[i].want, ~UINT64_C(0), msg, sizeof msg), -1);
+        assert_contains(msg, cases[i].words);
+        assert_contains(msg, real_plugin);
+    }
+    const nvfp4_mla_requirement_t ok656 = {NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 0, 1};
+    assert_int_equal(nvfp4_mla_loader_require(&l, &ok656, ~UINT64_C(0), msg, sizeof msg), 0);
+    assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, ~UINT64_C(0), msg, sizeof msg), 0);
+    nvfp4_mla_loader_close(&l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(loader_should_accept_a_current_plugin),
@@ -674,6 +706,7 @@ int main(void) {
         cmocka_unit_test(loader_should_refuse_a_plugin_file_cut_short),
         cmocka_unit_test(loader_should_refuse_files_that_are_not_this_hosts_shared_objects),
         cmocka_unit_test(loader_should_keep_the_host_alive_on_a_damaged_plugin),
+        cmocka_unit_test(loader_should_refuse_what_no_record_serves),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

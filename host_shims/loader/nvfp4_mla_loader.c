@@ -467,11 +467,36 @@ uint64_t nvfp4_mla_loader_table_caps(const nvfp4_mla_loader_t *loader) {
     return bits;
 }
 
+/* What no plugin serves whatever its capability bits say (the record rule, nvfp4_mla_layout_has_mode):
+ * a layout or scale mode with no NVFP4_MLA_* name, per-token scales on a record without the s_t field.
+ * 1 and words in `why`, or 0 when the pair is one the record format has. */
+static int unservable(const nvfp4_mla_requirement_t *want, char *why, size_t size) {
+    if (!nvfp4_mla_record_bytes(want->layout)) {
+        return say(why, size, 1, "cannot serve layout %u: no such layout (NVFP4_MLA_LAYOUT_*: 1 fp8_rope_368, "
+                                 "2 bf16_rope_432, 3 fp8_ds_mla_656)", want->layout);
+    }
+    if (want->scale_mode != NVFP4_MLA_SCALE_STATIC && want->scale_mode != NVFP4_MLA_SCALE_PER_TOKEN) {
+        return say(why, size, 1, "cannot serve scale mode %u on %s: no such mode (NVFP4_MLA_SCALE_*: 1 static, "
+                                 "2 per-token)", want->scale_mode, nvfp4_mla_layout_name(want->layout));
+    }
+    if (!nvfp4_mla_layout_has_mode(want->layout, want->scale_mode)) {
+        return say(why, size, 1, "cannot serve per-token scales on %s: only fp8_rope_368 records carry the "
+                                 "per-token scale s_t (per-token needs KV_FP8_ROPE=1's layout)",
+                   nvfp4_mla_layout_name(want->layout));
+    }
+    return 0;
+}
+
 int nvfp4_mla_loader_require(const nvfp4_mla_loader_t *loader, const nvfp4_mla_requirement_t *want, uint64_t available,
                              char *message, size_t size) {
     const nvfp4_mla_plugin_t *t = loader->table;
+    char why[256];
     if (!t) {
         return say(message, size, -1, "no nvfp4-mla plugin is loaded");
+    }
+    if (unservable(want, why, sizeof why)) {
+        return say(message, size, -1, "nvfp4-mla plugin %s (ABI %u.%u, host ABI %d.%d) %s", loader->path,
+                   t->header.abi_major, t->header.abi_minor, NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR, why);
     }
     uint64_t missing = nvfp4_mla_requirement_caps(want) & ~available;
     const char *mode = want->scale_mode == NVFP4_MLA_SCALE_PER_TOKEN ? "per-token" : "static";

@@ -4,8 +4,8 @@ Selection is NVFP4_MLA_PLUGIN (a path to the .so, or a folder holding libnvfp4_m
 without a slash is the file in the working folder, never searched for on the dynamic loader's path;
 exactly "none" disables; surrounding whitespace and keyword-like values naming no file are refused, by the
 settings rule). The header (magic, ABI major, minimum table size) and every member the table's
-struct_size covers (none may be NULL) are checked before anything else is read. `require` refuses a
-configuration the plugin cannot serve, naming the plugin path, both ABI versions and every missing
+struct_size covers (none may be NULL) are checked before anything else is read. `require_capabilities`
+refuses a configuration the plugin cannot serve, naming the plugin path, both ABI versions and every missing
 capability, in the same words as host_shims/loader/nvfp4_mla_loader.c (this package's
 tests/test_loading.py checks the words against the same mock plugins, host_shims/python/tests/). Every PluginError carries the C loader's machine-readable
 `reason` (NVFP4_MLA_REASON_*).
@@ -13,6 +13,7 @@ tests/test_loading.py checks the words against the same mock plugins, host_shims
 
 import ctypes as C
 import hashlib
+import operator
 import os
 import platform
 import signal
@@ -332,13 +333,42 @@ def requirement_bits(layout, scale_mode, extra=0):
     return _abi.caps_needed(called, layout, scale_mode) | extra
 
 
-def require(plugin, layout, scale_mode, available=None, extra=0, user_requested=True):
-    """Accepts (returns the acceptance line) or raises PluginError naming what is missing."""
+def _unservable(layout, scale_mode):
+    """What no plugin serves whatever its bits say (the C loader's unservable), else None."""
+    if not _abi.record_bytes(layout):
+        return (f"cannot serve layout {layout}: no such layout (NVFP4_MLA_LAYOUT_*: 1 fp8_rope_368, 2 bf16_rope_432, "
+                "3 fp8_ds_mla_656)")
+    if scale_mode not in (_abi.SCALE_STATIC, _abi.SCALE_PER_TOKEN):
+        return (f"cannot serve scale mode {scale_mode} on {_abi.layout_name(layout)}: no such mode "
+                "(NVFP4_MLA_SCALE_*: 1 static, 2 per-token)")
+    if not _abi.layout_has_mode(layout, scale_mode):
+        return (f"cannot serve per-token scales on {_abi.layout_name(layout)}: only fp8_rope_368 records carry the "
+                "per-token scale s_t (per-token needs KV_FP8_ROPE=1's layout)")
+    return None
+
+
+def require_capabilities(plugin, layout, scale_mode, available=None, extra=0, user_requested=True):
+    """Accepts the layout and scale mode against the capability bits `available` (the table's compiled
+    bits by default, or a context's runtime bits) and returns the acceptance line, or raises PluginError
+    naming what is missing, in nvfp4_mla_loader_require's words. A pair the record format does not have
+    (an unknown layout or mode, per-token on a record without s_t) is refused whatever the bits say.
+    nvfp4_mla.require(plugin, cache_format) is the one a host calls with a CacheFormat; this is its
+    capability-bit step."""
+    head = f"nvfp4-mla plugin {plugin.path} (ABI {plugin.abi}, host ABI {HOST_ABI})"
+    try:
+        if isinstance(layout, bool) or isinstance(scale_mode, bool):
+            raise TypeError
+        layout, scale_mode = operator.index(layout), operator.index(scale_mode)
+    except TypeError:
+        raise TypeError(f"layout={layout!r}, scale_mode={scale_mode!r}: expected integers (nvfp4_mla.LAYOUT_*, "
+                        "nvfp4_mla.SCALE_*)") from None
+    why = _unservable(layout, scale_mode)
+    if why:
+        raise PluginError(f"{head} {why}", "config_error")
     available = plugin.capability_bits() if available is None else available
     missing = requirement_bits(layout, scale_mode, extra) & ~available
     mode = "per-token" if scale_mode == _abi.SCALE_PER_TOKEN else "static"
     lay = _abi.layout_name(layout)
-    head = f"nvfp4-mla plugin {plugin.path} (ABI {plugin.abi}, host ABI {HOST_ABI})"
     if not missing:
         return f"{head} serves {mode} scales on {lay}"
     names = ", ".join(_abi.cap_name(1 << b) for b in range(64) if missing & (1 << b))

@@ -100,11 +100,11 @@ def test_loader_should_take_a_bare_name_as_a_file_in_the_working_folder(monkeypa
 def test_require_should_name_every_missing_capability(mock_dir):
     p = nvfp4_mla.load(mock(mock_dir, "no_per_token"))
     with pytest.raises(nvfp4_mla.PluginError) as err:
-        loader.require(p, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN)
+        loader.require_capabilities(p, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN)
     assert str(err.value) == (f"nvfp4-mla plugin {mock(mock_dir, 'no_per_token')} (ABI 1.1, host ABI 1.1) cannot serve "
                               "per-token scales on fp8_rope_368 (requested by the configuration): missing "
                               "write.per_token_scale, read.latent_scale_per_token")
-    assert "serves static scales" in loader.require(p, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC)
+    assert "serves static scales" in loader.require_capabilities(p, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC)
 
 
 def test_older_and_future_minors_should_be_read_by_struct_size(mock_dir):
@@ -112,7 +112,7 @@ def test_older_and_future_minors_should_be_read_by_struct_size(mock_dir):
     assert old.capability_bits() & _abi.CAP["op.gather"]
     assert not old.capability_bits() & _abi.CAP["op.attend"]  # the member is past its table
     with pytest.raises(nvfp4_mla.PluginError, match="missing op.attend"):
-        loader.require(old, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC, extra=_abi.CAP["op.attend"])
+        loader.require_capabilities(old, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC, extra=_abi.CAP["op.attend"])
     future = nvfp4_mla.load(mock(mock_dir, "future_minor"))
     assert future.abi == "1.7"
     assert ("future.capability", 3) in future.capabilities()
@@ -126,10 +126,10 @@ def test_merge_should_be_masked_where_a_1_0_table_ends_before_it(mock_dir, plugi
     with pytest.raises(nvfp4_mla.PluginError, match=r"\(ABI 1\.0, host ABI 1\.1\) cannot serve static scales on "
                                                     r"fp8_rope_368 \(requested by the configuration\): missing "
                                                     r"op\.merge_partials$"):
-        loader.require(old, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC, extra=dcp)
+        loader.require_capabilities(old, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC, extra=dcp)
     with pytest.raises(nvfp4_mla.Unsupported, match=r"has no merge member"):
         member(old, "merge")
-    assert "serves static scales" in loader.require(plugin, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC, extra=dcp)
+    assert "serves static scales" in loader.require_capabilities(plugin, _abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_STATIC, extra=dcp)
 
 
 def test_require_on_the_real_plugin_should_accept_both_modes_and_refuse_what_a_device_lacks(plugin):
@@ -260,3 +260,29 @@ def test_loader_should_refuse_a_digest_file_that_is_not_one(tmp_path, plugin_pat
     with open(plugin_path + ".sha256") as src, open(path + ".sha256", "w") as dst:
         dst.write(src.read().upper())  # the digits in either case, the name not compared
     assert nvfp4_mla.load(path).path == path
+
+
+@pytest.mark.parametrize("layout, mode, words", [
+    (_abi.LAYOUT_BF16_ROPE_432, _abi.SCALE_PER_TOKEN,
+     "cannot serve per-token scales on bf16_rope_432: only fp8_rope_368 records carry the per-token scale s_t"),
+    (_abi.LAYOUT_FP8_DS_MLA_656, _abi.SCALE_PER_TOKEN, "cannot serve per-token scales on fp8_ds_mla_656"),
+    (9, _abi.SCALE_STATIC, "cannot serve layout 9: no such layout (NVFP4_MLA_LAYOUT_*: 1 fp8_rope_368"),
+    (0, _abi.SCALE_STATIC, "cannot serve layout 0: no such layout"),
+    (_abi.LAYOUT_FP8_ROPE_368, 7, "cannot serve scale mode 7 on fp8_rope_368: no such mode (NVFP4_MLA_SCALE_*"),
+])
+def test_require_capabilities_should_refuse_what_no_record_serves(plugin, layout, mode, words):
+    """Issue 58, N8: loader.require accepted these ("serves static scales on unknown"); refused in the C
+    loader's words (tests/test_loader.c), whatever the bits say."""
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        loader.require_capabilities(plugin, layout, mode, available=(1 << 64) - 1)
+    assert words in str(err.value)
+    assert plugin.path in str(err.value)
+    assert err.value.reason == "config_error"
+
+
+def test_require_capabilities_should_take_integers_only(plugin):
+    with pytest.raises(TypeError, match=r"layout='368', scale_mode=1: expected integers"):
+        loader.require_capabilities(plugin, "368", _abi.SCALE_STATIC)
+    with pytest.raises(TypeError, match="expected integers"):
+        loader.require_capabilities(plugin, _abi.LAYOUT_FP8_ROPE_368, True)
+    assert not hasattr(loader, "require")  # issue 55: one require (nvfp4_mla.require takes a CacheFormat)

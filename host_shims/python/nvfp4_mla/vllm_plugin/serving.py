@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from .. import _abi
 from ..config import FP8_ROPE_ENV, CacheFormat
 from .. import loader
-from ..loader import PluginError, load, require
+from ..loader import PluginError, load, require_capabilities as require
 
 BACKEND_NAME = "NVFP4_MLA_SPARSE"
 BACKEND_PATH = "nvfp4_mla.vllm_plugin.backend.NvFp4MlaSparseBackend"
