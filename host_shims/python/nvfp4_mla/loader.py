@@ -51,17 +51,27 @@ NOT_SELECTED = f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the plug
 _KEYWORD_LIKE = ("none", "0", "1", "false", "true", "off", "on", "no", "yes", "disable", "disabled")
 
 
-def _select(selection):
+# The C loader's limit on a selection: its path buffer less the "/libnvfp4_mla.so" a folder gets.
+_PATH_LIMIT = 4096 - (len(_abi.PLUGIN_FILE) + 1) - 1 - 1
+
+
+def shown(path):
+    """`path` as a message shows it: bytes that are not UTF-8 (os.fsdecode's surrogates) as \\xNN."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _select(selection, environ=None):
     """The C loader's select_plugin: the file to open, or the exception it would report."""
-    name = _abi.PLUGIN_ENV if selection is None else "plugin selection"
-    given = selection is not None  # the host's selection, not the variable: say which
+    from_env = selection is None  # the variable (of `environ`, else the process's), not the host's selection
+    name = _abi.PLUGIN_ENV if from_env else "plugin selection"
+    given = not from_env  # say which
     if given and not isinstance(selection, (str, os.PathLike)):
         raise TypeError(f"plugin selection {selection!r}: expected a path (str or os.PathLike), \"none\" or None "
                         f"(None reads {_abi.PLUGIN_ENV})")
     if given:
         selection = os.fsdecode(selection)
-    else:
-        selection = os.environ.get(_abi.PLUGIN_ENV)  # Python has no secure_getenv; see docs/integration.md
+    else:  # Python has no secure_getenv; see docs/integration.md
+        selection = (os.environ if environ is None else environ).get(_abi.PLUGIN_ENV)
     if not selection:
         raise PluginNotSelected("no nvfp4-mla plugin selected (the plugin selection is empty: give the plugin file or "
                                 "its folder)" if given else
@@ -74,6 +84,9 @@ def _select(selection):
         path = parse_path(name, selection)
     except SettingError as exc:
         raise PluginError(str(exc), "invalid_selection") from None
+    if len(os.fsencode(path)) > _PATH_LIMIT:  # the C loader's words (plugin/settings.c, copy_path)
+        raise PluginError(f"{name} is {len(os.fsencode(path))} bytes long, longer than the {_PATH_LIMIT}-byte limit "
+                          "of a path", "invalid_selection")
     if not os.path.exists(path) and path.isascii() and path.lower() in _KEYWORD_LIKE:
         raise PluginError(f"{name}={quote(path)} names no file and is not the keyword \"none\" (exactly, lower "
                           "case), which disables the plugin: give the plugin file or its folder", "invalid_selection")
@@ -291,21 +304,25 @@ def _trial_refusal(path):
     return None
 
 
-def load(selection=None):
-    """Loads and checks the plugin; raises PluginDisabled, PluginNotSelected or PluginError."""
-    path = _select(selection)
+def load(selection=None, *, environ=None):
+    """Loads and checks the plugin; raises PluginDisabled, PluginNotSelected or PluginError. `selection`
+    None reads NVFP4_MLA_PLUGIN from `environ` (a snapshot such as vLLM's; None: the process
+    environment), and refusals then name the variable, as the C loader's do."""
+    path = _select(selection, environ)
     refusal = _elf_refusal(path)
     if not refusal:
         refusal, has_digest = _digest_refusal(path)
         if not refusal and not has_digest and os.path.exists(path):
             refusal = _trial_refusal(path)
     if refusal:
-        raise PluginError(f"cannot load nvfp4-mla plugin {path}: {refusal}", "load_error")
+        raise PluginError(f"cannot load nvfp4-mla plugin {shown(path)}: {refusal}", "load_error")
     try:
         lib = C.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as exc:
         reason = "not_found" if not os.path.exists(path) else "load_error"
-        raise PluginError(f"cannot load nvfp4-mla plugin {path}: {exc}", reason) from None
+        # dlerror's text of a path that is not UTF-8 comes back empty: say what the file system says
+        why = str(exc) or (os.strerror(2) if reason == "not_found" else "the dynamic loader gave no reason")
+        raise PluginError(f"cannot load nvfp4-mla plugin {shown(path)}: {why}", reason) from None
     try:
         entry = getattr(lib, _abi.ENTRY_SYMBOL)
     except AttributeError:

@@ -286,3 +286,24 @@ def test_require_capabilities_should_take_integers_only(plugin):
     with pytest.raises(TypeError, match="expected integers"):
         loader.require_capabilities(plugin, _abi.LAYOUT_FP8_ROPE_368, True)
     assert not hasattr(loader, "require")  # issue 55: one require (nvfp4_mla.require takes a CacheFormat)
+
+
+@pytest.mark.parametrize("value, words, reason", [
+    ("None", 'NVFP4_MLA_PLUGIN="None" names no file and is not the keyword "none"', "invalid_selection"),
+    (" x.so", 'NVFP4_MLA_PLUGIN=" x.so" has leading or trailing whitespace', "invalid_selection"),
+    (os.fsdecode(b"x/\xff.so"), r"cannot load nvfp4-mla plugin x/\xff.so: No such file or directory", "not_found"),
+    ("a" * 5001, "NVFP4_MLA_PLUGIN is 5001 bytes long, longer than the 4078-byte limit of a path", "invalid_selection"),
+])
+def test_loader_should_name_the_variable_of_a_snapshot_and_give_a_reason(value, words, reason):
+    """Issue 58, N15: a snapshot's NVFP4_MLA_PLUGIN (vLLM's) was refused as "plugin selection=...", a path that
+    is not UTF-8 with an empty reason, a 5001-byte one by dlopen ("File name too long"); now in the C loader's
+    words (tests/test_loader.c), naming the variable."""
+    with pytest.raises(nvfp4_mla.PluginError) as err:
+        nvfp4_mla.load(environ={"NVFP4_MLA_PLUGIN": value})
+    assert words in str(err.value)
+    assert err.value.reason == reason
+
+
+def test_vllm_decision_should_name_the_variable(monkeypatch):
+    serving = pytest.importorskip("nvfp4_mla.vllm_plugin.serving")
+    assert 'NVFP4_MLA_PLUGIN="None" names no file' in serving.decide({"NVFP4_MLA_PLUGIN": "None"}).error

@@ -156,7 +156,7 @@ def decide(environ=None):
     if not env.get(_abi.PLUGIN_ENV):  # the snapshot's variable, not the process's: say so in its words
         return Decision(environ=env, fmt=fmt, error=loader.NOT_SELECTED)
     try:
-        plugin = load(env[_abi.PLUGIN_ENV])
+        plugin = load(environ=env)
     except PluginError as exc:
         return Decision(environ=env, fmt=fmt, error=str(exc))
     try:
