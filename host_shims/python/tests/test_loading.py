@@ -293,7 +293,7 @@ def test_require_capabilities_should_take_integers_only(plugin):
     (" x.so", 'NVFP4_MLA_PLUGIN=" x.so" has leading or trailing whitespace', "invalid_selection"),
     (os.fsdecode(b"x/\xff.so"), r"cannot load nvfp4-mla plugin x/\xff.so: No such file or directory", "not_found"),
     ("a" * 5001, "NVFP4_MLA_PLUGIN is 5001 bytes long, longer than the 4078-byte limit of a path", "invalid_selection"),
-])
+], ids=["None", "whitespace", "not-utf8", "5001-bytes"])
 def test_loader_should_name_the_variable_of_a_snapshot_and_give_a_reason(value, words, reason):
     """Issue 58, N15: a snapshot's NVFP4_MLA_PLUGIN (vLLM's) was refused as "plugin selection=...", a path that
     is not UTF-8 with an empty reason, a 5001-byte one by dlopen ("File name too long"); now in the C loader's
