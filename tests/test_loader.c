@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <elf.h>
 
+#include "file_digest.h"
 #include "nvfp4_mla_loader.h"
 
 static char mock_dir[2048], real_plugin[2048];
@@ -683,6 +684,33 @@ static void loader_should_refuse_what_no_record_serves(void **state) {
     nvfp4_mla_loader_close(&l);
 }
 
+/* The loader's own SHA-256 (file_digest.c) on FIPS 180-4's examples, in pieces that cross blocks; the
+ * real plugin's load above checks it against the digest the build wrote with Python's hashlib. */
+static void digest_should_match_the_standards_examples(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        size_t repeat;
+        const char *hex;
+    } cases[] = {
+        {"", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", 1, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 1,
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+        {"a", 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        nvfp4_sha256_t h;
+        unsigned char d[NVFP4_SHA256_BYTES];
+        char hex[NVFP4_SHA256_HEX + 1];
+        nvfp4_sha256_begin(&h);
+        for (size_t r = 0; r < cases[c].repeat; r++) nvfp4_sha256_add(&h, cases[c].text, strlen(cases[c].text));
+        nvfp4_sha256_end(&h, d);
+        for (int i = 0; i < NVFP4_SHA256_BYTES; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+        assert_string_equal(hex, cases[c].hex);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(loader_should_accept_a_current_plugin),
@@ -706,6 +734,7 @@ int main(void) {
         cmocka_unit_test(loader_should_refuse_files_that_are_not_this_hosts_shared_objects),
         cmocka_unit_test(loader_should_keep_the_host_alive_on_a_damaged_plugin),
         cmocka_unit_test(loader_should_refuse_what_no_record_serves),
+        cmocka_unit_test(digest_should_match_the_standards_examples),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

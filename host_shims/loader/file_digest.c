@@ -21,7 +21,7 @@ static uint32_t rotr(uint32_t x, unsigned n) {
 }
 
 static void compress(uint32_t s[8], const unsigned char *p) {
-    uint32_t w[64], v[8];
+    uint32_t w[64];
     for (int i = 0; i < 16; i++) {
         w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
     }
@@ -30,18 +30,13 @@ static void compress(uint32_t s[8], const unsigned char *p) {
         const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
         w[i] = w[i - 16] + s0 + w[i - 7] + s1;
     }
-    memcpy(v, s, sizeof v);
-    for (int i = 0; i < 64; i++) { /* v = a b c d e f g h */
-        const uint32_t t1 = v[7] + (rotr(v[4], 6) ^ rotr(v[4], 11) ^ rotr(v[4], 25)) + ((v[4] & v[5]) ^ (~v[4] & v[6])) +
-                            K[i] + w[i];
-        const uint32_t t2 = (rotr(v[0], 2) ^ rotr(v[0], 13) ^ rotr(v[0], 22)) + ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
-        memmove(v + 1, v, 7 * sizeof v[0]);
-        v[4] += t1;
-        v[0] = t1 + t2;
+    uint32_t a = s[0], b = s[1], c = s[2], d = s[3], e = s[4], f = s[5], g = s[6], h = s[7];
+    for (int i = 0; i < 64; i++) {
+        const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+        const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
     }
-    for (int i = 0; i < 8; i++) {
-        s[i] += v[i];
-    }
+    s[0] += a, s[1] += b, s[2] += c, s[3] += d, s[4] += e, s[5] += f, s[6] += g, s[7] += h;
 }
 
 void nvfp4_sha256_begin(nvfp4_sha256_t *h) {
@@ -57,6 +52,12 @@ void nvfp4_sha256_add(nvfp4_sha256_t *h, const void *data, size_t len) {
     const unsigned char *p = data;
     h->length += len;
     while (len) {
+        if (h->used == 0 && len >= sizeof h->block) { /* whole blocks straight from the input */
+            compress(h->state, p);
+            p += sizeof h->block;
+            len -= sizeof h->block;
+            continue;
+        }
         size_t take = sizeof h->block - h->used < len ? sizeof h->block - h->used : len;
         memcpy(h->block + h->used, p, take);
         h->used += take;
