@@ -284,24 +284,44 @@ def _trial_refusal(path):
     """The C loader's trial_load, for a plugin without a digest file: load it in a child process first (a
     fresh interpreter, fork and exec: no lock of this process's threads is inherited), and refuse what
     kills that child. None when the child loaded it or dlopen refused it (the host's own load says why)."""
-    head = f"loading it in a child process first (it has no digest file {path}.sha256)"
-    if not sys.executable:
-        return None  # an embedded interpreter with no executable to start: load as before
+    head = f"loading it in a child process first (it has no digest file {shown(path)}.sha256)"
     try:
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", _TRIAL, path], stdin=subprocess.DEVNULL,
-                              timeout=60, check=False)
+        if sys.executable:
+            returncode = subprocess.run([sys.executable, "-I", "-S", "-c", _TRIAL, path], stdin=subprocess.DEVNULL,
+                                        timeout=60, check=False).returncode
+        else:
+            returncode = _forked_trial(path)  # an embedded interpreter: no executable to start
     except subprocess.TimeoutExpired:
         return f"{head} did not finish in 60 s; the host did not load it"
     except OSError as exc:
-        return f"it has no digest file ({path}.sha256), and it cannot be loaded in a child process first ({exc})"
-    if done.returncode < 0:
-        sig = -done.returncode
+        return f"it has no digest file ({shown(path)}.sha256), and it cannot be loaded in a child process first ({exc})"
+    if returncode < 0:
+        sig = -returncode
         return (f"{head} killed that process with signal {sig} ({signal.strsignal(sig)}): the file is damaged (its "
                 "dynamic section or relocations?); the host did not load it")
-    if done.returncode not in (0, 3):
-        return (f"{head} ended that process with exit status {done.returncode} (127: the dynamic loader stopped on "
+    if returncode not in (0, 3):
+        return (f"{head} ended that process with exit status {returncode} (127: the dynamic loader stopped on "
                 "an inconsistency): the file is damaged; the host did not load it")
     return None
+
+
+def _forked_trial(path):
+    """The trial in a forked child (the C loader's way), for an interpreter without sys.executable: the
+    child loads the file and _exit()s; its return code as subprocess gives it (-signal when killed)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 4
+        try:
+            for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT):
+                signal.signal(sig, signal.SIG_DFL)
+            C.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            code = 0
+        except OSError:
+            code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 def load(selection=None, *, environ=None):

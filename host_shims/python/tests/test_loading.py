@@ -2,6 +2,7 @@
 import os
 import platform
 import struct
+import sys
 
 import pytest
 
@@ -307,3 +308,18 @@ def test_loader_should_name_the_variable_of_a_snapshot_and_give_a_reason(value, 
 def test_vllm_decision_should_name_the_variable(monkeypatch):
     serving = pytest.importorskip("nvfp4_mla.vllm_plugin.serving")
     assert 'NVFP4_MLA_PLUGIN="None" names no file' in serving.decide({"NVFP4_MLA_PLUGIN": "None"}).error
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the corruptions are written for x86-64 ELF files")
+def test_an_embedded_interpreter_should_load_a_plugin_without_a_digest_in_a_forked_child_first(
+        tmp_path, plugin_path, monkeypatch):
+    """An interpreter embedded in another program has no sys.executable to start: the trial forks, as in C."""
+    path = str(tmp_path / "libnvfp4_mla.so")
+    with open(path, "wb") as f:
+        f.write(_damage(bytearray(open(plugin_path, "rb").read()), "dynamic zeroed"))
+    monkeypatch.setattr(sys, "executable", "")
+    with pytest.raises(nvfp4_mla.PluginError, match=r"killed that process with signal 11 \(Segmentation fault\)"):
+        nvfp4_mla.load(path)
+    with open(plugin_path, "rb") as src, open(path, "wb") as dst:  # a whole plugin without a digest loads
+        dst.write(src.read())
+    assert nvfp4_mla.load(path).path == path
