@@ -56,6 +56,10 @@ C
 # shellcheck disable=SC2046 # pkg-config's words are flags
 "$cc" -std=c11 -o "$stage/host" "$stage/host.c" $(pc --cflags --libs) || { echo "FAIL: the host does not build"; exit 1; }
 NVFP4_MLA_PLUGIN="$plugindir" "$stage/host" || { echo "FAIL: the host cannot load the installed plugin"; exit 1; }
+# The loader's digest is libcrypto's, linked statically: the host gains no libcrypto.so (readelf: binutils).
+if command -v readelf >/dev/null 2>&1 && readelf -d "$stage/host" | grep -q 'NEEDED.*libcrypto'; then
+    readelf -d "$stage/host" | grep NEEDED; echo "FAIL: the pkg-config-built host needs a shared libcrypto"; exit 1
+fi
 # What a packager expects under share/ (issue 58): the documentation, and the calibration format's
 # schema with the real calibration file, which the installed tool's plugin accepts.
 share="$stage$prefix/share"

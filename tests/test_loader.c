@@ -1,5 +1,7 @@
 /* The C host loader against the compatibility matrix of mock plugins and the real plugin:
  * each case asserts the decision and the words of its message. */
+#include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -684,8 +686,10 @@ static void loader_should_refuse_what_no_record_serves(void **state) {
     nvfp4_mla_loader_close(&l);
 }
 
-/* The loader's own SHA-256 (file_digest.c) on FIPS 180-4's examples, in pieces that cross blocks; the
- * real plugin's load above checks it against the digest the build wrote with Python's hashlib. */
+/* The loader's file digest (file_digest.c, OpenSSL's SHA-256) on FIPS 180-4's examples written to a file:
+ * a million a's spans many of its 16 KiB reads. The digest leaves the file offset alone (pread), and a
+ * read that fails is -1 with the read's errno. The real plugin's load above checks it against the digest
+ * the build wrote with Python's hashlib. */
 static void digest_should_match_the_standards_examples(void **state) {
     (void)state;
     static const struct {
@@ -700,15 +704,25 @@ static void digest_should_match_the_standards_examples(void **state) {
         {"a", 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        nvfp4_sha256_t h;
-        unsigned char d[NVFP4_SHA256_BYTES];
         char hex[NVFP4_SHA256_HEX + 1];
-        nvfp4_sha256_begin(&h);
-        for (size_t r = 0; r < cases[c].repeat; r++) nvfp4_sha256_add(&h, cases[c].text, strlen(cases[c].text));
-        nvfp4_sha256_end(&h, d);
-        for (int i = 0; i < NVFP4_SHA256_BYTES; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+        FILE *f = tmpfile();
+        assert_non_null(f);
+        for (size_t r = 0; r < cases[c].repeat; r++) fputs(cases[c].text, f);
+        assert_int_equal(fflush(f), 0);
+        const int fd = fileno(f);
+        const off_t end = lseek(fd, 0, SEEK_CUR);
+        assert_int_equal(nvfp4_sha256_file(fd, hex), 0);
         assert_string_equal(hex, cases[c].hex);
+        assert_int_equal(lseek(fd, 0, SEEK_CUR), end);
+        fclose(f);
     }
+    char hex[NVFP4_SHA256_HEX + 1];
+    const int dir = open(mock_dir, O_RDONLY | O_DIRECTORY);
+    assert_true(dir >= 0);
+    errno = 0;
+    assert_int_equal(nvfp4_sha256_file(dir, hex), -1);
+    assert_int_equal(errno, EISDIR);
+    close(dir);
 }
 
 int main(void) {
