@@ -255,6 +255,17 @@ nvfp4_mla_status_t nvfp4_calibration_from_json(const cJSON *object, const char *
             return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
                               "%s: \"scales\"[%u] = %g must be finite, positive and a normal float", origin, l, s);
         }
+        if (s * NVFP4_CALIBRATION_DENOMINATOR < NVFP4_CALIBRATION_MIN_MAX_ABS ||
+            s * NVFP4_CALIBRATION_DENOMINATOR > NVFP4_CALIBRATION_MAX_MAX_ABS) {
+            free(scales);
+            return nvfp4_fail(NVFP4_MLA_ERR_CONFIG,
+                              "%s: \"scales\"[%u] = %g implies max_abs %g (scale * 2688), outside [%g, %g], the "
+                              "latent magnitudes a model stores (f16's normal range; real layers lie at 0.02-5): it "
+                              "would decode that layer's latents %s",
+                              origin, l, s, s * NVFP4_CALIBRATION_DENOMINATOR, NVFP4_CALIBRATION_MIN_MAX_ABS,
+                              NVFP4_CALIBRATION_MAX_MAX_ABS,
+                              s * NVFP4_CALIBRATION_DENOMINATOR < NVFP4_CALIBRATION_MIN_MAX_ABS ? "saturated" : "as zeros");
+        }
         if (max_abs_item) {
             double m = max_abs_item->valuedouble;
             if (!isfinite(m) || fabs(m / NVFP4_CALIBRATION_DENOMINATOR - s) > NVFP4_CALIBRATION_REL_TOLERANCE * s) {

@@ -1,7 +1,8 @@
 /* Static calibration files, format nvfp4_ds_mla_outer_scale_v1 (docs/record-format.md section 7).
  *
  * A strict loader: exact format string, exact key case, no duplicate keys at any depth, no unknown
- * keys, exactly num_layers finite positive scales, max_abs consistent with them; every rejection
+ * keys, exactly num_layers finite positive scales whose implied max_abs (scale * 2688) is a latent
+ * magnitude a model stores (NVFP4_CALIBRATION_*_MAX_ABS), max_abs consistent with them; every rejection
  * names the key (and the byte offset for malformed JSON) and the file it came from.
  */
 #ifndef NVFP4_MLA_PLUGIN_CALIBRATION_H
@@ -16,6 +17,11 @@
 #define NVFP4_CALIBRATION_DENOMINATOR 2688.0
 #define NVFP4_CALIBRATION_MAX_LAYERS 4096
 #define NVFP4_CALIBRATION_MAX_FILE_BYTES (4u << 20)
+/* The latent magnitudes a scale may imply (max_abs = scale * 2688): f16's normal range, [2^-14, 65504].
+ * Outside it no layer of a real model is served: a scale of 1e30 (max_abs 2.7e33) decodes every latent
+ * to 0, one of 1e-30 saturates every latent; the calibrated layers of real models lie at 0.02-5.2. */
+#define NVFP4_CALIBRATION_MIN_MAX_ABS 6.103515625e-05
+#define NVFP4_CALIBRATION_MAX_MAX_ABS 65504.0
 /* max_abs[l] / 2688 and scales[l] may differ by float printing, never by more than this (relative). */
 #define NVFP4_CALIBRATION_REL_TOLERANCE 1e-6
 

@@ -308,7 +308,7 @@ static nvfp4_mla_status_t configure_nvfp4(nvfp4_mla_config_t *cfg, const env_set
         snprintf(unused, sizeof unused, "per-token mode (%s=1) takes each token's own scale", NVFP4_ENV_DYNAMIC_SCALE);
     } else if (s->scales_file[0]) {
         if ((st = load_static_file(cfg, s->scales_file, layout_name))) {
-            return nvfp4_fail_because(st, "%s=%s cannot form a cache identity", NVFP4_ENV_SCALES_FILE,
+            return nvfp4_fail_because(st, "%s=%s names a scales file the plugin cannot use", NVFP4_ENV_SCALES_FILE,
                                       s->scales_file);
         }
         cfg->info.scale_source = NVFP4_MLA_SCALE_SOURCE_ENV_FILE;

@@ -85,10 +85,15 @@ size_t nvfp4_utf8_length(const unsigned char *p, size_t left) {
  * (a trailing one after the value; inside a string, where C cuts the string there), a \u0000 escape
  * ("scales\u0000evil" read as the key "scales"), a raw control character or ill-formed UTF-8 in a
  * string (Python's json refuses the file the tool wrote), a number with a leading zero ("078" read as
- * 78). The refusal's words in `why` and 1, else 0. */
+ * 78), a leading UTF-8 byte order mark (which cJSON skips and Python's json refuses). The refusal's words in `why` and 1, else 0. */
 static int lexical_refusal(const char *text, size_t len, char *why, size_t size) {
     const unsigned char *t = (const unsigned char *)text;
     int in_string = 0;
+    if (len >= 3 && t[0] == 0xEF && t[1] == 0xBB && t[2] == 0xBF) { /* cJSON skips it, Python's json refuses it */
+        snprintf(why, size, "starts with a UTF-8 byte order mark (bytes EF BB BF), which JSON text must not carry "
+                            "(RFC 8259 section 8.1): save the file without it");
+        return 1;
+    }
     for (size_t i = 0; i < len; i++) {
         const unsigned char c = t[i];
         size_t n = 1;

@@ -37,10 +37,13 @@ static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvf
         return st;
     }
     const int64_t nq = a->q.shape[0], heads = a->q.shape[1];
-    if (heads < 1 || heads > 128 || a->q.strides[2] != 1) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
-                          "attend: q: h = shape[1] is %lld (must be 1..128) and strides[2] %lld (must be 1)",
-                          (long long)heads, (long long)a->q.strides[2]);
+    if (heads < 1 || heads > 128) { /* each rule alone: a message names only what is wrong (issue 58, N18) */
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: q: h = shape[1] is %lld, must be 1..128",
+                          (long long)heads);
+    }
+    if (a->q.strides[2] != 1) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "attend: q: strides[2] is %lld, must be 1 (each row's 576 "
+                          "values contiguous)", (long long)a->q.strides[2]);
     }
     r = rule(ctx, "slots", NVFP4_MLA_DTYPE_I32, 2);
     if ((st = nvfp4_check_tensor(&a->slots, &r)) || (st = nvfp4_check_dim(&a->slots, &r, 0, nq, "one row per query"))) {

@@ -36,11 +36,13 @@ static nvfp4_mla_status_t check_inputs(const nvfp4_mla_context_t *ctx, const nvf
         (st = nvfp4_check_dim(&a->partial_out, &r, 3, NVFP4_MLA_LATENT_DIM, "latent"))) {
         return st;
     }
-    if (a->partial_out.shape[0] < 1 || a->partial_out.shape[0] > NVFP4_MERGE_MAX_PARTS || a->partial_out.strides[3] != 1) {
-        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT,
-                          "merge: partial_out: P = shape[0] is %lld (must be 1..%d) and strides[3] %lld (must be 1)",
-                          (long long)a->partial_out.shape[0], NVFP4_MERGE_MAX_PARTS,
-                          (long long)a->partial_out.strides[3]);
+    if (a->partial_out.shape[0] < 1 || a->partial_out.shape[0] > NVFP4_MERGE_MAX_PARTS) { /* each rule alone */
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: partial_out: P = shape[0] is %lld, must be 1..%d",
+                          (long long)a->partial_out.shape[0], NVFP4_MERGE_MAX_PARTS);
+    }
+    if (a->partial_out.strides[3] != 1) {
+        return nvfp4_fail(NVFP4_MLA_ERR_INVALID_ARGUMENT, "merge: partial_out: strides[3] is %lld, must be 1 (each "
+                          "row's 512 values contiguous)", (long long)a->partial_out.strides[3]);
     }
     r = rule(ctx, "partial_lse", NVFP4_MLA_DTYPE_F32, 0, 3);
     if ((st = nvfp4_check_tensor(&a->partial_lse, &r))) {

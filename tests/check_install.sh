@@ -23,6 +23,9 @@ plugindir=$(pc --variable=plugindir)
 libdir=$(pc --variable=libdir)
 [ -f "$plugindir/libnvfp4_mla.so" ] || { echo "FAIL: no $plugindir/libnvfp4_mla.so"; exit 1; }
 [ -f "$libdir/libnvfp4_mla_loader.a" ] || { echo "FAIL: no loader library in $libdir"; exit 1; }
+# The plugin's digest, recorded for the installed file (the loaders check it before dlopen: issue 58).
+(cd "$plugindir" && sha256sum -c --quiet libnvfp4_mla.so.sha256) || {
+    echo "FAIL: $plugindir/libnvfp4_mla.so.sha256 is missing or does not match the installed plugin"; exit 1; }
 case "$plugindir" in */nvfp4-mla) ;; *) echo "FAIL: plugindir $plugindir is not .../nvfp4-mla"; exit 1 ;; esac
 cat >"$stage/host.c" <<'C'
 #include <stdio.h>
@@ -53,11 +56,26 @@ C
 # shellcheck disable=SC2046 # pkg-config's words are flags
 "$cc" -std=c11 -o "$stage/host" "$stage/host.c" $(pc --cflags --libs) || { echo "FAIL: the host does not build"; exit 1; }
 NVFP4_MLA_PLUGIN="$plugindir" "$stage/host" || { echo "FAIL: the host cannot load the installed plugin"; exit 1; }
+# The loader's digest is libcrypto's, linked statically: the host gains no libcrypto.so (readelf: binutils).
+if command -v readelf >/dev/null 2>&1 && readelf -d "$stage/host" | grep -q 'NEEDED.*libcrypto'; then
+    readelf -d "$stage/host" | grep NEEDED; echo "FAIL: the pkg-config-built host needs a shared libcrypto"; exit 1
+fi
+# What a packager expects under share/ (issue 58): the documentation, and the calibration format's
+# schema with the real calibration file, which the installed tool's plugin accepts.
+share="$stage$prefix/share"
+for f in doc/nvfp4-mla/README.md doc/nvfp4-mla/RELIABILITY.md doc/nvfp4-mla/docs/record-format.md \
+         doc/nvfp4-mla/docs/integration.md doc/nvfp4-mla/abi/CHANGELOG.md nvfp4-mla/nvfp4_ds_mla_outer_scale_v1.schema.json \
+         nvfp4-mla/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json; do
+    [ -s "$share/$f" ] || { echo "FAIL: no $share/$f in the staged install"; exit 1; }
+done
 # The installed tool finds the plugin installed with it, with neither --plugin nor NVFP4_MLA_PLUGIN (issue 48).
 tool=$(find "$stage" -name nvfp4-mla -type f | head -1)
 [ -n "$tool" ] || { echo "FAIL: no nvfp4-mla tool in the staged install"; exit 1; }
 (cd / && env -u NVFP4_MLA_PLUGIN "$tool" probe >"$stage/probe.txt" 2>&1) || {
     cat "$stage/probe.txt"; echo "FAIL: the installed tool does not find its installed plugin"; exit 1; }
+(cd / && env -u NVFP4_MLA_PLUGIN KV_FP8_ROPE=1 VLLM_NVFP4_MLA_SCALES_FILE="$share/nvfp4-mla/glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json" \
+    "$tool" probe >"$stage/probe-share.txt" 2>&1) || {
+    cat "$stage/probe-share.txt"; echo "FAIL: the installed plugin refuses the installed calibration file"; exit 1; }
 grep -q "^plugin  *$(realpath "$plugindir")/libnvfp4_mla.so" "$stage/probe.txt" || {
     cat "$stage/probe.txt"; echo "FAIL: the installed tool loaded another plugin than $plugindir"; exit 1; }
 echo "ok: staged install has $(basename "$pc"), $(basename "$libdir")/libnvfp4_mla_loader.a and" \

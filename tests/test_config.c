@@ -227,7 +227,7 @@ static void configuration_should_fail_closed_on_conflicts_and_missing_files(void
     expect_refusal("nvfp4_ds_mla", NULL, dyn432, NVFP4_MLA_ERR_CONFIG,
                    "VLLM_NVFP4_MLA_DYNAMIC_SCALE=1 requires KV_FP8_ROPE=1");
     expect_refusal("nvfp4_ds_mla", NULL, missing, NVFP4_MLA_ERR_IO,
-                   "VLLM_NVFP4_MLA_SCALES_FILE=/nonexistent/scales.json cannot form a cache identity: cannot open "
+                   "VLLM_NVFP4_MLA_SCALES_FILE=/nonexistent/scales.json names a scales file the plugin cannot use: cannot open "
                    "/nonexistent/scales.json");
 }
 

@@ -174,12 +174,57 @@ static void json_reader_should_refuse_what_json_is_not(void **state) {
     expect_words(nvfp4_last_error(), "config.json: holds \\u0000 at byte offset");
 }
 
+/* Issue 58, N12: scales of 1e30, 3.4e38 and 1e-30 (every latent 0 or saturated) passed as "positive
+ * normal floats", and a UTF-8 byte order mark, which Python's json refuses, passed the plugin. Both are
+ * refused naming the key or the bytes; the bounds themselves and the real file's scales are taken. */
+static void calibration_should_refuse_scales_no_latent_has_and_a_bom(void **state) {
+    (void)state;
+    const struct {
+        const char *scales, *needle;
+    } cases[] = {
+        {"[0.001, 1e30]", "\"scales\"[1] = 1e+30 implies max_abs 2.688e+33 (scale * 2688), outside [6.10352e-05, 65504]"},
+        {"[3.4e38, 0.001]", "\"scales\"[0] = 3.4e+38 implies max_abs"},
+        {"[1e-30, 0.001]", "\"scales\"[0] = 1e-30 implies max_abs 2.688e-27"},
+        {"[0.001, 24.38]", "\"scales\"[1] = 24.38 implies max_abs 65533.4"},
+        {"[2.2e-08, 0.001]", "it would decode that layer's latents saturated"},
+        {"[0.001, 1e30]", "it would decode that layer's latents as zeros"},
+    };
+    char text[512];
+    nvfp4_calibration_t cal;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(text, sizeof text, "{\"format\": \"nvfp4_ds_mla_outer_scale_v1\", \"num_layers\": 2, \"latent_dim\": 512, "
+                 "\"denominator\": 2688.0, \"scales\": %s}", cases[c].scales);
+        const char *path = tmp_bytes("absurd.json", text, strlen(text));
+        assert_int_equal(nvfp4_calibration_load_file(path, &cal), NVFP4_MLA_ERR_CONFIG);
+        expect_words(nvfp4_last_error(), cases[c].needle);
+        expect_words(nvfp4_last_error(), path);
+    }
+    snprintf(text, sizeof text, "{\"format\": \"nvfp4_ds_mla_outer_scale_v1\", \"num_layers\": 2, \"latent_dim\": 512, "
+             "\"denominator\": 2688.0, \"scales\": [2.3e-08, 24.36]}"); /* max_abs 6.18e-05 and 65480: inside */
+    if (nvfp4_calibration_load_file(tmp_bytes("edge.json", text, strlen(text)), &cal) != NVFP4_MLA_OK)
+        fail_msg("%s", nvfp4_last_error());
+    nvfp4_calibration_free(&cal);
+    /* the real file with a byte order mark in front: refused; as it is: taken */
+    FILE *f = fopen(real_file, "rb");
+    assert_non_null(f);
+    static char real[1 << 20];
+    memcpy(real, "\xef\xbb\xbf", 3);
+    const size_t n = fread(real + 3, 1, sizeof real - 3, f);
+    fclose(f);
+    assert_int_equal(nvfp4_calibration_load_file(tmp_bytes("bom.json", real, n + 3), &cal), NVFP4_MLA_ERR_CONFIG);
+    expect_words(nvfp4_last_error(), "bom.json: starts with a UTF-8 byte order mark (bytes EF BB BF)");
+    if (nvfp4_calibration_load_file(tmp_bytes("nobom.json", real + 3, n), &cal) != NVFP4_MLA_OK)
+        fail_msg("%s", nvfp4_last_error());
+    nvfp4_calibration_free(&cal);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(model_dir_should_be_read_in_every_mode),
         cmocka_unit_test(checkpoint_key_in_another_case_should_be_refused),
         cmocka_unit_test(sidecar_naming_a_folder_should_say_so),
         cmocka_unit_test(json_reader_should_refuse_what_json_is_not),
+        cmocka_unit_test(calibration_should_refuse_scales_no_latent_has_and_a_bom),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -1,5 +1,7 @@
 /* The C host loader against the compatibility matrix of mock plugins and the real plugin:
  * each case asserts the decision and the words of its message. */
+#include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <elf.h>
 
+#include "file_digest.h"
 #include "nvfp4_mla_loader.h"
 
 static char mock_dir[2048], real_plugin[2048];
@@ -528,6 +532,199 @@ static void loader_should_refuse_files_that_are_not_this_hosts_shared_objects(vo
     copy_teardown(dir, path, bytes);
 }
 
+/* A copy of the real plugin's digest file beside `path` (its own name: the loader compares the digits). */
+static void copy_digest(const char *path) {
+    char from[4200], to[4200], line[256] = "";
+    snprintf(from, sizeof from, "%s.sha256", real_plugin);
+    snprintf(to, sizeof to, "%s.sha256", path);
+    FILE *f = fopen(from, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    f = fopen(to, "w");
+    assert_non_null(f);
+    fputs(line, f);
+    fclose(f);
+}
+
+/* The plugin's dynamic section: its file offset and entry count (from the PT_DYNAMIC program header). */
+static Elf64_Dyn *dynamic_section(unsigned char *bytes, size_t *count) {
+    Elf64_Ehdr eh;
+    memcpy(&eh, bytes, sizeof eh);
+    for (unsigned i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, bytes + eh.e_phoff + i * sizeof ph, sizeof ph);
+        if (ph.p_type == PT_DYNAMIC) {
+            *count = ph.p_filesz / sizeof(Elf64_Dyn);
+            return (Elf64_Dyn *)(void *)(bytes + ph.p_offset);
+        }
+    }
+    fail_msg("the plugin has no PT_DYNAMIC segment");
+    return NULL;
+}
+
+static Elf64_Dyn *dynamic_entry(unsigned char *bytes, Elf64_Sxword tag) {
+    size_t n;
+    Elf64_Dyn *d = dynamic_section(bytes, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (d[i].d_tag == tag) return &d[i];
+    }
+    fail_msg("the plugin's dynamic section has no tag 0x%llx", (unsigned long long)tag);
+    return NULL;
+}
+
+/* The corruptions of issue 58 (N2): bytes changed in place, the size kept, so the ELF check passes. */
+enum { CORRUPTIONS = 18 };
+static void corrupt(unsigned char *bytes, size_t len, int which) {
+    size_t n;
+    unsigned char *dyn = (unsigned char *)dynamic_section(bytes, &n);
+    static const Elf64_Sxword pointers[] = {DT_STRTAB, DT_SYMTAB, DT_GNU_HASH, DT_RELA};
+    unsigned long long x = 0x9E3779B97F4A7C15ull * (unsigned)(which + 1); /* a fixed pseudo-random stream */
+    if (which == 0 || which == 1) {
+        memset(dyn, which ? 0xFF : 0, n * sizeof(Elf64_Dyn)); /* the DYNAMIC segment zeroed, or all ones */
+    } else if (which < 6) {
+        dynamic_entry(bytes, pointers[which - 2])->d_un.d_ptr = 0x7ffffff00000ull; /* a bogus pointer */
+    } else if (which == 6) {
+        dynamic_entry(bytes, DT_RELASZ)->d_un.d_val = 1ull << 40;
+    } else if (which == 7) { /* RELACOUNT promises relative relocations: the first one is not (ld.so asserts) */
+        Elf64_Rela *r = (Elf64_Rela *)(void *)(bytes + dynamic_entry(bytes, DT_RELA)->d_un.d_ptr);
+        r->r_info = ELF64_R_INFO(0, R_X86_64_64);
+    } else {
+        const size_t span = which < 14 ? 8 : 2000; /* 8 bytes in .dynamic, or 2000 anywhere past the headers */
+        const size_t at = which < 14 ? (size_t)(dyn - bytes) + (size_t)(which - 8) * 80
+                                     : 4096 + (len - 8192) / 5 * (size_t)(which - 13);
+        for (size_t i = 0; i < span; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            bytes[at + i] = (unsigned char)(x >> 56);
+        }
+    }
+}
+
+/* Issue 58, N2: a corrupted (not cut short) plugin killed the host inside dlopen (9 of 32 corruptions:
+ * SIGSEGV; one ld.so assertion, exit 127). With the digest file the build records beside it, every
+ * corruption is refused before dlopen, naming both digests; without one, the plugin is loaded in a
+ * child process first, and whatever kills that child is refused, naming the signal or exit status;
+ * in every case the host (this test) lives on. */
+static void loader_should_keep_the_host_alive_on_a_damaged_plugin(void **state) {
+    (void)state;
+    size_t len;
+    char dir[] = "/tmp/nvfp4_dmg_XXXXXX", path[4096], sidecar[4200];
+    unsigned char *bytes = copy_setup(dir, path, sizeof path, &len);
+    unsigned char *damaged = malloc(len);
+    int killed = 0, loaded = 0;
+    assert_non_null(damaged);
+    snprintf(sidecar, sizeof sidecar, "%s.sha256", path);
+    for (int which = 0; which < CORRUPTIONS; which++) {
+        memcpy(damaged, bytes, len);
+        corrupt(damaged, len, which);
+        write_copy(path, damaged, len);
+        copy_digest(path);
+        assert_refused_file(path, ".sha256 when it was built or installed: the file changed since");
+        unlink(sidecar);
+        nvfp4_mla_loader_t l;
+        char msg[8192];
+        const int rc = nvfp4_mla_loader_open(&l, path, msg, sizeof msg);
+        if (rc == NVFP4_MLA_LOAD_OK) {
+            loaded++;
+            nvfp4_mla_loader_close(&l);
+            continue;
+        }
+        assert_string_equal(l.reason, which == 0 || which == 1 ? NVFP4_MLA_REASON_LOAD_ERROR : l.reason);
+        killed += strstr(msg, "in a child process first") != NULL;
+        if (which == 0) assert_contains(msg, "killed that process with signal 11 (Segmentation fault)");
+        if (which == 7) assert_contains(msg, "with exit status 127 (127: the dynamic loader stopped");
+    }
+    print_message("damaged plugins: %d of %d refused after killing the child that loaded them first, %d loaded\n",
+                  killed, CORRUPTIONS, loaded);
+    assert_true(killed >= 2);
+    /* A digest file that is not a digest is refused by name; the whole file with its digest loads. */
+    write_copy(path, bytes, len);
+    FILE *f = fopen(sidecar, "w");
+    assert_non_null(f);
+    fputs("not a digest\n", f);
+    fclose(f);
+    assert_refused_file(path, "does not start with the file's SHA-256 (64 hex digits");
+    copy_digest(path);
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    assert_int_equal(nvfp4_mla_loader_open(&l, path, msg, sizeof msg), NVFP4_MLA_LOAD_OK);
+    nvfp4_mla_loader_close(&l);
+    unlink(sidecar);
+    free(damaged);
+    copy_teardown(dir, path, bytes);
+}
+
+/* Issue 58, N8: require accepted what no plugin serves (per-token on 432 or 656, layout 0 or 9, scale
+ * mode 7: "serves static scales on unknown"); the first write then refused. Refused by name. */
+static void loader_should_refuse_what_no_record_serves(void **state) {
+    (void)state;
+    nvfp4_mla_loader_t l;
+    char msg[2048];
+    const struct {
+        nvfp4_mla_requirement_t want;
+        const char *words;
+    } cases[] = {
+        {{NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_PER_TOKEN, 0, 1},
+         "cannot serve per-token scales on bf16_rope_432: only fp8_rope_368 records carry the per-token scale s_t"},
+        {{NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_PER_TOKEN, 0, 1},
+         "cannot serve per-token scales on fp8_ds_mla_656: only fp8_rope_368 records"},
+        {{9, NVFP4_MLA_SCALE_STATIC, 0, 1}, "cannot serve layout 9: no such layout (NVFP4_MLA_LAYOUT_*: 1 fp8_rope_368"},
+        {{0, NVFP4_MLA_SCALE_STATIC, 0, 1}, "cannot serve layout 0: no such layout"},
+        {{NVFP4_MLA_LAYOUT_FP8_ROPE_368, 7, 0, 1},
+         "cannot serve scale mode 7 on fp8_rope_368: no such mode (NVFP4_MLA_SCALE_*: 1 static, 2 per-token)"},
+        {{NVFP4_MLA_LAYOUT_FP8_ROPE_368, 0, 0, 1}, "cannot serve scale mode 0 on fp8_rope_368"},
+    };
+    open_real_plugin(&l);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(nvfp4_mla_loader_require(&l, &cases[i].want, ~UINT64_C(0), msg, sizeof msg), -1);
+        assert_contains(msg, cases[i].words);
+        assert_contains(msg, real_plugin);
+    }
+    const nvfp4_mla_requirement_t ok656 = {NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 0, 1};
+    assert_int_equal(nvfp4_mla_loader_require(&l, &ok656, ~UINT64_C(0), msg, sizeof msg), 0);
+    assert_int_equal(nvfp4_mla_loader_require(&l, &per_token, ~UINT64_C(0), msg, sizeof msg), 0);
+    nvfp4_mla_loader_close(&l);
+}
+
+/* The loader's file digest (file_digest.c, OpenSSL's SHA-256) on FIPS 180-4's examples written to a file:
+ * a million a's spans many of its 16 KiB reads. The digest leaves the file offset alone (pread), and a
+ * read that fails is -1 with the read's errno. The real plugin's load above checks it against the digest
+ * the build wrote with Python's hashlib. */
+static void digest_should_match_the_standards_examples(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        size_t repeat;
+        const char *hex;
+    } cases[] = {
+        {"", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", 1, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 1,
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+        {"a", 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char hex[NVFP4_SHA256_HEX + 1];
+        FILE *f = tmpfile();
+        assert_non_null(f);
+        for (size_t r = 0; r < cases[c].repeat; r++) fputs(cases[c].text, f);
+        assert_int_equal(fflush(f), 0);
+        const int fd = fileno(f);
+        const off_t end = lseek(fd, 0, SEEK_CUR);
+        assert_int_equal(nvfp4_sha256_file(fd, hex), 0);
+        assert_string_equal(hex, cases[c].hex);
+        assert_int_equal(lseek(fd, 0, SEEK_CUR), end);
+        fclose(f);
+    }
+    char hex[NVFP4_SHA256_HEX + 1];
+    const int dir = open(mock_dir, O_RDONLY | O_DIRECTORY);
+    assert_true(dir >= 0);
+    errno = 0;
+    assert_int_equal(nvfp4_sha256_file(dir, hex), -1);
+    assert_int_equal(errno, EISDIR);
+    close(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(loader_should_accept_a_current_plugin),
@@ -549,6 +746,9 @@ int main(void) {
         cmocka_unit_test(requirement_should_follow_the_records_rule),
         cmocka_unit_test(loader_should_refuse_a_plugin_file_cut_short),
         cmocka_unit_test(loader_should_refuse_files_that_are_not_this_hosts_shared_objects),
+        cmocka_unit_test(loader_should_keep_the_host_alive_on_a_damaged_plugin),
+        cmocka_unit_test(loader_should_refuse_what_no_record_serves),
+        cmocka_unit_test(digest_should_match_the_standards_examples),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -26,6 +26,23 @@ typedef struct capture {
     int layers;
 } capture_t;
 
+/* The max_abs values a capture may hold: the plugin's bounds on a v1 file (plugin/calibration.h,
+ * NVFP4_CALIBRATION_*_MAX_ABS: f16's normal range), checked here so that a refusal names the capture's
+ * line or entry rather than the file calibrate would have written (issue 58, N16). */
+#define CAPTURE_MIN_MAX_ABS 6.103515625e-05
+#define CAPTURE_MAX_MAX_ABS 65504.0
+
+/* Why `value` is not a max_abs a capture can hold, or NULL. */
+static const char *max_abs_refusal(double value) {
+    if (!isfinite(value) || value <= 0) {
+        return "is not a finite positive number";
+    }
+    return value < CAPTURE_MIN_MAX_ABS || value > CAPTURE_MAX_MAX_ABS
+               ? "is outside [6.10352e-05, 65504], the latent magnitudes a model stores (f16's normal range; the "
+                 "plugin refuses the scale, max_abs / 2688, that it would give): is this a capture of max |kv_c|?"
+               : NULL;
+}
+
 /* max_abs per layer from a JSON array (a capture), or the array `array` of a v1 file times `factor`. */
 static int capture_from_array(const char *path, const cJSON *array, double factor, capture_t *c) {
     int rc = 0;
@@ -33,7 +50,13 @@ static int capture_from_array(const char *path, const cJSON *array, double facto
     for (const cJSON *item = array->child; item && !rc; item = item->next) {
         if (c->layers >= MAX_LAYERS) {
             rc = cli_fail("calibrate", "%s: more than %d layers", path, MAX_LAYERS);
-        } else if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble) || item->valuedouble <= 0) {
+        } else if (!cJSON_IsNumber(item)) {
+            rc = cli_fail("calibrate", "%s: entry %d is %s, not a number", path, c->layers,
+                          nvfp4_json_type_name(item->type));
+        } else if (factor == 1.0 && max_abs_refusal(item->valuedouble)) {
+            rc = cli_fail("calibrate", "%s: entry %d, max_abs %g, %s", path, c->layers, item->valuedouble,
+                          max_abs_refusal(item->valuedouble));
+        } else if (!isfinite(item->valuedouble) || item->valuedouble <= 0) {
             rc = cli_fail("calibrate", "%s: entry %d is not a finite positive number", path, c->layers);
         } else {
             c->value[c->layers++] = item->valuedouble * factor;
@@ -51,7 +74,9 @@ static int parse_json_capture(const char *path, const char *text, size_t len, ca
         return 1;
     }
     int rc = cJSON_IsArray(root) ? capture_from_array(path, root, 1.0, c)
-                                 : cli_fail("calibrate", "%s: expected a JSON array of max_abs per layer", path);
+                                 : cli_fail("calibrate", "%s: holds %s; a JSON capture is an array of max_abs per layer "
+                                                         "(a v1 scales file is folded in with --envelope-with)",
+                                            path, nvfp4_json_type_name(root->type));
     cJSON_Delete(root);
     return rc;
 }
@@ -90,7 +115,11 @@ static int parse_lines_capture(const char *path, char *text, capture_t *c) {
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         line_no++;
         while (*line == ' ' || *line == '\t' || *line == '\r') line++;
-        if (!*line || *line == '#') {
+        char *comment = strchr(line, '#'); /* '#' starts a comment, at the start of a line or after a value */
+        if (comment) {
+            *comment = '\0';
+        }
+        if (!*line) {
             continue;
         }
         char *end;
@@ -104,6 +133,9 @@ static int parse_lines_capture(const char *path, char *text, capture_t *c) {
         while (*end == ' ' || *end == '\r' || *end == '\t') end++;
         if (end == value_text || *end || !isfinite(value) || value <= 0) {
             return cli_fail("calibrate", "%s:%d: max_abs must be a finite positive number", path, line_no);
+        }
+        if (max_abs_refusal(value)) {
+            return cli_fail("calibrate", "%s:%d: max_abs %g %s", path, line_no, value, max_abs_refusal(value));
         }
         if (seen[layer]++) {
             return cli_fail("calibrate", "%s:%d: layer %ld appears twice", path, line_no, layer);
@@ -134,7 +166,7 @@ static int load_capture(const char *path, capture_t *c, int v1_file) {
     while (i < len && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) i++;
     const char *nul = v1_file ? NULL : memchr(s, '\0', len); /* a line capture's NUL (below) */
     int rc;
-    if (!v1_file && !(i < len && s[i] == '[') && nul) {
+    if (!v1_file && !(i < len && (s[i] == '[' || s[i] == '{')) && nul) {
         /* the lines parser stops at a NUL, so every layer after it would be dropped without a word */
         int line = 1;
         for (const char *p = s; p < nul; p++) line += *p == '\n';
@@ -143,7 +175,8 @@ static int load_capture(const char *path, capture_t *c, int v1_file) {
     } else if (v1_file) {
         rc = parse_envelope_file(path, s, len, c);
     } else {
-        rc = i < len && s[i] == '[' ? parse_json_capture(path, s, len, c) : parse_lines_capture(path, s, c);
+        rc = i < len && (s[i] == '[' || s[i] == '{') ? parse_json_capture(path, s, len, c)
+                                                      : parse_lines_capture(path, s, c);
     }
     free(s);
     return rc;
@@ -336,6 +369,22 @@ static int write_checked(const calibrate_opts_t *o, cli_host_t *host, const char
     return 0;
 }
 
+/* Why nothing was written when the plugin that checks the file did not open: none selected, or the one
+ * the user gave (--plugin, NVFP4_MLA_PLUGIN, else the installed one) refused on the line above. */
+static int no_plugin(const calibrate_opts_t *o, const cli_host_t *host) {
+    const char *env = getenv(NVFP4_MLA_PLUGIN_ENV);
+    if (host->loader.reason && strcmp(host->loader.reason, NVFP4_MLA_REASON_NOT_SELECTED) == 0) {
+        return cli_fail("calibrate", "no plugin to check %s against, so nothing was written: set NVFP4_MLA_PLUGIN "
+                                     "(or --plugin), or pass --no-check to write it unchecked", o->out);
+    }
+    char given[4200];
+    snprintf(given, sizeof given, o->plugin ? "--plugin %s" : env && env[0] ? NVFP4_MLA_PLUGIN_ENV "=%s" : "%s",
+             o->plugin ? o->plugin : env && env[0] ? env : host->loader.path);
+    return cli_fail("calibrate", "the plugin that would check %s (%s) cannot be used (the line above says why), so "
+                                 "nothing was written: fix it, or pass --no-check to write the file unchecked",
+                    o->out, given);
+}
+
 int cli_calibrate_cmd(int argc, char **argv) {
     calibrate_opts_t o;
     if (parse_opts(argc, argv, &o)) {
@@ -344,8 +393,7 @@ int cli_calibrate_cmd(int argc, char **argv) {
     cli_host_t host;
     int have_host = !o.no_check;
     if (have_host && cli_host_open_for(&host, o.plugin, NVFP4_MLA_CAP_CONFIG_CACHE_IDENTITY)) {
-        return cli_fail("calibrate", "no plugin to check %s against, so nothing was written: set NVFP4_MLA_PLUGIN "
-                                     "(or --plugin), or pass --no-check to write it unchecked", o.out);
+        return no_plugin(&o, &host);
     }
     double envelope[MAX_LAYERS];
     int layers, rc = have_host && o.envelope_with ? plugin_refuses_input(&host, o.envelope_with) : 0;

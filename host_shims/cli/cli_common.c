@@ -161,7 +161,7 @@ nvfp4_mla_config_t *cli_scales_config(cli_host_t *host, const char *cmd, const c
 void cli_scales_refusal(cli_host_t *host, const char *given, const char *shown, char *out, size_t size) {
     char prefix[CLI_SCALES_ENV_MAX + 64];
     const char *message = host->table->last_error();
-    snprintf(prefix, sizeof prefix, "VLLM_NVFP4_MLA_SCALES_FILE=%s cannot form a cache identity: ", given);
+    snprintf(prefix, sizeof prefix, "VLLM_NVFP4_MLA_SCALES_FILE=%s names a scales file the plugin cannot use: ", given);
     if (strncmp(message, prefix, strlen(prefix)) == 0) {
         message += strlen(prefix);
     }

@@ -12,10 +12,15 @@
 
 #define DEMO_TOKENS 256
 
-static void identity_of(cli_host_t *host, const char *const *env, const char *label) {
+/* The identity of the configuration `env` gives; a refusal names the profile as the user knows it
+ * (`shown`), never the private copy (`given`) that is gone by the time the user reads the line. */
+static void identity_of(cli_host_t *host, const char *const *env, const char *label, const char *given,
+                        const char *shown) {
     nvfp4_mla_config_t *cfg;
     if (cli_config_for_env(host, env, &cfg) != NVFP4_MLA_OK) {
-        printf("  %-34s refused: %s\n", label, host->table->last_error());
+        char why[2048];
+        cli_scales_refusal(host, given, shown, why, sizeof why);
+        printf("  %-34s refused: %s\n", label, why);
         return;
     }
     nvfp4_mla_config_info_t info = {.struct_size = sizeof info};
@@ -30,7 +35,10 @@ static int parse_demo(int argc, char **argv, const char **plugin, const char **s
     for (int i = 1; i < argc; i += 2) {
         const int is_policy = strcmp(argv[i], "--policy") == 0;
         if (strcmp(argv[i], "--plugin") != 0 && strcmp(argv[i], "--scales") != 0 && !is_policy) {
-            return cli_fail("demo", "unknown flag %s", argv[i]);
+            return cli_fail("demo", strncmp(argv[i], "--", 2) == 0 ? "unknown flag %s (nvfp4-mla demo --help lists the "
+                                                                      "flags)"
+                                                                    : "unexpected argument %s: demo takes flags only",
+                            argv[i]);
         }
         if (i + 1 >= argc) {
             return cli_fail("demo", "%s needs a value", argv[i]);
@@ -143,11 +151,15 @@ int cli_demo_cmd(int argc, char **argv) {
         /* A writer policy changes no reader: the per-token identity stays the same. */
         const char *per_token_mse[] = {"VLLM_NVFP4_MLA_DYNAMIC_SCALE=1", "KV_FP8_ROPE=1",
                                        "NVFP4_MLA_WRITER_POLICY=mse", NULL};
-        identity_of(&host, none, "nvfp4_ds_mla, uncalibrated:");
-        identity_of(&host, static_env, "nvfp4_ds_mla, static calibrated:");
-        identity_of(&host, per_token, "nvfp4_ds_mla, per-token:");
-        identity_of(&host, per_token_mse, "per-token, writer policy mse:");
-        identity_of(&host, both, "per-token + scales file:");
+        char shown[sizeof profile.label + 32];
+        snprintf(shown, sizeof shown, strcmp(profile.label, profile.scales_path) ? "<a copy of the %s profile>" : "%s",
+                 profile.label);
+        const char *given = profile.scales_path;
+        identity_of(&host, none, "nvfp4_ds_mla, uncalibrated:", given, shown);
+        identity_of(&host, static_env, "nvfp4_ds_mla, static calibrated:", given, shown);
+        identity_of(&host, per_token, "nvfp4_ds_mla, per-token:", given, shown);
+        identity_of(&host, per_token_mse, "per-token, writer policy mse:", given, shown);
+        identity_of(&host, both, "per-token + scales file:", given, shown);
     }
     cli_host_close(&host);
     cli_profile_free(&profile);

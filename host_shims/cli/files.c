@@ -83,8 +83,17 @@ int cli_read_file(const char *cmd, const char *path, size_t max_bytes, uint8_t *
     return 0;
 }
 
+/* "-" is many tools' standard output: never a file named "-" without a word (issue 58, N18). */
+static int dash_output(const char *cmd) {
+    return cli_fail(cmd, "the output \"-\" would be a file named \"-\": this tool does not write standard output; "
+                         "give a file name (./- for a file of that name)");
+}
+
 int cli_check_distinct(const char *cmd, const char *out, const char *const *inputs, int count) {
     struct stat o, in;
+    if (strcmp(out, "-") == 0) {
+        return dash_output(cmd);
+    }
     if (stat(out, &o) != 0) {
         return 0; /* a new file cannot be an input */
     }
@@ -133,6 +142,9 @@ static int output_target(const char *cmd, const char *path, char *target, size_t
 
 int cli_out_open(const char *cmd, const char *path, cli_out_t *out) {
     memset(out, 0, sizeof *out);
+    if (strcmp(path, "-") == 0) {
+        return dash_output(cmd);
+    }
     out->cleanup = -1;
     out->cmd = cmd;
     out->path = path;

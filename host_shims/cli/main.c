@@ -78,6 +78,10 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : check_stdout(0);
     }
     if (strcmp(argv[1], "--version") == 0) {
+        if (argc > 2) {
+            fprintf(stderr, "nvfp4-mla: --version takes no argument (got \"%s\")\n", argv[2]);
+            return 2;
+        }
         printf("nvfp4-mla %s (host ABI %d.%d, record format %s)\n", NVFP4_MLA_VERSION, NVFP4_MLA_ABI_MAJOR,
                NVFP4_MLA_ABI_MINOR, NVFP4_MLA_RECORD_FORMAT);
         return check_stdout(0);
@@ -88,6 +92,14 @@ int main(int argc, char **argv) {
                 if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
                     printf("usage: nvfp4-mla %s\n%s", commands[i].usage, commands[i].help ? commands[i].help : "");
                     return check_stdout(0);
+                }
+            }
+            for (int a = 2; a < argc; a++) { /* the --flag=value form, which no command reads */
+                const char *eq = strncmp(argv[a], "--", 2) == 0 ? strchr(argv[a], '=') : NULL;
+                if (eq && eq > argv[a] + 2) {
+                    fprintf(stderr, "nvfp4-mla %s: %s: give a flag's value as the next argument: %.*s %s\n",
+                            commands[i].name, argv[a], (int)(eq - argv[a]), argv[a], eq + 1);
+                    return 1;
                 }
             }
             return check_stdout(commands[i].run(argc - 1, argv + 1));

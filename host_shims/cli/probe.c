@@ -211,9 +211,12 @@ static void print_text(const probe_t *p) {
     }
     printf("\n");
     print_caps("runtime (cpu)", p->cpu_bits);
-    print_caps("runtime (cuda:0)", p->cuda_bits);
-    if (!p->cuda_bits) {
-        printf("                      (%s)\n", p->cuda_note);
+    if (p->cuda_bits) {
+        print_caps("runtime (cuda:0)", p->cuda_bits);
+    } else if (!t->cuda_archs[0]) { /* not a failure: the build has no CUDA code to run (issue 58) */
+        printf("runtime (cuda:0)      not built: a CPU-only plugin (CUDA archs: none)\n");
+    } else {
+        printf("runtime (cuda:0)      none: %s\n", p->cuda_note);
     }
     if (p->cfg) {
         printf("cache dtype           %s\n", p->dtype);

@@ -80,7 +80,10 @@ static int parse_quality(int argc, char **argv, quality_opts_t *o) {
                                                                : NULL;
         const int numeric = strcmp(argv[i], "--tokens") == 0 || strcmp(argv[i], "--seed") == 0;
         if (!slot && !numeric && strcmp(argv[i], "--policy") != 0) {
-            return cli_fail("quality", "unknown flag %s", argv[i]);
+            return cli_fail("quality", strncmp(argv[i], "--", 2) == 0 ? "unknown flag %s (nvfp4-mla quality --help "
+                                                                         "lists the flags)"
+                                                                       : "unexpected argument %s: quality takes flags only",
+                            argv[i]);
         } else if (!v) {
             return cli_fail("quality", "%s needs a value", argv[i]);
         } else if (cli_once("quality", &seen, argv[i])) {

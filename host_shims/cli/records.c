@@ -2,7 +2,8 @@
  *   encode: bf16 [T, 576] (512 latent then 64 RoPE per token) -> T records in slot order, written
  *           with --policy (default rtn; decode and inspect take none: every policy reads the same);
  *           NaN/Inf input (the plugin's nonfinite_count) is refused unless --force
- *   decode: T records -> bf16 [T, 576]; records whose s_t field contradicts --mode are refused
+ *   decode: T records -> bf16 [T, 576]; records whose s_t field contradicts --mode, or whose zero
+ *           bytes are not zero (not records of --layout: files carry no layout tag), are refused
  *           unless --force
  *   inspect: per-token scales, group-scale code histogram, subnormal/zero groups, saturation. */
 #include <float.h>
@@ -137,32 +138,76 @@ static float read_f32(const uint8_t *p) {
     return v;
 }
 
-/* Whether a 368-byte record can be one of `mode`: its s_t field [292,296) holds 0 in every static
- * record, and in a per-token record a positive normal float, or 0 in a zero token (every group scale
- * code zero too). Records carry no mode marker (docs/record-format.md section 6), but this field tells
- * the two apart: decoding per-token records as static multiplies them by the --scale instead of
- * their s_t (errors of 40,000 %), and the reverse decodes zeros. A value of neither kind (negative,
- * NaN, infinite, subnormal) is a corrupt record in either mode, said as such in both. */
-static const char *mode_contradiction(const uint8_t *r, uint32_t mode) {
+/* What a 368-byte record's s_t field [292,296) says it is: 0 in every static record; in a per-token
+ * record a positive normal float, or 0 in a zero token (every group scale code zero too). Records carry
+ * no mode marker (docs/record-format.md section 6), but this field tells the two apart: decoding
+ * per-token records as static multiplies them by the --scale instead of their s_t (errors of
+ * 40,000 %), and the reverse decodes zeros. A value of neither kind (negative, NaN, infinite,
+ * subnormal) is a corrupt record in either mode. */
+enum { KIND_CORRUPT, KIND_STATIC, KIND_PER_TOKEN, KIND_EITHER, KINDS };
+
+static int record_kind(const uint8_t *r) {
     uint32_t bits;
     memcpy(&bits, r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET, sizeof bits);
     const float s_t = read_f32(r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET);
-    if (bits && !(isfinite(s_t) && s_t >= FLT_MIN)) {
-        return "which is neither 0 (a static record) nor a positive normal float (a per-token record): no writer wrote "
-               "this record";
+    if (bits) {
+        return isfinite(s_t) && s_t >= FLT_MIN ? KIND_PER_TOKEN : KIND_CORRUPT;
     }
-    if (mode == NVFP4_MLA_SCALE_STATIC) {
-        return bits ? "where a static record holds 0: these are per-token records (decode them with --mode per-token)"
-                    : NULL;
-    }
-    for (int g = 0; g < NVFP4_MLA_GROUPS && bits == 0; g++) { /* a positive normal s_t is per-token's */
+    for (int g = 0; g < NVFP4_MLA_GROUPS; g++) {
         if (r[NVFP4_MLA_RECORD_GROUP_SCALE_OFFSET + g]) {
-            return "beside non-zero group scales, which only a static record has (a per-token record holds a "
-                   "positive s_t, or 0 with all its groups zero): these are static records (decode them with "
-                   "--mode static and their --scale)";
+            return KIND_STATIC;
         }
     }
-    return NULL;
+    return KIND_EITHER;
+}
+
+/* How many records of each kind, and the first of each (-1: none). Every record is read: the advice
+ * "decode them with --mode X" holds only when no record of the file says otherwise (issue 58, D18). */
+typedef struct mode_tally {
+    int64_t n[KINDS], first[KINDS];
+} mode_tally_t;
+
+static mode_tally_t tally_modes(const uint8_t *records, int64_t count) {
+    mode_tally_t t = {{0}, {-1, -1, -1, -1}};
+    for (int64_t i = 0; i < count; i++) {
+        const int k = record_kind(records + i * NVFP4_MLA_RECORD_BYTES_368);
+        t.first[k] = t.n[k]++ ? t.first[k] : i;
+    }
+    return t;
+}
+
+/* The words after "record I of PATH holds s_t = V at bytes [292,296), " for the first record that
+ * contradicts `mode`, and its index in *at; NULL when no record does. */
+static const char *mode_contradiction(const mode_tally_t *t, uint32_t mode, int64_t *at, char *words, size_t size) {
+    const int against = mode == NVFP4_MLA_SCALE_STATIC ? KIND_PER_TOKEN : KIND_STATIC;
+    const int with = mode == NVFP4_MLA_SCALE_STATIC ? KIND_STATIC : KIND_PER_TOKEN;
+    const int kind = t->n[KIND_CORRUPT] ? KIND_CORRUPT : t->n[against] ? against : -1;
+    if (kind < 0) {
+        return NULL;
+    }
+    *at = t->first[kind];
+    const char *base = kind == KIND_CORRUPT
+                           ? "which is neither 0 (a static record) nor a positive normal float (a per-token record): "
+                             "no writer wrote this record"
+                       : kind == KIND_PER_TOKEN ? "where a static record holds 0"
+                                                : "beside non-zero group scales, which only a static record has (a "
+                                                  "per-token record holds a positive s_t, or 0 with all its groups "
+                                                  "zero)";
+    const char *all = kind == KIND_PER_TOKEN ? ": these are per-token records (decode them with --mode per-token)"
+                                             : ": these are static records (decode them with --mode static and their "
+                                               "--scale)";
+    if (kind == KIND_CORRUPT) {
+        snprintf(words, size, "%s (%lld such records)", base, (long long)t->n[KIND_CORRUPT]);
+    } else if (t->n[with]) {
+        snprintf(words, size, "%s, while %lld other records are %s ones (the first: record %lld): the file mixes the "
+                              "two modes (%lld static, %lld per-token records), which no one --mode decodes (records of "
+                              "two writers, or damaged?)",
+                 base, (long long)t->n[with], mode == NVFP4_MLA_SCALE_STATIC ? "static" : "per-token",
+                 (long long)t->first[with], (long long)t->n[KIND_STATIC], (long long)t->n[KIND_PER_TOKEN]);
+    } else {
+        snprintf(words, size, "%s%s", base, all);
+    }
+    return words;
 }
 
 /* Fields the readers take as 0 (docs/record-format.md section 5): an r or s_t that is NaN, +-Inf or
@@ -231,30 +276,83 @@ static void warn_corrupt(const uint8_t *records, int64_t count, const cli_codec_
             path, (unsigned long long)(c.r + c.s_t + c.rope), words, (long long)c.first, c.first_what, c.first_value);
 }
 
-/* Refuses records of another mode than --mode (unless --force), naming the first such record. */
+/* Refuses records of another mode than --mode (unless --force), naming the first such record and, when
+ * the file holds both kinds, how many of each. */
 static int check_record_mode(const cli_codec_flags_t *f, const uint8_t *records, int64_t count, const char *path,
                              int force) {
     if (f->layout != NVFP4_MLA_LAYOUT_FP8_ROPE_368) {
         return 0; /* the 432 record has static mode only, and no s_t field */
     }
-    for (int64_t i = 0; i < count; i++) {
-        const uint8_t *r = records + i * NVFP4_MLA_RECORD_BYTES_368;
-        const char *why = mode_contradiction(r, f->scale_mode);
-        if (!why) {
-            continue;
-        }
-        const char *mode = f->scale_mode == NVFP4_MLA_SCALE_STATIC ? "static" : "per-token";
-        const double s_t = read_f32(r + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET);
-        if (force) {
-            fprintf(stderr, "nvfp4-mla decode: warning: record %lld of %s holds s_t = %g, which contradicts --mode %s; "
-                            "decoded as %s anyway (--force)\n", (long long)i, path, s_t, mode, mode);
-            return 0;
-        }
-        return cli_fail("decode", "--mode %s, but record %lld of %s holds s_t = %g at bytes [292,296), %s; or pass "
-                                  "--force to decode them as %s anyway",
-                        mode, (long long)i, path, s_t, why, mode);
+    const mode_tally_t t = tally_modes(records, count);
+    char words[768];
+    int64_t i = 0;
+    const char *why = mode_contradiction(&t, f->scale_mode, &i, words, sizeof words);
+    if (!why) {
+        return 0;
     }
-    return 0;
+    const char *mode = f->scale_mode == NVFP4_MLA_SCALE_STATIC ? "static" : "per-token";
+    const double s_t = read_f32(records + i * NVFP4_MLA_RECORD_BYTES_368 + NVFP4_MLA_RECORD_TOKEN_SCALE_OFFSET);
+    if (force) {
+        fprintf(stderr, "nvfp4-mla decode: warning: record %lld of %s holds s_t = %g, which contradicts --mode %s; "
+                        "decoded as %s anyway (--force)\n", (long long)i, path, s_t, mode, mode);
+        return 0;
+    }
+    return cli_fail("decode", "--mode %s, but record %lld of %s holds s_t = %g at bytes [292,296), %s; or pass "
+                              "--force to decode them as %s anyway",
+                    mode, (long long)i, path, s_t, why, mode);
+}
+
+/* The bytes every writer zeroes in a record (docs/record-format.md section 2): [296,304) of a 368-byte
+ * record, [288,304) of a 432-byte one. Record files carry no layout tag (they are the cache's bytes, as
+ * a runtime stores and offloads them), and a file of 27 x 368 = 23 x 432 bytes fits both sizes: read
+ * with the other layout, records start mid-record, and these bytes stop being zero (issue 58, N13). How
+ * many records break the rule, and the first in *first. */
+static int64_t padding_breaks(const uint8_t *records, size_t len, int32_t rb, int64_t *first) {
+    const size_t lo = rb == NVFP4_MLA_RECORD_BYTES_368 ? 296 : 288, hi = 304;
+    int64_t n = 0;
+    *first = -1;
+    for (size_t i = 0; i < len / (size_t)rb; i++) {
+        for (size_t b = lo; b < hi; b++) {
+            if (records[i * (size_t)rb + b]) {
+                *first = n++ ? *first : (int64_t)i;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+/* decode refuses (inspect warns about) records whose zero bytes are not zero: not records of --layout, or
+ * damaged; naming the other layout when the file's size fits it too. --force decodes them anyway. */
+static int check_record_layout(const char *cmd, const cli_codec_flags_t *f, const uint8_t *in, size_t len,
+                               const char *path, int force) {
+    const int32_t rb = cli_record_bytes(f);
+    if (rb != NVFP4_MLA_RECORD_BYTES_368 && rb != NVFP4_MLA_RECORD_BYTES_432) {
+        return 0;
+    }
+    int64_t first;
+    const int64_t n = padding_breaks(in, len, rb, &first);
+    if (!n) {
+        return 0;
+    }
+    const int32_t other = rb == NVFP4_MLA_RECORD_BYTES_368 ? NVFP4_MLA_RECORD_BYTES_432 : NVFP4_MLA_RECORD_BYTES_368;
+    char also[160] = "";
+    if (len % (size_t)other == 0) {
+        snprintf(also, sizeof also, " (its %zu bytes are also %zu records of %d bytes: --layout %d?)", len,
+                 len / (size_t)other, other, other);
+    }
+    char what[512];
+    snprintf(what, sizeof what, "%lld of the %zu records of %s (the first: record %lld) hold non-zero bytes in [%d,304), "
+                                "which every writer of %d-byte records zeroes: these are not --layout %d records%s, or "
+                                "they are damaged (record files carry no layout tag)",
+             (long long)n, len / (size_t)rb, path, (long long)first, rb == NVFP4_MLA_RECORD_BYTES_368 ? 296 : 288, rb,
+             rb, also);
+    if (force) {
+        fprintf(stderr, "nvfp4-mla %s: warning: %s; %s\n", cmd, what,
+                strcmp(cmd, "decode") == 0 ? "decoded anyway (--force)" : "counted as they are");
+        return 0;
+    }
+    return cli_fail(cmd, "%s: nothing was written; pass --force to decode them anyway", what);
 }
 
 int cli_decode_cmd(int argc, char **argv) {
@@ -278,7 +376,7 @@ int cli_decode_cmd(int argc, char **argv) {
                         "file?): nothing was written", files[0], len, rb);
     }
     int64_t count = (int64_t)(len / rb);
-    if (check_record_mode(&f, in, count, files[0], force)) {
+    if (check_record_layout("decode", &f, in, len, files[0], force) || check_record_mode(&f, in, count, files[0], force)) {
         free(in);
         return 1;
     }
@@ -373,6 +471,7 @@ int cli_inspect_cmd(int argc, char **argv) {
         return cli_fail("inspect", "%s is %zu bytes, not a positive whole number of %d-byte records", files[0], len,
                         rb);
     }
+    check_record_layout("inspect", &f, in, len, files[0], 1); /* a warning: inspect shows what is there */
     static tally_t t;
     memset(&t, 0, sizeof t);
     printf("%zu records of %d bytes\n%8s %14s %14s\n", len / (size_t)rb, rb, "token", "s_t", "rope_scale");

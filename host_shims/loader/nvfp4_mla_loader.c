@@ -10,9 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "file_digest.h"
 #include "settings.h"
 
 static int say(char *message, size_t size, int result, const char *fmt, ...) {
@@ -262,14 +265,130 @@ static int check_elf(const char *path, char *why, size_t size) {
     return bad;
 }
 
+/* Outcomes of check_digest. */
+#define DIGEST_MATCHES 0
+#define DIGEST_REFUSED 1
+#define DIGEST_ABSENT 2
+
+/* The 64 hex digits at the start of the digest file `sidecar` (sha256sum's line: digits, then blanks and
+ * the file's name, which is not compared: a renamed copy keeps its digest) into `hex`; 0, else 1 with
+ * the reason in `why`, or DIGEST_ABSENT when there is no such file. */
+static int read_recorded_digest(const char *sidecar, char hex[NVFP4_SHA256_HEX + 1], char *why, size_t size) {
+    char text[NVFP4_SHA256_HEX + 2] = "";
+    struct stat st;
+    const int fd = open(sidecar, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT ? DIGEST_ABSENT
+                               : say(why, size, DIGEST_REFUSED, "cannot read its digest file %s: %s", sidecar, strerror(errno));
+    }
+    const int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    const ssize_t got = regular ? pread(fd, text, sizeof text - 1, 0) : -1;
+    close(fd);
+    if (!regular) {
+        return say(why, size, DIGEST_REFUSED, "its digest file %s is not a regular file", sidecar);
+    }
+    size_t digits = 0;
+    while (digits < NVFP4_SHA256_HEX && text[digits] && strchr("0123456789abcdefABCDEF", text[digits])) {
+        hex[digits] = (char)(text[digits] | 0x20); /* lower case */
+        digits++;
+    }
+    hex[NVFP4_SHA256_HEX] = '\0';
+    if (digits < NVFP4_SHA256_HEX || (got > NVFP4_SHA256_HEX && !strchr(" \t\r\n", text[NVFP4_SHA256_HEX]))) {
+        return say(why, size, DIGEST_REFUSED,
+                   "its digest file %s does not start with the file's SHA-256 (64 hex digits, as sha256sum writes it): "
+                   "record it again with sha256sum, or remove the digest file",
+                   sidecar);
+    }
+    return 0;
+}
+
+/* A corrupted plugin file (a damaged dynamic section, bogus relocations: bytes changed in place, not cut
+ * short) crashes the host inside dlopen, which trusts what it maps. The build and `meson install`
+ * record the file's SHA-256 beside it (libnvfp4_mla.so.sha256, sha256sum's format): when that file is
+ * there, the plugin must match it before dlopen sees a byte; when it is not, trial_load loads it in a
+ * child process first (docs/integration.md section 2 says why both). */
+static int check_digest(const char *path, char *why, size_t size) {
+    char sidecar[sizeof((nvfp4_mla_loader_t *)0)->path + 16], recorded[NVFP4_SHA256_HEX + 1], actual[NVFP4_SHA256_HEX + 1];
+    snprintf(sidecar, sizeof sidecar, "%s.sha256", path);
+    const int got = read_recorded_digest(sidecar, recorded, why, size);
+    if (got != 0) {
+        return got;
+    }
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 || nvfp4_sha256_file(fd, actual) != 0) {
+        const int err = errno;
+        if (fd >= 0) {
+            close(fd);
+        }
+        return say(why, size, DIGEST_REFUSED, "cannot read it to check its digest: %s", strerror(err));
+    }
+    close(fd);
+    if (strcmp(recorded, actual) != 0) {
+        return say(why, size, DIGEST_REFUSED,
+                   "its SHA-256 is %s, not the %s recorded in %s when it was built or installed: the file changed "
+                   "since (damaged on disk or in a copy?); reinstall it, or, after a deliberate change such as "
+                   "strip, record it again (sha256sum FILE > FILE.sha256)",
+                   actual, recorded, sidecar);
+    }
+    return DIGEST_MATCHES;
+}
+
+/* A plugin without a digest file is dlopen()ed in a forked child first, which exits at once: a file
+ * that kills the process that loads it (a signal, or the dynamic loader's own assertion, exit 127)
+ * kills the child, and the host refuses it. glibc's fork resets the dynamic loader's and malloc's locks
+ * in the child, so this is sound in a threaded host; the child resets the fatal signals to their
+ * default actions (a host's handler, Python's faulthandler, must not catch the crash) and _exit()s
+ * without running the host's exit handlers. 0 when the child loaded it or dlopen refused it (the host's
+ * own dlopen then says why), else 1 and `why`. */
+static int trial_load(const char *path, char *why, size_t size) {
+    static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS, SIGALRM};
+    const pid_t pid = fork();
+    if (pid < 0) {
+        return say(why, size, 1, "it has no digest file (%s.sha256), and it cannot be loaded in a child process first "
+                                 "(fork: %s)", path, strerror(errno));
+    }
+    if (pid == 0) {
+        for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) {
+            signal(fatal[i], SIG_DFL);
+        }
+        alarm(60); /* a load that hangs ends the child, not the host's wait */
+        _exit(dlopen(path, RTLD_NOW | RTLD_LOCAL) ? 0 : 3);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            return say(why, size, 1, "it has no digest file (%s.sha256), and the child process that loads it first "
+                                     "cannot be waited for (waitpid: %s; is SIGCHLD ignored?)", path, strerror(errno));
+        }
+    }
+    if (WIFSIGNALED(status)) {
+        return say(why, size, 1, "loading it in a child process first (it has no digest file %s.sha256) killed that "
+                                 "process with signal %d (%s): the file is damaged (its dynamic section or relocations?); "
+                                 "the host did not load it",
+                   path, WTERMSIG(status), strsignal(WTERMSIG(status)));
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 3) {
+        return say(why, size, 1, "loading it in a child process first (it has no digest file %s.sha256) ended that "
+                                 "process with exit status %d (127: the dynamic loader stopped on an inconsistency): the "
+                                 "file is damaged; the host did not load it",
+                   path, WEXITSTATUS(status));
+    }
+    return 0;
+}
+
 int nvfp4_mla_loader_open(nvfp4_mla_loader_t *loader, const char *selection, char *message, size_t size) {
     memset(loader, 0, sizeof *loader);
     int selected = select_plugin(loader, selection, message, size);
     if (selected != SELECTED) {
         return selected;
     }
-    char why[512];
+    char why[3 * sizeof loader->path];
     if (check_elf(loader->path, why, sizeof why)) {
+        loader->reason = NVFP4_MLA_REASON_LOAD_ERROR;
+        return say(message, size, NVFP4_MLA_LOAD_FAILED, "cannot load nvfp4-mla plugin %s: %s", loader->path, why);
+    }
+    const int digest = check_digest(loader->path, why, sizeof why);
+    if (digest == DIGEST_REFUSED || (digest == DIGEST_ABSENT && access(loader->path, F_OK) == 0 && trial_load(loader->path, why, sizeof why))) {
         loader->reason = NVFP4_MLA_REASON_LOAD_ERROR;
         return say(message, size, NVFP4_MLA_LOAD_FAILED, "cannot load nvfp4-mla plugin %s: %s", loader->path, why);
     }
@@ -348,11 +467,36 @@ uint64_t nvfp4_mla_loader_table_caps(const nvfp4_mla_loader_t *loader) {
     return bits;
 }
 
+/* What no plugin serves whatever its capability bits say (the record rule, nvfp4_mla_layout_has_mode):
+ * a layout or scale mode with no NVFP4_MLA_* name, per-token scales on a record without the s_t field.
+ * 1 and words in `why`, or 0 when the pair is one the record format has. */
+static int unservable(const nvfp4_mla_requirement_t *want, char *why, size_t size) {
+    if (!nvfp4_mla_record_bytes(want->layout)) {
+        return say(why, size, 1, "cannot serve layout %u: no such layout (NVFP4_MLA_LAYOUT_*: 1 fp8_rope_368, "
+                                 "2 bf16_rope_432, 3 fp8_ds_mla_656)", want->layout);
+    }
+    if (want->scale_mode != NVFP4_MLA_SCALE_STATIC && want->scale_mode != NVFP4_MLA_SCALE_PER_TOKEN) {
+        return say(why, size, 1, "cannot serve scale mode %u on %s: no such mode (NVFP4_MLA_SCALE_*: 1 static, "
+                                 "2 per-token)", want->scale_mode, nvfp4_mla_layout_name(want->layout));
+    }
+    if (!nvfp4_mla_layout_has_mode(want->layout, want->scale_mode)) {
+        return say(why, size, 1, "cannot serve per-token scales on %s: only fp8_rope_368 records carry the "
+                                 "per-token scale s_t (per-token needs KV_FP8_ROPE=1's layout)",
+                   nvfp4_mla_layout_name(want->layout));
+    }
+    return 0;
+}
+
 int nvfp4_mla_loader_require(const nvfp4_mla_loader_t *loader, const nvfp4_mla_requirement_t *want, uint64_t available,
                              char *message, size_t size) {
     const nvfp4_mla_plugin_t *t = loader->table;
+    char why[256];
     if (!t) {
         return say(message, size, -1, "no nvfp4-mla plugin is loaded");
+    }
+    if (unservable(want, why, sizeof why)) {
+        return say(message, size, -1, "nvfp4-mla plugin %s (ABI %u.%u, host ABI %d.%d) %s", loader->path,
+                   t->header.abi_major, t->header.abi_minor, NVFP4_MLA_ABI_MAJOR, NVFP4_MLA_ABI_MINOR, why);
     }
     uint64_t missing = nvfp4_mla_requirement_caps(want) & ~available;
     const char *mode = want->scale_mode == NVFP4_MLA_SCALE_PER_TOKEN ? "per-token" : "static";

@@ -8,8 +8,12 @@
  * of that name in the working folder ("./libnvfp4_mla.so"), not whatever the dynamic loader's search
  * path finds under it. A value with leading or trailing whitespace is refused, as is a
  * keyword-like value ("None", "0", "off", ...) that names no file: the same rule
- * as the plugin's own path settings (plugin/settings.h). The loader dlopen()s with
- * RTLD_NOW|RTLD_LOCAL, looks up the one entry symbol, and checks magic, ABI major, the minimum
+ * as the plugin's own path settings (plugin/settings.h). Before dlopen the file is checked, since
+ * dlopen trusts what it maps and a damaged file kills the host inside it: its ELF shape (a file cut
+ * short is named with its size), then its SHA-256 against the digest file the build and `meson
+ * install` write beside it (libnvfp4_mla.so.sha256); a plugin without one is dlopen()ed in a forked
+ * child first, and a file that kills the child is refused (docs/integration.md section 2). The loader
+ * dlopen()s with RTLD_NOW|RTLD_LOCAL, looks up the one entry symbol, and checks magic, ABI major, the minimum
  * table size and that every member the table's struct_size covers is filled (a NULL entry point
  * would crash the host on its first call) before the host reads anything else. `require` names the
  * plugin path, both ABI versions and every missing capability when it refuses. Thread rules:
@@ -85,7 +89,9 @@ uint64_t nvfp4_mla_loader_table_caps(const nvfp4_mla_loader_t *loader);
 
 /* Accepts (0) or refuses (-1) `want` against `available` (the table's compiled bits from
  * nvfp4_mla_loader_table_caps, or a context's runtime bits after init). A refusal's message names the
- * plugin path, the plugin's and the host's ABI versions and each missing capability. */
+ * plugin path, the plugin's and the host's ABI versions and each missing capability. A layout or scale
+ * mode with no NVFP4_MLA_* name, or per-token scales on a layout without the s_t field (432, 656), is
+ * refused whatever the bits say, naming it. */
 int nvfp4_mla_loader_require(const nvfp4_mla_loader_t *loader, const nvfp4_mla_requirement_t *want, uint64_t available,
                              char *message, size_t message_size);
 

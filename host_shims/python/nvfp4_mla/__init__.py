@@ -44,7 +44,7 @@ def require(plugin, cache_format, cache_dtype="nvfp4_ds_mla", model_dir=None, ex
         policy = cfg.writer_policy
         asked = cache_format.dynamic_scale or bool(cache_format.scales_file) or cfg.num_layers > 0 or policy != 0
         extra |= _abi.writer_policy_cap(policy)
-        return _loader.require(plugin, cfg.layout, cfg.scale_mode, available, extra, asked)
+        return _loader.require_capabilities(plugin, cfg.layout, cfg.scale_mode, available, extra, asked)
     finally:
         cfg.close()
 

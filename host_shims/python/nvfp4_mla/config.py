@@ -98,9 +98,12 @@ class CacheFormat:
             raise TypeError(f"CacheFormat: scales_file={self.scales_file!r}: expected a path (str or os.PathLike), "
                             "\"\" for none")
         object.__setattr__(self, "scales_file", os.fsdecode(self.scales_file))
-        if not isinstance(self.writer_policy, str) or self.writer_policy not in _abi.WRITER_POLICIES:
+        policy = self.writer_policy.lower() if isinstance(self.writer_policy, str) and \
+            self.writer_policy.isascii() else self.writer_policy  # any case, as NVFP4_MLA_WRITER_POLICY
+        if not isinstance(policy, str) or policy not in _abi.WRITER_POLICIES:
             raise ValueError(f"CacheFormat: writer_policy={self.writer_policy!r}: expected one of "
-                             f"{', '.join(_abi.WRITER_POLICIES)}")
+                             f"{', '.join(_abi.WRITER_POLICIES)} (any case)")
+        object.__setattr__(self, "writer_policy", policy)
 
     @classmethod
     def from_env(cls, environ=None):

@@ -38,10 +38,12 @@ def _policy(writer_policy):
     field go to the plugin as given (it refuses them in its words)."""
     if writer_policy is None:
         return _abi.WRITER_POLICY_RTN
-    if isinstance(writer_policy, str):
-        if writer_policy not in _abi.WRITER_POLICIES:
-            raise ValueError(f"writer_policy {writer_policy!r}: expected one of {', '.join(_abi.WRITER_POLICIES)}")
-        return _abi.WRITER_POLICIES[writer_policy]
+    if isinstance(writer_policy, str):  # any ASCII case, as NVFP4_MLA_WRITER_POLICY (the settings rule)
+        name = writer_policy.lower() if writer_policy.isascii() else writer_policy
+        if name not in _abi.WRITER_POLICIES:
+            raise ValueError(f"writer_policy {writer_policy!r}: expected one of {', '.join(_abi.WRITER_POLICIES)} "
+                             "(any case)")
+        return _abi.WRITER_POLICIES[name]
     return _code("writer_policy", writer_policy, "a policy name (\"rtn\", \"mse\") or nvfp4_mla._abi.WRITER_POLICY_*")
 
 

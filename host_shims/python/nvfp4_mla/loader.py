@@ -4,18 +4,22 @@ Selection is NVFP4_MLA_PLUGIN (a path to the .so, or a folder holding libnvfp4_m
 without a slash is the file in the working folder, never searched for on the dynamic loader's path;
 exactly "none" disables; surrounding whitespace and keyword-like values naming no file are refused, by the
 settings rule). The header (magic, ABI major, minimum table size) and every member the table's
-struct_size covers (none may be NULL) are checked before anything else is read. `require` refuses a
-configuration the plugin cannot serve, naming the plugin path, both ABI versions and every missing
+struct_size covers (none may be NULL) are checked before anything else is read. `require_capabilities`
+refuses a configuration the plugin cannot serve, naming the plugin path, both ABI versions and every missing
 capability, in the same words as host_shims/loader/nvfp4_mla_loader.c (this package's
 tests/test_loading.py checks the words against the same mock plugins, host_shims/python/tests/). Every PluginError carries the C loader's machine-readable
 `reason` (NVFP4_MLA_REASON_*).
 """
 
 import ctypes as C
+import hashlib
+import operator
 import os
 import platform
+import signal
 import stat
 import struct
+import subprocess
 import sys
 
 from . import _abi
@@ -47,17 +51,27 @@ NOT_SELECTED = f"no nvfp4-mla plugin selected (set {_abi.PLUGIN_ENV} to the plug
 _KEYWORD_LIKE = ("none", "0", "1", "false", "true", "off", "on", "no", "yes", "disable", "disabled")
 
 
-def _select(selection):
+# The C loader's limit on a selection: its path buffer less the "/libnvfp4_mla.so" a folder gets.
+_PATH_LIMIT = 4096 - (len(_abi.PLUGIN_FILE) + 1) - 1 - 1
+
+
+def shown(path):
+    """`path` as a message shows it: bytes that are not UTF-8 (os.fsdecode's surrogates) as \\xNN."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _select(selection, environ=None):
     """The C loader's select_plugin: the file to open, or the exception it would report."""
-    name = _abi.PLUGIN_ENV if selection is None else "plugin selection"
-    given = selection is not None  # the host's selection, not the variable: say which
+    from_env = selection is None  # the variable (of `environ`, else the process's), not the host's selection
+    name = _abi.PLUGIN_ENV if from_env else "plugin selection"
+    given = not from_env  # say which
     if given and not isinstance(selection, (str, os.PathLike)):
         raise TypeError(f"plugin selection {selection!r}: expected a path (str or os.PathLike), \"none\" or None "
                         f"(None reads {_abi.PLUGIN_ENV})")
     if given:
         selection = os.fsdecode(selection)
-    else:
-        selection = os.environ.get(_abi.PLUGIN_ENV)  # Python has no secure_getenv; see docs/integration.md
+    else:  # Python has no secure_getenv; see docs/integration.md
+        selection = (os.environ if environ is None else environ).get(_abi.PLUGIN_ENV)
     if not selection:
         raise PluginNotSelected("no nvfp4-mla plugin selected (the plugin selection is empty: give the plugin file or "
                                 "its folder)" if given else
@@ -70,6 +84,9 @@ def _select(selection):
         path = parse_path(name, selection)
     except SettingError as exc:
         raise PluginError(str(exc), "invalid_selection") from None
+    if len(os.fsencode(path)) > _PATH_LIMIT:  # the C loader's words (plugin/settings.c, copy_path)
+        raise PluginError(f"{name} is {len(os.fsencode(path))} bytes long, longer than the {_PATH_LIMIT}-byte limit "
+                          "of a path", "invalid_selection")
     if not os.path.exists(path) and path.isascii() and path.lower() in _KEYWORD_LIKE:
         raise PluginError(f"{name}={quote(path)} names no file and is not the keyword \"none\" (exactly, lower "
                           "case), which disables the plugin: give the plugin file or its folder", "invalid_selection")
@@ -211,17 +228,121 @@ def _elf_shape(fd):
     return None
 
 
-def load(selection=None):
-    """Loads and checks the plugin; raises PluginDisabled, PluginNotSelected or PluginError."""
-    path = _select(selection)
+def _recorded_digest(sidecar):
+    """The 64 hex digits a digest file starts with (sha256sum's line; the name after them is not compared),
+    None when there is no such file, or a refusal (str) in the C loader's words."""
+    try:
+        fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read its digest file {sidecar}: {exc.strerror}"
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        text = os.pread(fd, 65, 0) if regular else b""
+    finally:
+        os.close(fd)
+    if not regular:
+        return None, f"its digest file {sidecar} is not a regular file"
+    digits = text[:64]
+    if len(digits) < 64 or any(c not in b"0123456789abcdefABCDEF" for c in digits) or \
+            (len(text) > 64 and text[64:65] not in (b" ", b"\t", b"\r", b"\n")):
+        return None, (f"its digest file {sidecar} does not start with the file's SHA-256 (64 hex digits, as "
+                      "sha256sum writes it): record it again with sha256sum, or remove the digest file")
+    return digits.decode("ascii").lower(), None
+
+
+def _digest_refusal(path):
+    """(refusal or None, whether a digest file was there): the C loader's check_digest. A corrupted plugin
+    (bytes changed in place: its dynamic section, its relocations) crashes the process that dlopen()s it;
+    the build and `meson install` record its SHA-256 beside it, which it must match before dlopen."""
+    sidecar = path + ".sha256"
+    recorded, refusal = _recorded_digest(sidecar)
+    if refusal or recorded is None:
+        return refusal, refusal is not None
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        return f"cannot read it to check its digest: {exc.strerror}", True
+    if digest.hexdigest() != recorded:
+        return (f"its SHA-256 is {digest.hexdigest()}, not the {recorded} recorded in {sidecar} when it was built or "
+                "installed: the file changed since (damaged on disk or in a copy?); reinstall it, or, after a "
+                "deliberate change such as strip, record it again (sha256sum FILE > FILE.sha256)"), True
+    return None, True
+
+
+_TRIAL = ("import ctypes, os, sys\n"
+          "try:\n    ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
+          "except OSError:\n    os._exit(3)\n"
+          "os._exit(0)\n")
+
+
+def _trial_refusal(path):
+    """The C loader's trial_load, for a plugin without a digest file: load it in a child process first (a
+    fresh interpreter, fork and exec: no lock of this process's threads is inherited), and refuse what
+    kills that child. None when the child loaded it or dlopen refused it (the host's own load says why)."""
+    head = f"loading it in a child process first (it has no digest file {shown(path)}.sha256)"
+    try:
+        if sys.executable:
+            returncode = subprocess.run([sys.executable, "-I", "-S", "-c", _TRIAL, path], stdin=subprocess.DEVNULL,
+                                        timeout=60, check=False).returncode
+        else:
+            returncode = _forked_trial(path)  # an embedded interpreter: no executable to start
+    except subprocess.TimeoutExpired:
+        return f"{head} did not finish in 60 s; the host did not load it"
+    except OSError as exc:
+        return f"it has no digest file ({shown(path)}.sha256), and it cannot be loaded in a child process first ({exc})"
+    if returncode < 0:
+        sig = -returncode
+        return (f"{head} killed that process with signal {sig} ({signal.strsignal(sig)}): the file is damaged (its "
+                "dynamic section or relocations?); the host did not load it")
+    if returncode not in (0, 3):
+        return (f"{head} ended that process with exit status {returncode} (127: the dynamic loader stopped on "
+                "an inconsistency): the file is damaged; the host did not load it")
+    return None
+
+
+def _forked_trial(path):
+    """The trial in a forked child (the C loader's way), for an interpreter without sys.executable: the
+    child loads the file and _exit()s; its return code as subprocess gives it (-signal when killed)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 4
+        try:
+            for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT):
+                signal.signal(sig, signal.SIG_DFL)
+            C.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            code = 0
+        except OSError:
+            code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def load(selection=None, *, environ=None):
+    """Loads and checks the plugin; raises PluginDisabled, PluginNotSelected or PluginError. `selection`
+    None reads NVFP4_MLA_PLUGIN from `environ` (a snapshot such as vLLM's; None: the process
+    environment), and refusals then name the variable, as the C loader's do."""
+    path = _select(selection, environ)
     refusal = _elf_refusal(path)
+    if not refusal:
+        refusal, has_digest = _digest_refusal(path)
+        if not refusal and not has_digest and os.path.exists(path):
+            refusal = _trial_refusal(path)
     if refusal:
-        raise PluginError(f"cannot load nvfp4-mla plugin {path}: {refusal}", "load_error")
+        raise PluginError(f"cannot load nvfp4-mla plugin {shown(path)}: {refusal}", "load_error")
     try:
         lib = C.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as exc:
         reason = "not_found" if not os.path.exists(path) else "load_error"
-        raise PluginError(f"cannot load nvfp4-mla plugin {path}: {exc}", reason) from None
+        # dlerror's text of a path that is not UTF-8 comes back empty: say what the file system says
+        why = str(exc) or (os.strerror(2) if reason == "not_found" else "the dynamic loader gave no reason")
+        raise PluginError(f"cannot load nvfp4-mla plugin {shown(path)}: {why}", reason) from None
     try:
         entry = getattr(lib, _abi.ENTRY_SYMBOL)
     except AttributeError:
@@ -249,13 +370,42 @@ def requirement_bits(layout, scale_mode, extra=0):
     return _abi.caps_needed(called, layout, scale_mode) | extra
 
 
-def require(plugin, layout, scale_mode, available=None, extra=0, user_requested=True):
-    """Accepts (returns the acceptance line) or raises PluginError naming what is missing."""
+def _unservable(layout, scale_mode):
+    """What no plugin serves whatever its bits say (the C loader's unservable), else None."""
+    if not _abi.record_bytes(layout):
+        return (f"cannot serve layout {layout}: no such layout (NVFP4_MLA_LAYOUT_*: 1 fp8_rope_368, 2 bf16_rope_432, "
+                "3 fp8_ds_mla_656)")
+    if scale_mode not in (_abi.SCALE_STATIC, _abi.SCALE_PER_TOKEN):
+        return (f"cannot serve scale mode {scale_mode} on {_abi.layout_name(layout)}: no such mode "
+                "(NVFP4_MLA_SCALE_*: 1 static, 2 per-token)")
+    if not _abi.layout_has_mode(layout, scale_mode):
+        return (f"cannot serve per-token scales on {_abi.layout_name(layout)}: only fp8_rope_368 records carry the "
+                "per-token scale s_t (per-token needs KV_FP8_ROPE=1's layout)")
+    return None
+
+
+def require_capabilities(plugin, layout, scale_mode, available=None, extra=0, user_requested=True):
+    """Accepts the layout and scale mode against the capability bits `available` (the table's compiled
+    bits by default, or a context's runtime bits) and returns the acceptance line, or raises PluginError
+    naming what is missing, in nvfp4_mla_loader_require's words. A pair the record format does not have
+    (an unknown layout or mode, per-token on a record without s_t) is refused whatever the bits say.
+    nvfp4_mla.require(plugin, cache_format) is the one a host calls with a CacheFormat; this is its
+    capability-bit step."""
+    head = f"nvfp4-mla plugin {plugin.path} (ABI {plugin.abi}, host ABI {HOST_ABI})"
+    try:
+        if isinstance(layout, bool) or isinstance(scale_mode, bool):
+            raise TypeError
+        layout, scale_mode = operator.index(layout), operator.index(scale_mode)
+    except TypeError:
+        raise TypeError(f"layout={layout!r}, scale_mode={scale_mode!r}: expected integers (nvfp4_mla.LAYOUT_*, "
+                        "nvfp4_mla.SCALE_*)") from None
+    why = _unservable(layout, scale_mode)
+    if why:
+        raise PluginError(f"{head} {why}", "config_error")
     available = plugin.capability_bits() if available is None else available
     missing = requirement_bits(layout, scale_mode, extra) & ~available
     mode = "per-token" if scale_mode == _abi.SCALE_PER_TOKEN else "static"
     lay = _abi.layout_name(layout)
-    head = f"nvfp4-mla plugin {plugin.path} (ABI {plugin.abi}, host ABI {HOST_ABI})"
     if not missing:
         return f"{head} serves {mode} scales on {lay}"
     names = ", ".join(_abi.cap_name(1 << b) for b in range(64) if missing & (1 << b))

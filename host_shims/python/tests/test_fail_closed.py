@@ -167,3 +167,27 @@ def test_a_slot_past_the_cache_should_be_refused_on_the_cpu_before_anything_is_w
                   **KW)
     with pytest.raises(nvfp4_mla.InvalidArgument, match=re.escape("gather: slots[1] = 4 is neither -1 nor in [0, 4)")):
         ctx.gather(cache, np.array([0, 4], np.int32), np.zeros((2, 576), np.uint16), **KW)
+
+
+def test_the_installed_schema_should_say_what_the_plugin_takes(plugin, profile_path, tmp_path):
+    """Issue 58: share/nvfp4-mla/ gets the v1 calibration format's JSON Schema. Its bounds are the plugin's
+    (N12: a scale whose max_abs is outside [2^-14, 65504] is refused), and the real file fits it."""
+    import json
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    schema = json.load(open(os.path.join(root, "data", "nvfp4_ds_mla_outer_scale_v1.schema.json")))
+    real = json.load(open(profile_path))
+    assert set(schema["required"]) <= set(real) <= set(schema["properties"])
+    bounds = schema["properties"]["scales"]["items"]
+    assert all(bounds["minimum"] <= s <= bounds["maximum"] for s in real["scales"])
+
+    def opened(scale):
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps({"format": "nvfp4_ds_mla_outer_scale_v1", "num_layers": 1, "latent_dim": 512,
+                                    "denominator": 2688.0, "scales": [scale]}))
+        return nvfp4_mla.CacheFormat(fp8_rope=True, scales_file=str(path)).open(plugin)
+
+    for inside in (bounds["minimum"] * 1.001, bounds["maximum"] * 0.999):
+        opened(inside).close()
+    for outside in (bounds["minimum"] * 0.999, bounds["maximum"] * 1.001, 1e30, 1e-30):
+        with pytest.raises(nvfp4_mla.ConfigError, match=r'"scales"\[0\] = .* implies max_abs .* outside'):
+            opened(outside)

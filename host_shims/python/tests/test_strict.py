@@ -31,13 +31,30 @@ def written_cache(ctx, n=8, layout=LAYOUT_FP8_ROPE_368, mode=SCALE_PER_TOKEN):
     (dict(fp8_rope="false"), "CacheFormat: fp8_rope='false': expected True or False"),
     (dict(fp8_rope=1), "CacheFormat: fp8_rope=1: expected True or False"),
     (dict(scales_file=7), "CacheFormat: scales_file=7: expected a path"),
-    (dict(writer_policy="MSE"), "CacheFormat: writer_policy='MSE': expected one of rtn, mse"),
+    (dict(writer_policy="4over6"), "CacheFormat: writer_policy='4over6': expected one of rtn, mse (any case)"),
     (dict(writer_policy=1), "CacheFormat: writer_policy=1: expected one of rtn, mse"),
 ])
 def test_cache_format_should_refuse_what_is_not_its_type(kwargs, words):
     with pytest.raises((TypeError, ValueError)) as err:
         nvfp4_mla.CacheFormat(**kwargs)
     assert words in str(err.value)
+
+
+def test_writer_policy_names_should_follow_the_settings_rule_in_any_case(plugin):
+    """Issue 58, N15: Context.write(writer_policy='MSE') and CacheFormat(writer_policy='MSE') were refused
+    while NVFP4_MLA_WRITER_POLICY=MSE was taken ("any case"): one rule for the name everywhere."""
+    assert nvfp4_mla.CacheFormat(writer_policy="MSE").writer_policy == "mse"
+    assert nvfp4_mla.CacheFormat.from_env({"NVFP4_MLA_WRITER_POLICY": "MSE"}).writer_policy == "mse"
+    ctx = nvfp4_mla.Context(plugin, "cpu")
+    x = tokens(8, scale=0.5)
+    by_name = {}
+    for name in ("mse", "MSE", "Mse"):
+        cache = cache_of()
+        ctx.write(x[:, :512], x[:, 512:], np.arange(8, dtype=np.int64), cache, writer_policy=name, **KW)
+        by_name[name] = cache.tobytes()
+    assert by_name["MSE"] == by_name["mse"] == by_name["Mse"]
+    with pytest.raises(ValueError, match=r"writer_policy 'MSE2': expected one of rtn, mse \(any case\)"):
+        ctx.write(x[:, :512], x[:, 512:], np.arange(8, dtype=np.int64), cache_of(), writer_policy="MSE2", **KW)
 
 
 def test_cache_format_should_take_a_path_object_as_its_scales_file(profile_path):

@@ -30,7 +30,7 @@ import torch
 from .. import _abi
 from .. import torch_ops
 from ..context import Context
-from ..loader import require
+from ..loader import require_capabilities as require
 
 LATENT, ROPE, ROW = _abi.LATENT_DIM, _abi.ROPE_DIM, _abi.ROW_DIM
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from .. import _abi
 from ..config import FP8_ROPE_ENV, CacheFormat
 from .. import loader
-from ..loader import PluginError, load, require
+from ..loader import PluginError, load, require_capabilities as require
 
 BACKEND_NAME = "NVFP4_MLA_SPARSE"
 BACKEND_PATH = "nvfp4_mla.vllm_plugin.backend.NvFp4MlaSparseBackend"
@@ -156,7 +156,7 @@ def decide(environ=None):
     if not env.get(_abi.PLUGIN_ENV):  # the snapshot's variable, not the process's: say so in its words
         return Decision(environ=env, fmt=fmt, error=loader.NOT_SELECTED)
     try:
-        plugin = load(env[_abi.PLUGIN_ENV])
+        plugin = load(environ=env)
     except PluginError as exc:
         return Decision(environ=env, fmt=fmt, error=str(exc))
     try:
