@@ -298,6 +298,28 @@ def test_ops_should_refuse_integers_their_fields_cannot_hold(plugin, torch_ops):
 
 
 @needs_torch
+def test_attend_fake_should_refuse_what_only_the_plugin_checks(plugin, torch_ops):
+    """The fake (meta) attend asks the plugin's shape-only entry on placeholders: what only the plugin
+    checks (h in 1..128, sm_scale > 0) is refused while tracing, in its words, with no memory read; a
+    good call gives the outputs' shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with nvfp4_mla.Context(plugin) as ctx:
+        ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+        cid = ops.context_id
+        with FakeTensorMode():
+            q = torch.empty(2, 129, 576, dtype=torch.bfloat16)
+            topk = torch.empty(2, 8, dtype=torch.int32)
+            cache = torch.empty(1, 64, 368, dtype=torch.uint8)
+            attend = torch.ops.nvfp4_mla.attend
+            with pytest.raises(nvfp4_mla.InvalidArgument, match=r"attend: q: h = shape\[1\] is 129 \(must be 1"):
+                attend(q, topk, cache, cid, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 0.0, SM)
+            with pytest.raises(nvfp4_mla.InvalidArgument, match="attend: sm_scale is -1, must be finite and > 0"):
+                attend(q[:, :16], topk, cache, cid, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 0.0, -1.0)
+            out, lse = attend(q[:, :16], topk, cache, cid, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 0.0, SM)
+            assert out.shape == (2, 16, 512) and out.dtype == torch.bfloat16 and lse.shape == (2, 16)
+
+
+@needs_torch
 def test_ops_bound_to_a_calibrated_configuration_should_need_each_layers_scale(plugin, torch_ops, profile_path):
     """Issue 48, case 10: snippets that left outer_scale out ran a calibrated deployment at 1.0."""
     cfg = nvfp4_mla.CacheFormat(fp8_rope=True, scales_file=profile_path).open(plugin)
@@ -425,7 +447,7 @@ def test_reduce_overhead_step_should_replay_new_data_like_eager(plugin, torch_op
         assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
         assert any(calls), "the ops ran under capture when the graph was recorded"
         assert ran == len(calls) - 3 * 5, "replays run no Python: only the 3 eager steps' 5 op calls each"
-        assert not ctx._workspaces, "the ops never grow the context's workspace"
+        assert not ctx.workspace.kept_streams, "the ops never grow the context's workspace"
         print(f"\nreduce-overhead on {ctx.device_name}, batch {batch}: recorded ({sum(calls)} op calls captured), "
               "3 replays with new data equal eager bit for bit, no cudagraph skip, no op Python per replay")
 
@@ -467,7 +489,7 @@ def test_hand_captured_ops_should_replay_new_data_like_eager(plugin, torch_ops, 
             torch.cuda.synchronize()
             assert torch.equal(cache, eager_cache), f"step {s}: cache bytes differ"
             assert_same_bits((out, lse), want, f"step {s}")
-        assert not ctx._workspaces, "the ops never grow the context's workspace"
+        assert not ctx.workspace.kept_streams, "the ops never grow the context's workspace"
         del graph
         torch.cuda.synchronize()
         print(f"\ntorch.cuda.graph of the ops on {ctx.device_name}, batch {batch}: 3 replays with new data equal "

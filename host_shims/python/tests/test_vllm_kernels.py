@@ -24,6 +24,7 @@ from nvfp4_mla import LAYOUT_BF16_ROPE_432, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed here (CI's shim suite): the vLLM plugin's "
                                             "kernels run where it is (the contract environment, the GPU machine)")
+from nvfp4_mla import calls, torch_ops  # noqa: E402
 from nvfp4_mla.vllm_plugin import kernels  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -194,12 +195,58 @@ def test_a_cache_whose_strides_are_not_whole_records_should_be_refused():
 def test_plan_step_should_ask_the_plugin_for_the_steps_workspace(plugin):
     ops = ops_for(plugin, "cpu", LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN)
     assert kernels.plan_step(ops, 0, 16, TOPK, 368) == 0
-    assert kernels.plan_step(ops, 8, 16, TOPK, 368) >= 0
+    # The CPU backend asks for no scratch (attend_cpu.c: it allocates its own row buffer per call), so
+    # the exact answer for any shape is 0, and nothing is kept.
+    assert kernels.plan_step(ops, 8, 16, TOPK, 368) == 0
+    assert ops.context.workspace.kept(None) is None
     with pytest.raises(nvfp4_mla.InvalidArgument, match="h = shape\\[1\\] is 129"):
         kernels.plan_step(ops, 8, 129, TOPK, 368)
-    # A grown workspace takes its device from one kept tensor of no elements, not one made per build().
-    kept = kernels._device_tensor(torch.device("cpu"))
-    assert kept.numel() == 0 and kept.device.type == "cpu" and kernels._device_tensor(torch.device("cpu")) is kept
+
+
+def test_plan_step_should_grow_the_kept_workspace_once_per_shape_outside_capture(plugin, monkeypatch):
+    """The rule on a context whose plugin asks for scratch (the CUDA backend's case, the answer stood in
+    for on the CPU context): asked once per shape, the kept workspace of the stream grown to it, never
+    shrunk."""
+    ctx = nvfp4_mla.Context(plugin, "cpu")
+    ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+    asked = []
+    monkeypatch.setattr(ctx, "attend_workspace_bytes",
+                        lambda args: asked.append(args.q.shape[0]) or 4096 * args.q.shape[0])
+    assert kernels.plan_step(ops, 2, 16, TOPK, 368) == 8192
+    kept = ctx.workspace.kept(None)
+    assert kept.dtype == torch.uint8 and kept.device.type == "cpu" and kept.shape == (8192,)
+    assert kernels.plan_step(ops, 2, 16, TOPK, 368) == 8192 and asked == [2]  # once per shape
+    assert kernels.plan_step(ops, 1, 16, TOPK, 368) == 4096 and ctx.workspace.kept(None) is kept  # enough already
+    assert kernels.plan_step(ops, 3, 16, TOPK, 368) == 12288 and ctx.workspace.kept(None).shape == (12288,)
+    assert asked == [2, 1, 3]
+    ctx.close()
+
+
+def split_workspace_sizes(n_q, heads, topk):
+    """Every size the split-K workspace of kernels/attend/attend_plan.h can have for these shapes: partial
+    rows [splits, n_q, h, 512] bf16, their log-sum-exp [splits, n_q, h] f32, 8-byte aligned, then one
+    8-byte arrival counter a query and head group (splits 2..topk, groups 1..h)."""
+    sizes = set()
+    for splits in range(2, topk + 1):
+        rows = splits * n_q * heads
+        counters = (rows * 512 * 2 + rows * 4 + 7) // 8 * 8
+        sizes.update(counters + n_q * groups * 8 for groups in range(1, heads + 1))
+    return sizes
+
+
+def check_plan(ops, plan, q, topk, valid, cache, layout, mode, scale):
+    """plan_step's bytes on CUDA: what the plugin says for the step's real tensors (its placeholders
+    change no answer), 0 or a size of the split-K layout, and held by the kept workspace of the stream."""
+    ctx = ops.context
+    heads = q.shape[1]
+    out = torch.empty(q.shape[0], heads, 512, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(q.shape[0], heads, dtype=torch.float32, device=q.device)
+    real = calls.attend_args(ctx.device, q, topk, cache, out, layout=layout, scale_mode=mode, sm_scale=SM,
+                             outer_scale=scale, valid_len=valid, lse=lse, stream=torch_ops.current_stream(ctx))
+    assert plan == ctx.attend_workspace_bytes(real)
+    assert plan == 0 or plan in split_workspace_sizes(q.shape[0], heads, topk.shape[1]), plan
+    if plan:
+        assert ctx.workspace.kept(torch_ops.current_stream(ctx)).shape[0] >= plan
 
 
 @pytest.mark.skipif(not CUDA, reason="no CUDA device: the captured step runs on the GPU machine")
@@ -219,6 +266,7 @@ def test_captured_step_should_replay_with_new_data_like_eager_calls(plugin, layo
     kv_c, k_pe, slots = (t.clone() for t in step_tokens(first, pad=3))
     q, topk, valid = first.q.clone(), first.topk.clone(), first.valid.clone()
     plan = kernels.plan_step(ops, q.shape[0], heads, TOPK, record, outer_scale=scale)
+    check_plan(ops, plan, q, topk, valid, kernels.flat_rows(live.cache), layout, mode, scale)
     side = torch.cuda.Stream()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -245,6 +293,5 @@ def test_captured_step_should_replay_with_new_data_like_eager_calls(plugin, layo
         check_against_reference(ops, b, out, lse, scale)
         assert previous is None or not torch.equal(previous, out), "the replay reads the new data"
         previous = out.clone()
-    assert plan >= 0
     del graph
     torch.cuda.synchronize()

@@ -27,7 +27,7 @@ slots unchanged and the plugin reads records at row * record (its contiguous-cac
 
 import torch
 
-from .. import _abi
+from .. import _abi, calls
 from .. import torch_ops
 from ..context import Context
 from ..loader import require
@@ -117,61 +117,28 @@ def bound_ops(plugin, device, layout, scale_mode, writer_policy=_abi.WRITER_POLI
     return ops
 
 
-class _Shape(torch_ops._Described):
-    """A tensor's description without its memory, for the plugin's shape-only entry
-    (attend_workspace_bytes reads shapes, never data): contiguous strides and a placeholder address,
-    one per argument (`role`), distinct and 4 KiB aligned, which the plugin's checks take for a
-    pointer and nothing dereferences."""
-    __slots__ = ("_address",)
-
-    def __init__(self, dtype, shape, device, role):
-        strides, step = [], 1
-        for size in reversed(shape):
-            strides.insert(0, step)
-            step *= size
-        super().__init__(torch.empty(0, dtype=dtype, device=device), tuple(shape), tuple(strides))
-        self._address = (role + 1) << 40
-
-    def data_ptr(self):
-        return self._address
-
-
-_needs = {}  # (context, format, shapes) -> the workspace bytes the plugin asked for
-_on_device = {}  # torch.device -> a tensor of no elements there: what the grown workspace's device is read from
-
-
-def _device_tensor(device):
-    """A tensor of no elements on `device`, made once (empty_bytes_like reads only its device). It holds
-    no memory, so keeping it pins nothing, and no graph captures it: plan_step grows the workspace only
-    outside a capture."""
-    t = _on_device.get(device)
-    if t is None:
-        t = _on_device[device] = torch.empty(0, device=device)
-    return t
-
-
 def plan_step(ops, rows, heads, topk, record, *, outer_scale=None):
     """A step's attend, planned before the forward (the metadata builder's build(), outside any
     capture): the plugin checks the shapes (a refusal raises here, in its words, not inside a
     captured forward) and says the scratch they need, which the context's kept workspace for the
-    current stream is grown to, so that eager steps allocate none. The plugin is asked once per
-    shape; returns the bytes (0: none)."""
+    current stream is grown to, so that eager steps allocate none (nvfp4_mla.workspace's rule). The
+    plugin reads shapes only: the tensors are placeholders. Returns the bytes (0: none)."""
     if rows == 0:
         return 0
     ctx = ops.context
     device = torch.device("cpu") if ctx.device[0] == _abi.DEVICE_CPU else torch.device("cuda", ctx.device[1])
-    key = (id(ctx), ops.layout, ops.scale_mode, outer_scale, rows, heads, topk, record)
-    need = _needs.get(key)
-    if need is None:
-        args = ctx._attend_args(_Shape(torch.bfloat16, (rows, heads, ROW), device, 0),
-                                _Shape(torch.int32, (rows, topk), device, 1),
-                                _Shape(torch.uint8, (1, 1, record), device, 2),
-                                _Shape(torch.bfloat16, (rows, heads, LATENT), device, 3), ops.layout, ops.scale_mode,
-                                1.0, outer_scale, _Shape(torch.int32, (rows,), device, 4),
-                                _Shape(torch.float32, (rows, heads), device, 5), None)
-        need = _needs[key] = ctx.attend_workspace_bytes(args)
-    if need and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        ctx._workspace(torch_ops._stream(ctx), need, _device_tensor(device))
+    shapes = ((torch.bfloat16, (rows, heads, ROW)), (torch.int32, (rows, topk)), (torch.uint8, (1, 1, record)),
+              (torch.bfloat16, (rows, heads, LATENT)), (torch.float32, (rows, heads)), (torch.int32, (rows,)))
+    q, slots, cache, out, lse, valid_len = (calls.Placeholder(dtype, device, shape, role)
+                                            for role, (dtype, shape) in enumerate(shapes))
+
+    def build():
+        return calls.attend_args(ctx.device, q, slots, cache, out, layout=ops.layout, scale_mode=ops.scale_mode,
+                                 sm_scale=1.0, outer_scale=outer_scale, valid_len=valid_len, lse=lse)
+    key = ("plan_step", ops.layout, ops.scale_mode, outer_scale, rows, heads, topk, record)
+    need = ctx.workspace.need_by(key, build)  # the struct built and asked of the plugin once per shape
+    # q stands for the device: a placeholder holds no memory, so a grown workspace pins nothing of it
+    ctx.workspace.reserve(torch_ops.current_stream(ctx), need, q, capturing=torch_ops.capturing(ctx))
     return need
 
 
