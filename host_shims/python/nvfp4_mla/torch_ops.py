@@ -57,7 +57,7 @@ except ImportError as exc:  # the rest of the package works without it
 
 from . import _abi, calls
 from .arrays import tensor
-from .errors import member
+from .errors import member, number
 from .prepared import PreparedCall
 
 NAMESPACE = "nvfp4_mla"
@@ -421,7 +421,9 @@ class BoundOps:
         if outer_scale is None and self.calibrated_layers:
             raise ValueError(f"{op}: the bound configuration is calibrated ({self.calibrated_layers} layers of static "
                              "scales): pass outer_scale=cfg.layer_scale(layer); left out it is 1.0 on every layer")
-        return self.default_outer_scale if outer_scale is None else float(outer_scale)
+        # number(): a str or a bool is refused by name, as Context's calls refuse it (float("0.5") and
+        # float(True) would have passed, bad-inputs-4 N11)
+        return self.default_outer_scale if outer_scale is None else number("outer_scale", outer_scale)
 
     def write(self, kv_c, k_pe, slot_mapping, cache, *, outer_scale=None, capture_max_abs=None,
               nonfinite_count=None):
@@ -445,9 +447,9 @@ class BoundOps:
             if lse is not None:
                 raise ValueError("attend: lse= needs out= (without out, the op returns new out and lse)")
             return ops.attend(q, slots, cache, self.context_id, self.layout, self.scale_mode,
-                              self._outer(outer_scale, "attend"), float(sm_scale), valid_len)
+                              self._outer(outer_scale, "attend"), number("sm_scale", sm_scale), valid_len)
         ops.attend_out(q, slots, cache, out, lse, self.context_id, self.layout, self.scale_mode,
-                       self._outer(outer_scale, "attend"), float(sm_scale), valid_len)
+                       self._outer(outer_scale, "attend"), number("sm_scale", sm_scale), valid_len)
         return out, lse
 
     def merge(self, partial_out, partial_lse, *, out=None, lse=None):

@@ -298,6 +298,58 @@ def test_ops_should_refuse_integers_their_fields_cannot_hold(plugin, torch_ops):
 
 
 @needs_torch
+@pytest.mark.parametrize("dtype", ["int16", "uint16"])
+def test_torch_integer_tensors_should_be_refused_not_read_as_bf16_bits(plugin, torch_ops, dtype):
+    """bad-inputs-4 N10: PyTorch has torch.bfloat16, so an int16 / uint16 tensor holds integers (numpy's
+    uint16 convention for bf16 bits is numpy's alone); the one-shot call, the bound op and the raw op
+    refuse it, naming the argument and the dtype, and write nothing."""
+    dtype = getattr(torch, dtype)
+    words = f"kv_c: dtype {dtype} holds integers, not bf16: pass a torch.bfloat16 tensor"
+    with nvfp4_mla.Context(plugin) as ctx:
+        ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+        x = (torch.randn(8, 576) * 1000).to(dtype)
+        cache = torch.zeros(1, 64, 368, dtype=torch.uint8)
+        slots = torch.arange(8)
+        for call in (lambda: ctx.write(x[:, :512], x[:, 512:], slots, cache, layout=LAYOUT_FP8_ROPE_368,
+                                       scale_mode=SCALE_PER_TOKEN),
+                     lambda: ops.write(x[:, :512], x[:, 512:], slots, cache),
+                     lambda: torch.ops.nvfp4_mla.write(x[:, :512], x[:, 512:], slots, cache, ops.context_id,
+                                                       LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 0.0)):
+            assert shim_refusal(call).startswith(words)
+        assert int(cache.count_nonzero()) == 0
+        q = torch.zeros(2, 16, 576, dtype=dtype)
+        assert shim_refusal(lambda: ops.attend(q, torch.zeros(2, 8, dtype=torch.int32), cache, sm_scale=SM)) \
+            .startswith(f"q: dtype {dtype} holds integers")
+
+
+@needs_torch
+def test_bound_ops_should_refuse_a_string_or_a_bool_as_a_scale(plugin, torch_ops):
+    """bad-inputs-4 N11: float("0.5") and float(True) passed; the bound ops refuse them by name, in the
+    words Context's calls use."""
+    with nvfp4_mla.Context(plugin) as ctx:
+        ops = torch_ops.bind(ctx, nvfp4_mla.CacheFormat(fp8_rope=True).open(plugin))
+        kv = torch.zeros(8, 576, dtype=torch.bfloat16)
+        cache = torch.zeros(1, 64, 368, dtype=torch.uint8)
+        q, topk = torch.zeros(2, 16, 576, dtype=torch.bfloat16), torch.zeros(2, 8, dtype=torch.int32)
+        for value in ("0.5", True, np.bool_(True)):
+            words = f"outer_scale={value!r}: expected a number"
+            with pytest.raises(TypeError) as exc:
+                ctx.write(kv[:, :512], kv[:, 512:], torch.arange(8), cache, layout=LAYOUT_FP8_ROPE_368,
+                          scale_mode=SCALE_STATIC, outer_scale=value)
+            assert str(exc.value) == words
+            for call in (lambda: ops.write(kv[:, :512], kv[:, 512:], torch.arange(8), cache, outer_scale=value),
+                         lambda: ops.gather(cache, topk[0], outer_scale=value),
+                         lambda: ops.attend(q, topk, cache, sm_scale=SM, outer_scale=value)):
+                with pytest.raises(TypeError) as exc:
+                    call()
+                assert str(exc.value) == words
+            with pytest.raises(TypeError, match=f"^sm_scale={value!r}: expected a number$"):
+                ops.attend(q, topk, cache, sm_scale=value)
+        assert int(cache.count_nonzero()) == 0
+        ops.write(kv[:, :512], kv[:, 512:], torch.arange(8), cache, outer_scale=np.float32(0.5))  # a number is one
+
+
+@needs_torch
 def test_attend_fake_should_refuse_what_only_the_plugin_checks(plugin, torch_ops):
     """The fake (meta) attend asks the plugin's shape-only entry on placeholders: what only the plugin
     checks (h in 1..128, sm_scale > 0) is refused while tracing, in its words, with no memory read; a

@@ -192,6 +192,60 @@ def test_a_cache_whose_strides_are_not_whole_records_should_be_refused():
     assert rows.shape == ((BLOCKS - 1) * 2 * BLOCK + BLOCK, 1, 368) and rows.stride() == (368, 368, 1)
 
 
+def refusal(call):
+    with pytest.raises(ValueError) as exc:
+        call()
+    return str(exc.value)
+
+
+def test_forward_mqa_should_refuse_mis_shaped_queries_naming_them(plugin):
+    """bad-inputs-4 N14: a 448 + 128 split concatenated to 576 columns and ran; a 3-part tuple gave
+    "too many values to unpack". Each part is checked by name before any concatenation."""
+    ops = ops_for(plugin, "cpu", LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN)
+    cache, topk = torch.zeros(1, 64, 368, dtype=torch.uint8), torch.zeros(2, 8, dtype=torch.int32)
+    q = torch.randn(2, 16, 576).to(torch.bfloat16)
+    pair = "expected (q_nope [n, h, 512], q_pe [n, h, 64]) or one q [n, h, 576]"
+    cases = [
+        ((q[..., :448], q[..., 448:]), "q_nope: shape (2, 16, 448), expected [n, h, 512]"),
+        ([q[..., :512], q[..., 512:], q[..., :1]], "q: a list of 3 parts, " + pair),
+        ((q[..., :512],), "q: a tuple of 1 parts, " + pair),
+        ((q[..., :512], q[:1, :, 512:]), "q_pe: shape (1, 16, 64) torch.bfloat16, expected q_nope's [n, h] = [2, 16]"),
+        ((q[..., :512], q[..., 512:].float()), "q_pe: shape (2, 16, 64) torch.float32, expected q_nope's [n, h]"),
+        ((q[..., :512], q[..., 512:, None]), "q_pe: shape (2, 16, 64, 1), expected [n, h, 64]"),
+        ((q[..., :512], None), "q_pe: a NoneType, expected a tensor [n, h, 64]"),
+        (q[..., :575], "q: shape (2, 16, 575), expected [n, h, 576]"),
+        (q[0], "q: shape (16, 576), expected [n, h, 576]"),
+    ]
+    for bad, words in cases:
+        assert refusal(lambda: kernels.forward_mqa(ops, bad, cache, topk, None, sm_scale=SM)).startswith(words)
+    out, _ = kernels.forward_mqa(ops, (q[..., :512], q[..., 512:]), cache, topk, None, sm_scale=SM)
+    assert out.shape == (2, 16, 512)
+
+
+def test_cache_update_should_refuse_mis_shaped_rope_keys_naming_them(plugin):
+    """bad-inputs-4 N14: k_pe [T, 2, 32] was reshaped to [T, 64] and written; [T, 1, 63] failed with
+    torch's "shape '[8, 64]' is invalid for input of size 504", naming no argument."""
+    ops = ops_for(plugin, "cpu", LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN)
+    cache = torch.zeros(1, 64, 368, dtype=torch.uint8)
+    kv_c, slots = torch.randn(8, 512).to(torch.bfloat16), torch.arange(8)
+    expected = "expected [T, 64] or [T, 1, 64]"
+    for shape in ((8, 2, 32), (8, 1, 63), (8, 128), (8, 64, 1), (512,)):
+        k_pe = torch.zeros(shape, dtype=torch.bfloat16)
+        assert refusal(lambda: kernels.cache_update(ops, kv_c, k_pe, cache, slots)) == \
+            f"k_pe: shape {shape}, {expected}"
+    assert refusal(lambda: kernels.cache_update(ops, kv_c, torch.zeros(6, 1, 64, dtype=torch.bfloat16), cache,
+                                                slots)) == "k_pe: 6 tokens, the slot mapping has 8"
+    assert int(cache.count_nonzero()) == 0
+    kernels.cache_update(ops, kv_c, torch.ones(8, 1, 64, dtype=torch.bfloat16), cache, slots)
+    assert int(cache.count_nonzero()) > 0
+
+
+def test_bound_ops_should_refuse_a_device_the_plugin_cannot_run_on(plugin):
+    """bad-inputs-4 N14: bound_ops(plugin, torch.device("meta"), ...) bound a CPU context."""
+    assert refusal(lambda: kernels.bound_ops(plugin, torch.device("meta"), LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN)) == \
+        "device 'meta': the plugin runs on 'cpu' or 'cuda' devices"
+
+
 def test_plan_step_should_ask_the_plugin_for_the_steps_workspace(plugin):
     ops = ops_for(plugin, "cpu", LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN)
     assert kernels.plan_step(ops, 0, 16, TOPK, 368) == 0

@@ -60,12 +60,41 @@ def flat_rows(kv_cache):
     return cache.as_strided((rows, 1, record), (record, record, 1))
 
 
+def _expect(name, t, width, what):
+    """A query part: a tensor [n, h, width], else ValueError naming it and the shape expected."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: a {type(t).__name__}, expected a tensor {what}")
+    if t.dim() != 3 or t.shape[-1] != width:
+        raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {what}")
+    return t
+
+
 def query(q):
-    """[n, h, 576] bf16 from vLLM's (q_nope, q_pe) pair (one concatenation) or a packed query."""
+    """[n, h, 576] bf16 from vLLM's (q_nope, q_pe) pair (one concatenation) or a packed query; a part of
+    another shape is refused naming it (a 448 + 128 split also concatenates to 576 columns)."""
     if isinstance(q, (tuple, list)):
-        q_nope, q_pe = q
+        if len(q) != 2:
+            raise ValueError(f"q: a {type(q).__name__} of {len(q)} parts, expected (q_nope [n, h, {LATENT}], "
+                             f"q_pe [n, h, {ROPE}]) or one q [n, h, {ROW}]")
+        q_nope = _expect("q_nope", q[0], LATENT, f"[n, h, {LATENT}]")
+        q_pe = _expect("q_pe", q[1], ROPE, f"[n, h, {ROPE}]")
+        if q_pe.shape[:2] != q_nope.shape[:2] or q_pe.dtype != q_nope.dtype:
+            raise ValueError(f"q_pe: shape {tuple(q_pe.shape)} {q_pe.dtype}, expected q_nope's [n, h] = "
+                             f"{list(q_nope.shape[:2])} and dtype {q_nope.dtype}")
         return torch.cat((q_nope, q_pe), dim=-1)
+    q = _expect("q", q, ROW, f"[n, h, {ROW}] (or the pair q_nope [n, h, {LATENT}], q_pe [n, h, {ROPE}])")
     return q if q.stride(-1) == 1 else q.contiguous()
+
+
+def rope_keys(k_pe, tokens):
+    """k_pe [T, 64] from vLLM's [T, 1, 64] or [T, 64] RoPE keys (T >= tokens), else ValueError naming it:
+    a [T, 2, 32] or [T, 1, 63] tensor is not RoPE keys, whatever reshape would make of it."""
+    shape = tuple(k_pe.shape)
+    if not (len(shape) == 2 and shape[1] == ROPE or len(shape) == 3 and shape[1:] == (1, ROPE)):
+        raise ValueError(f"k_pe: shape {shape}, expected [T, {ROPE}] or [T, 1, {ROPE}]")
+    if shape[0] < tokens:
+        raise ValueError(f"k_pe: {shape[0]} tokens, the slot mapping has {tokens}")
+    return k_pe.reshape(shape[0], ROPE)
 
 
 def cache_update(ops, kv_c_normed, k_pe, kv_cache, slot_mapping, *, outer_scale=None):
@@ -77,7 +106,7 @@ def cache_update(ops, kv_c_normed, k_pe, kv_cache, slot_mapping, *, outer_scale=
     n = slots.shape[0]
     if kv_c_normed.shape[0] < n:
         raise ValueError(f"cache update: {n} slots for {kv_c_normed.shape[0]} tokens")
-    pe = k_pe.reshape(k_pe.shape[0], ROPE)
+    pe = rope_keys(k_pe, n)
     ops.write(kv_c_normed[:n], pe[:n], slots, as_bytes(kv_cache), outer_scale=outer_scale)
 
 
@@ -94,10 +123,13 @@ _bound = {}  # (plugin path, device, layout, scale mode, writer policy) -> Bound
 
 
 def _device_name(device):
+    """"cpu" or "cuda:N" of a device; any other type (meta, a CPU context's stand-in before) is refused."""
     device = torch.device(device)
     if device.type == "cuda":
         return f"cuda:{torch.cuda.current_device() if device.index is None else device.index}"
-    return "cpu"
+    if device.type == "cpu":
+        return "cpu"
+    raise ValueError(f"device {str(device)!r}: the plugin runs on 'cpu' or 'cuda' devices")
 
 
 def bound_ops(plugin, device, layout, scale_mode, writer_policy=_abi.WRITER_POLICY_RTN):
