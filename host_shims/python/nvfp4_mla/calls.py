@@ -44,10 +44,12 @@ def policy_id(policy):
     field go to the plugin as given (it refuses them in its words)."""
     if policy is None:
         return _abi.WRITER_POLICY_RTN
-    if isinstance(policy, str):
-        if policy not in _abi.WRITER_POLICIES:
-            raise ValueError(f"writer_policy {policy!r}: expected one of {', '.join(_abi.WRITER_POLICIES)}")
-        return _abi.WRITER_POLICIES[policy]
+    if isinstance(policy, str):  # any ASCII case, as NVFP4_MLA_WRITER_POLICY (the settings rule)
+        name = policy.lower() if policy.isascii() else policy
+        if name not in _abi.WRITER_POLICIES:
+            raise ValueError(f"writer_policy {policy!r}: expected one of {', '.join(_abi.WRITER_POLICIES)} "
+                             "(any case)")
+        return _abi.WRITER_POLICIES[name]
     return code("writer_policy", policy, "a policy name (\"rtn\", \"mse\") or nvfp4_mla._abi.WRITER_POLICY_*")
 
 
