@@ -2,9 +2,10 @@
 
 The rule, for every way attend is called (Context.attend, prepared attends, the PyTorch ops, the
 vLLM plugin's plan_step):
-- the plugin says the bytes a call's shapes need (attend_workspace_bytes, shapes only); a prepared
-  call needs the largest over every row count it may run (the need is not monotonic: fewer queries
-  split the top-k more); both are asked once per shape and remembered here;
+- the plugin says the bytes a call's shapes need (attend_workspace_bytes, shapes only, about 3 us: asked
+  per call); a prepared call needs the largest over every row count it may run (the need is not
+  monotonic: fewer queries split the top-k more), and a step planner asks per step: those two are
+  asked once per shape and remembered here;
 - the context keeps one scratch a stream (calls on one stream are ordered, so they may share it) and
   grows it when a call needs more; a grown one replaces the kept one, and calls that hold the old one
   (prepared attends, captured graphs) keep it alive, still large enough for them;
@@ -41,49 +42,50 @@ class Workspace:
         return ctx
 
     def need(self, args, fields=()):
-        """The bytes attend needs for the shapes of `args` (an AttendArgs). `fields`: prepared fields
-        (prepared.py) whose row counts go together: the largest need over every row count 1..their
-        bound one. Asked of the plugin once per shape; a refusal raises in the plugin's words."""
+        """The bytes attend needs for the shapes of `args` (an AttendArgs), asked of the plugin (a refusal
+        raises in its words). `fields`: prepared fields (prepared.py) whose row counts go together: the
+        largest need over every row count 1..their bound one, scanned once per shape."""
+        if not fields:
+            return self._context().attend_workspace_bytes(args)
         probe = _abi.AttendArgs.from_buffer_copy(args)
         for name in ("q", "slots", "valid_len", "cache", "out", "lse", "workspace"):
             getattr(probe, name).data = None
         probe.stream = None
-        rows = fields[0].bound_rows if fields else 0
+        rows = fields[0].bound_rows
         key = (rows, bytes(probe))
         have = self._needs.get(key)
         if have is not None:
             return have
         ctx = self._context()
-        if not fields:
-            best = ctx.attend_workspace_bytes(args)
-        else:
-            fn, need, best = member(ctx.plugin, "attend_workspace_bytes"), C.c_uint64(0), 0
-            handle = ctx.live("attend_workspace_bytes")
-            try:
-                for n in range(1, rows + 1):
-                    for f in fields:
-                        f.rows.value = n
-                    check(ctx.plugin, fn(handle, C.byref(args), C.byref(need)), "attend_workspace_bytes")
-                    best = max(best, need.value)
-            finally:
+        fn, need, best = member(ctx.plugin, "attend_workspace_bytes"), C.c_uint64(0), 0
+        handle = ctx.live("attend_workspace_bytes")
+        try:
+            for n in range(1, rows + 1):
                 for f in fields:
-                    f.rows.value = rows
+                    f.rows.value = n
+                check(ctx.plugin, fn(handle, C.byref(args), C.byref(need)), "attend_workspace_bytes")
+                best = max(best, need.value)
+        finally:
+            for f in fields:
+                f.rows.value = rows
+        return self._remember(key, best)
+
+    def _remember(self, key, need):
         if len(self._needs) >= _MAX_SHAPES:
             self._needs.clear()
-        self._needs[key] = best
-        return best
+        self._needs[key] = need
+        return need
 
     def need_by(self, key, build):
         """need(build()) remembered under the caller's `key` (a tuple naming the shapes), so that a caller
         that asks per step (plan_step) builds and checks the struct only for a shape it has not asked."""
         have = self._needs.get(key)
-        if have is None:
-            have = self._needs[key] = self.need(build())
-        return have
+        return self._remember(key, self.need(build())) if have is None else have
 
     @property
     def shapes_asked(self):
-        """How many shapes' needs are remembered (every layer of a model binds the same ones)."""
+        """How many shapes' needs are remembered (scans and need_by; every layer of a model binds the
+        same shapes)."""
         return len(self._needs)
 
     @property

@@ -42,19 +42,20 @@ def test_take_should_hand_out_temporaries_under_capture_and_when_told_not_to_gro
     assert ws.kept(None).shape == (8192,)
 
 
-def test_need_should_be_the_plugins_answer_asked_once_per_shape(ctx):
+def test_need_should_be_the_plugins_answer(ctx):
     # The CPU backend needs no scratch for any shape (kernels/attend/attend_cpu.c): exactly 0.
     args = calls.attend_args(ctx.device, *attend_arrays(4), **KW)
     assert ctx.workspace.need(args) == 0
     asked = []
     ctx.attend_workspace_bytes = lambda a: asked.append(a.q.shape[0]) or 100 * a.q.shape[0]
     ws = Workspace(ctx)
-    assert ws.need(args) == 400 and ws.need(args) == 400 and asked == [4]
-    other = calls.attend_args(ctx.device, *attend_arrays(4), **KW)  # other arrays, the same shapes
-    assert ws.need(other) == 400 and asked == [4] and ws.shapes_asked == 1
-    assert ws.need(calls.attend_args(ctx.device, *attend_arrays(2), **KW)) == 200 and asked == [4, 2]
+    assert ws.need(args) == 400 and ws.need(args) == 400 and asked == [4, 4]  # a one-shot call asks (3 us)
+    assert ws.need(calls.attend_args(ctx.device, *attend_arrays(2), **KW)) == 200 and asked == [4, 4, 2]
+    assert ws.shapes_asked == 0
+    # A step planner's need is remembered under its own key: built and asked once.
     assert ws.need_by(("mine", 3), lambda: calls.attend_args(ctx.device, *attend_arrays(3), **KW)) == 300
     assert ws.need_by(("mine", 3), lambda: pytest.fail("asked again")) == 300
+    assert asked == [4, 4, 2, 3] and ws.shapes_asked == 1
 
 
 def test_a_prepared_attend_should_hold_the_largest_need_over_its_row_counts(ctx, monkeypatch):
