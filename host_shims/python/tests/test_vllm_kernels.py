@@ -218,6 +218,13 @@ def test_forward_mqa_should_refuse_mis_shaped_queries_naming_them(plugin):
     ]
     for bad, words in cases:
         assert refusal(lambda: kernels.forward_mqa(ops, bad, cache, topk, None, sm_scale=SM)).startswith(words)
+    rows = [(topk[:1], None, "topk: shape (1, 8) torch.int32, expected [n, K] torch.int32 with n = 2 (q's rows)"),
+            (topk.long(), None, "topk: shape (2, 8) torch.int64, expected [n, K] torch.int32"),
+            (topk[0], None, "topk: shape (8,) torch.int32, expected [n, K]"),
+            (topk, torch.zeros(3, dtype=torch.int32), "valid_counts: shape (3,) torch.int32, expected [n] torch.int32"),
+            (topk, [8, 8], "valid_counts: a list, expected [n] torch.int32 with n = 2")]
+    for rows_topk, valid, words in rows:
+        assert refusal(lambda: kernels.forward_mqa(ops, q, cache, rows_topk, valid, sm_scale=SM)).startswith(words)
     out, _ = kernels.forward_mqa(ops, (q[..., :512], q[..., 512:]), cache, topk, None, sm_scale=SM)
     assert out.shape == (2, 16, 512)
 

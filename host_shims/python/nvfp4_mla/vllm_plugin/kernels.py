@@ -110,10 +110,22 @@ def cache_update(ops, kv_c_normed, k_pe, kv_cache, slot_mapping, *, outer_scale=
     ops.write(kv_c_normed[:n], pe[:n], slots, as_bytes(kv_cache), outer_scale=outer_scale)
 
 
+def _per_row(name, t, rows, shape_text, dims):
+    """topk / valid_counts by vLLM's names (the plugin's checks would call them slots / valid_len)."""
+    if not isinstance(t, torch.Tensor) or t.dim() != dims or t.shape[0] != rows or t.dtype != torch.int32:
+        what = f"shape {tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
+        raise ValueError(f"{name}: {what}, expected {shape_text} torch.int32 with n = {rows} (q's rows)")
+    return t
+
+
 def forward_mqa(ops, q, kv_cache, topk, valid_counts, *, sm_scale, outer_scale=None):
     """Sparse MLA attention of every row, decode, MTP and prefill alike, straight from the records
     (SparseMLACommonImpl._forward_mqa_kernel's body): (out [n, h, 512] bf16, lse [n, h] f32)."""
-    return ops.attend(query(q), topk, flat_rows(kv_cache), sm_scale=sm_scale, outer_scale=outer_scale,
+    q = query(q)
+    topk = _per_row("topk", topk, q.shape[0], "[n, K]", 2)
+    if valid_counts is not None:
+        valid_counts = _per_row("valid_counts", valid_counts, q.shape[0], "[n]", 1)
+    return ops.attend(q, topk, flat_rows(kv_cache), sm_scale=sm_scale, outer_scale=outer_scale,
                       valid_len=valid_counts)
 
 
