@@ -10,7 +10,9 @@
     ctx.merge(partial_out, partial_lse, out, lse=lse)  # decode context parallelism (ABI 1.1)
 
 nvfp4_mla.torch_ops (optional; imports torch, which this package otherwise never does) registers the
-calls as PyTorch operators (torch.ops.nvfp4_mla.*) for torch.compile and CUDA graphs.
+calls as PyTorch operators (torch.ops.nvfp4_mla.*) for torch.compile and CUDA graphs. Every way in
+builds its argument structs with nvfp4_mla.calls (a device and arrays in, a checked struct out) and
+takes attend's scratch by the one rule of nvfp4_mla.workspace.
 """
 
 from . import _abi

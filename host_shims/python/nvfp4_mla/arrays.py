@@ -2,8 +2,9 @@
 
 Accepted: objects exposing __array_interface__ (numpy; CPU memory), __cuda_array_interface__
 (CuPy, PyTorch; CUDA memory), and PyTorch tensors directly (which also covers bfloat16, a dtype the
-array interfaces cannot name). numpy has no bfloat16: a uint16/int16 array carries bf16 bits, and the
-caller says so with the expected dtype. Strides cross the ABI in elements; a byte stride that is not
+array interfaces cannot name). numpy and CuPy have no bfloat16: a uint16/int16 array of theirs carries
+bf16 bits, and the caller says so with the expected dtype. PyTorch has torch.bfloat16, so its int16 and
+uint16 tensors hold integers and are refused (bad-inputs-4 N10: they were read as bf16 bits). Strides cross the ABI in elements; a byte stride that is not
 a multiple of the element size is refused here. Every array the plugin writes (a cache, an out, an
 lse, a counter) must be writable: an array interface whose data flag says read-only (numpy's
 writeable=False, np.frombuffer of bytes) is refused, and so is a PyTorch tensor that PyTorch itself
@@ -19,8 +20,8 @@ _TYPESTRS = {
     "<u2": _abi.DTYPE_BF16, "<i2": _abi.DTYPE_BF16, "|V2": _abi.DTYPE_BF16, "<V2": _abi.DTYPE_BF16,
 }
 _TORCH = {"torch.uint8": _abi.DTYPE_U8, "torch.int32": _abi.DTYPE_I32, "torch.int64": _abi.DTYPE_I64,
-          "torch.float32": _abi.DTYPE_F32, "torch.float16": _abi.DTYPE_F16, "torch.bfloat16": _abi.DTYPE_BF16,
-          "torch.int16": _abi.DTYPE_BF16, "torch.uint16": _abi.DTYPE_BF16}
+          "torch.float32": _abi.DTYPE_F32, "torch.float16": _abi.DTYPE_F16, "torch.bfloat16": _abi.DTYPE_BF16}
+_TORCH_INTEGERS16 = ("torch.int16", "torch.uint16")  # integers, not bf16 bits (the module's docstring)
 _SIZES = {_abi.DTYPE_U8: 1, _abi.DTYPE_I32: 4, _abi.DTYPE_I64: 8, _abi.DTYPE_F32: 4, _abi.DTYPE_BF16: 2,
           _abi.DTYPE_F16: 2}
 
@@ -41,6 +42,9 @@ def describe(obj, name):
     if is_torch(obj):
         dtype = _TORCH.get(str(obj.dtype))
         if dtype is None:
+            if str(obj.dtype) in _TORCH_INTEGERS16:
+                raise ArrayError(f"{name}: dtype {obj.dtype} holds integers, not bf16: pass a torch.bfloat16 tensor "
+                                 "(a tensor of bf16 bits: .view(torch.bfloat16))")
             raise ArrayError(f"{name}: dtype {obj.dtype} is not supported")
         dev = obj.device
         device = (_abi.DEVICE_CUDA, dev.index or 0) if dev.type == "cuda" else (_abi.DEVICE_CPU, 0)

@@ -42,6 +42,9 @@ class PluginConfig:
 
     def __init__(self, plugin, handle):
         self._plugin = plugin
+        # Read now: close() may run at interpreter exit (__del__), once the modules' names are None, so it
+        # calls only what this object holds (bad-inputs-4 N17: errors.member was None there).
+        self._destroy = member(plugin, "config_destroy")
         self._handle = handle
         info = _abi.ConfigInfo(struct_size=C.sizeof(_abi.ConfigInfo))
         check(plugin, member(plugin, "config_info")(handle, C.byref(info)), "config_info")
@@ -71,10 +74,11 @@ class PluginConfig:
         return self._handle
 
     def close(self):
-        """Releases the configuration; again it does nothing."""
-        if getattr(self, "_handle", None):
-            member(self._plugin, "config_destroy")(self._handle)
+        """Releases the configuration; again it does nothing. Needs nothing but this object (see __init__)."""
+        handle = getattr(self, "_handle", None)
+        if handle:
             self._handle = None
+            self._destroy(handle)
 
     __del__ = close
 

@@ -34,8 +34,8 @@ kernel and two kernels for a split call; docs/architecture.md, kernels/attend/at
 
 Capture: run() and the array form only write host memory and call the plugin's stream-ordered entry,
 so both may be captured in a CUDA graph (torch.cuda.graph, cudaStreamBeginCapture) on the capture
-stream, passed as `stream=`. Workspace rule: a prepared attend holds its workspace (sized at bind for
-every row count up to the bound q's) for as long as it lives, and a captured attend reads that
+stream, passed as `stream=`. Workspace (the rule's one home is workspace.py): a prepared attend holds its
+workspace (sized at bind for every row count up to the bound q's) for as long as it lives, and a captured attend reads that
 workspace on every replay: keep the prepared attend (or the `workspace=` you gave) alive as long as
 any graph that captured it. Without `workspace=`, prepared attends bound to one stream share the
 context's workspace for that stream, which is safe while their calls run in order on one stream (a
@@ -127,21 +127,22 @@ class _Field:
 _ENTRY = C.CFUNCTYPE(_abi.STATUS)
 
 
-class _Prepared:
-    """What every prepared call shares: the struct, its entry, the stream view, the bound arrays."""
+class PreparedCall:
+    """What every prepared call shares: the struct, its entry, the stream view, the bound arrays (the
+    PyTorch ops' kept signatures are prepared calls too, torch_ops.py)."""
 
     def __init__(self, ctx, op, args, keep):
-        ctx._live(f"prepare_{op}")
+        handle = ctx.live(f"prepare_{op}")
         self._ctx, self._plugin, self._op, self._args, self._keep = ctx, ctx.plugin, op, args, keep
         self._fn = _ENTRY(C.cast(member(ctx.plugin, op), C.c_void_p).value)
-        self._ctx_arg, self._ref = C.c_void_p.from_param(ctx._handle.value), C.byref(args)
+        self._ctx_arg, self._ref = C.c_void_p.from_param(handle.value), C.byref(args)
         self._stream = C.c_void_p.from_buffer(args, type(args).stream.offset)
         self._bound_stream = self._stream.value
         self._moved = False  # the array form pointed the fields elsewhere; run() points them back
         self._spare = C.c_int64()  # where an absent optional field's row count goes
 
     def _launch(self, stream):
-        if self._ctx._handle is None:
+        if self._ctx.handle is None:
             raise ValueError(f"{self._op}: the context of this prepared call is closed")
         self._stream.value = self._bound_stream if stream is BOUND else _handle(stream)
         status = self._fn(self._ctx_arg, self._ref)
@@ -164,7 +165,7 @@ class _Prepared:
         return n
 
 
-class PreparedWrite(_Prepared):
+class PreparedWrite(PreparedCall):
     """Context.write bound to kv_c, k_pe, slot_mapping and the cache (and capture/counter arrays)."""
 
     def __init__(self, ctx, args, arrays):
@@ -190,7 +191,7 @@ class PreparedWrite(_Prepared):
         self._launch(stream)
 
 
-class PreparedGather(_Prepared):
+class PreparedGather(PreparedCall):
     """Context.gather bound to the cache, slots and out."""
 
     def __init__(self, ctx, args, arrays):
@@ -213,32 +214,7 @@ class PreparedGather(_Prepared):
         self._launch(stream)
 
 
-def max_workspace(ctx, args, fields):
-    """The largest attend_workspace_bytes over every row count 0..bound rows of these shapes (the
-    need is not monotonic: fewer queries split the top-k more). Reads shapes only, like the entry;
-    remembered per context and shape signature, since every layer of a model binds the same shapes."""
-    probe = _abi.AttendArgs.from_buffer_copy(args)
-    for name in ("q", "slots", "valid_len", "cache", "out", "lse", "workspace"):
-        getattr(probe, name).data = None
-    probe.stream = None
-    rows = fields[0].bound_rows
-    key = (rows, bytes(probe))
-    if key not in ctx._workspace_needs:
-        fn, need, best = member(ctx.plugin, "attend_workspace_bytes"), C.c_uint64(0), 0
-        try:
-            for n in range(1, rows + 1):
-                for f in fields:
-                    f.rows.value = n
-                check(ctx.plugin, fn(ctx._handle, C.byref(args), C.byref(need)), "attend_workspace_bytes")
-                best = max(best, need.value)
-        finally:
-            for f in fields:
-                f.rows.value = rows
-        ctx._workspace_needs[key] = best
-    return ctx._workspace_needs[key]
-
-
-class PreparedAttend(_Prepared):
+class PreparedAttend(PreparedCall):
     """Context.attend bound to q, slots, the cache, out (and lse, valid_len), with a workspace held
     for every row count up to the bound q's."""
 
@@ -255,9 +231,9 @@ class PreparedAttend(_Prepared):
         self._lse_rows = self._lse.rows if self._lse else self._spare
         self._len_rows = self._len.rows if self._len else self._spare
         self._max_rows = self._q.bound_rows
-        need = max_workspace(ctx, args, present)
+        need = ctx.workspace.need(args, present)  # the largest over 1..bound rows (workspace.py)
         if workspace is None:
-            workspace = ctx._workspace(self._bound_stream, need, q)
+            workspace = ctx.workspace.take(self._bound_stream, need, q)
         args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, ctx.device, written=True)
         if args.workspace.shape[0] < need:
             raise ArrayError(f"workspace: {args.workspace.shape[0]} bytes, these shapes need up to {need} "
@@ -287,7 +263,7 @@ class PreparedAttend(_Prepared):
         self._launch(stream)
 
 
-class PreparedMerge(_Prepared):
+class PreparedMerge(PreparedCall):
     """Context.merge bound to partial_out, partial_lse, out (and lse): per call the queries' count
     n_q changes, P (the group size) stays the bound one."""
 

@@ -15,10 +15,12 @@ alone never imports torch):
     merge_out(partial_out, partial_lse, out!, lse!?, context) -> ()
 
 (`!`: mutated, declared in the schema; `?`: optional). Each takes the same arrays as the Context call of
-its name and is checked by the same code (Context._write_args and its siblings), so a wrong dtype or
-shape is refused with the shim's words: by the fake implementation while torch.compile traces, by the
-real one in eager calls. The fake implementations give the outputs' shapes and dtypes without touching
-data; the real ones call the plugin on PyTorch's current stream of the context's device.
+its name and is checked by the same code (calls.py's argument builders), so a wrong dtype or shape is
+refused with the shim's words: by the fake implementation while torch.compile traces, by the real one
+in eager calls. The fake implementations give the outputs' shapes and dtypes without touching data;
+attend's also asks the plugin's shape-only entry (attend_workspace_bytes, on placeholder addresses) so
+that what only the plugin checks (h in 1..128, unit strides, alignment on CUDA) is refused while
+tracing too. The real ones call the plugin on PyTorch's current stream of the context's device.
 
 `context` is an integer naming a Context (`context_id(ctx)`, held weakly: closing the context makes
 the ops refuse it). An engine holds one Context per device and the cache format decided at start-up;
@@ -36,13 +38,11 @@ torch.library.define + impl (Python kernels on the CPU and CUDA keys) rather tha
 autograd and mutation wrappers cost about 10 us more per call (BENCHMARKS.md; bench/hot_path.py
 measures the ops).
 
-Attend's workspace: the context's kept workspace for the stream when it already holds enough (the one
-its one-shot and prepared attends grow), else a temporary from PyTorch's caching allocator (itself
-per stream), freed when the op returns. Ops never grow the context's workspace and never use it while
-a CUDA graph is captured: a graph must own its scratch (a kept workspace replaced by a larger one
-would leave the graph reading freed memory), and torch.compile's CUDA graphs (mode="reduce-overhead")
-warm up with every allocation routed to the graph's pool, where a workspace kept past the op would be
-reclaimed by the pool under the context. A temporary made during capture is the graph's, like every
+Attend's workspace (the rule's one home is workspace.py): on CUDA the context's kept workspace for the
+stream when it already holds enough (the one its one-shot and prepared attends and plan_step grow),
+else a temporary from PyTorch's caching allocator (itself per stream), freed when the op returns. Ops
+never grow the context's workspace on CUDA and never use it while a CUDA graph is captured (a graph owns
+its scratch; workspace.py says why). A temporary made during capture is the graph's, like every
 PyTorch op's scratch.
 """
 
@@ -55,11 +55,10 @@ try:
 except ImportError as exc:  # the rest of the package works without it
     raise ImportError("nvfp4_mla.torch_ops needs PyTorch (pip install torch); the rest of nvfp4_mla does not") from exc
 
-from . import _abi
+from . import _abi, calls
 from .arrays import tensor
-from .context import _mode, _policy
-from .errors import member
-from .prepared import _Prepared
+from .errors import member, number
+from .prepared import PreparedCall
 
 NAMESPACE = "nvfp4_mla"
 _LATENT, _ROW = _abi.LATENT_DIM, _abi.ROW_DIM
@@ -83,31 +82,30 @@ def context_id(ctx):
 def _context(cid, op):
     ref = _contexts.get(cid)
     ctx = ref() if ref is not None else None
-    if ctx is None or getattr(ctx, "_handle", None) is None:
+    if ctx is None or getattr(ctx, "handle", None) is None:
         raise ValueError(f"{NAMESPACE}.{op}: context {cid} is not an open nvfp4_mla.Context "
                          "(take the id from nvfp4_mla.torch_ops.context_id(ctx) or bind(ctx, ...), and keep ctx open)")
     return ctx
 
 
-def _stream(ctx):
-    """PyTorch's current stream on the context's device (None on a CPU context)."""
+def current_stream(ctx):
+    """PyTorch's current stream on the context's device as a handle (None on a CPU context, and for
+    the legacy default stream)."""
     if ctx.device[0] == _abi.DEVICE_CPU:
         return None
     return torch._C._cuda_getCurrentRawStream(ctx.device[1]) or None
 
 
+def capturing(ctx):
+    """Whether PyTorch is capturing a CUDA graph on the current stream of the context's device."""
+    return ctx.device[0] == _abi.DEVICE_CUDA and torch.cuda.is_current_stream_capturing()
+
+
 def _workspace(ctx, stream, need, like):
-    """Attend's scratch: the context's kept one when it holds enough and no graph is captured, else a
-    temporary (the module's docstring says why; CPU contexts use their kept one, grown as needed)."""
-    if need == 0:
-        return None
-    if ctx.device[0] == _abi.DEVICE_CPU:
-        return ctx._workspace(stream, need, like)
-    if not torch.cuda.is_current_stream_capturing():
-        have = ctx._workspaces.get(stream)
-        if have is not None and have.shape[0] >= need:
-            return have
-    return torch.empty(need, dtype=torch.uint8, device=like.device)
+    """Attend's scratch by workspace.py's rule: on CUDA the kept one when it holds enough and no graph is
+    captured, else a temporary; CPU contexts use their kept one, grown as needed."""
+    cpu = ctx.device[0] == _abi.DEVICE_CPU
+    return ctx.workspace.take(stream, need, like, capturing=capturing(ctx), grow=cpu)
 
 
 # ---- Fake (meta) tensors seen by the shim's checks: metadata only, sizes at their hints. ----
@@ -126,32 +124,18 @@ def _hints(values):
     return tuple(out)
 
 
-class _Described:
-    """What arrays.describe reads of a PyTorch tensor (dtype, device, shape, strides, a data pointer),
-    for a fake tensor that has no data: the shim's checks run on it unchanged."""
-    __slots__ = ("dtype", "device", "shape", "_strides")
-
-    def __init__(self, t, shape, strides):
-        self.dtype, self.device, self.shape, self._strides = t.dtype, t.device, shape, strides
-
-    def stride(self):
-        return self._strides
-
-    def data_ptr(self):
-        return 0
-
-
 def _described(*tensors):
-    """The tensors as _Described (None stays None), or None when a size is data-dependent."""
+    """The tensors as placeholders of their hinted sizes and strides (None stays None), each at its own
+    placeholder address, or None when a size is data-dependent."""
     out = []
-    for t in tensors:
+    for role, t in enumerate(tensors):
         if t is None:
             out.append(None)
             continue
         shape, strides = _hints(t.shape), _hints(t.stride())
         if shape is None or strides is None:
             return None
-        out.append(_Described(t, shape, strides))
+        out.append(calls.Placeholder(t.dtype, t.device, shape, role, strides))
     return out
 
 
@@ -194,7 +178,7 @@ def _register(name, real, fake):
 _MAX_SIGNATURES = 256  # per context; past it the kept structs are dropped and rebuilt as calls come
 
 
-class _Signature(_Prepared):
+class _Signature(PreparedCall):
     """One checked argument struct; per call, the data pointers of the tensors present at bind (tensors[i]
     goes to the struct's field names[i]; an absent optional tensor, None, is part of the signature)."""
 
@@ -229,14 +213,12 @@ def _meta(t):
 
 def _call(ctx, key, bind):
     """The context's checked struct for `key`, made by bind() (the shim's checks) at its first call."""
-    calls = ctx.__dict__.get("_torch_op_calls")
-    if calls is None:
-        calls = ctx.__dict__["_torch_op_calls"] = {}  # on the context: dropped with it
-    call = calls.get(key)
+    kept = ctx.kept_for(NAMESPACE)  # on the context: dropped with it
+    call = kept.get(key)
     if call is None:
-        if len(calls) >= _MAX_SIGNATURES:
-            calls.clear()
-        call = calls[key] = bind()
+        if len(kept) >= _MAX_SIGNATURES:
+            kept.clear()
+        call = kept[key] = bind()
     return call
 
 
@@ -252,34 +234,48 @@ def _write(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_s
     ctx = _context(context, "write")
     tensors = (kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count)
     key = ("write", layout, scale_mode, outer_scale, writer_policy, *map(_meta, tensors))
-    stream = _stream(ctx)
-    call = _call(ctx, key, lambda: _Signature(ctx, "write", ctx._write_args(
-        *tensors[:4], layout, scale_mode, outer_scale, *tensors[4:], stream, writer_policy), tensors, _WRITE_FIELDS))
+    stream = current_stream(ctx)
+    call = _call(ctx, key, lambda: _Signature(ctx, "write", _write_args(ctx.device, tensors, layout, scale_mode,
+                                                                        outer_scale, writer_policy, stream),
+                                              tensors, _WRITE_FIELDS))
     call.run(tensors, stream)
+
+
+def _write_args(device, tensors, layout, scale_mode, outer_scale, writer_policy, stream):
+    kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count = tensors
+    return calls.write_args(device, kv_c, k_pe, slot_mapping, cache, layout=layout, scale_mode=scale_mode,
+                            outer_scale=outer_scale, capture_max_abs=capture_max_abs, nonfinite_count=nonfinite_count,
+                            stream=stream, writer_policy=writer_policy)
 
 
 def _write_fake(kv_c, k_pe, slot_mapping, cache, context, layout, scale_mode, outer_scale, writer_policy=0,
                 capture_max_abs=None, nonfinite_count=None):
     d = _described(kv_c, k_pe, slot_mapping, cache, capture_max_abs, nonfinite_count)
     if d is not None:
-        _context(context, "write")._write_args(*d[:4], layout, scale_mode, outer_scale, d[4], d[5], None,
-                                               writer_policy)
+        _write_args(_context(context, "write").device, d, layout, scale_mode, outer_scale, writer_policy, None)
+
+
+def _gather_args(device, tensors, layout, scale_mode, outer_scale, stream):
+    cache, slots, out = tensors
+    return calls.gather_args(device, cache, slots, out, layout=layout, scale_mode=scale_mode,
+                             outer_scale=outer_scale, stream=stream)
 
 
 def _gather_out(cache, slots, out, context, layout, scale_mode, outer_scale):
     ctx = _context(context, "gather")
     tensors = (cache, slots, out)
     key = ("gather", layout, scale_mode, outer_scale, *map(_meta, tensors))
-    stream = _stream(ctx)
-    call = _call(ctx, key, lambda: _Signature(ctx, "gather", ctx._gather_args(
-        *tensors, layout, scale_mode, outer_scale, stream), tensors, _GATHER_FIELDS))
+    stream = current_stream(ctx)
+    call = _call(ctx, key, lambda: _Signature(ctx, "gather", _gather_args(ctx.device, tensors, layout, scale_mode,
+                                                                          outer_scale, stream),
+                                              tensors, _GATHER_FIELDS))
     call.run(tensors, stream)
 
 
 def _gather_out_fake(cache, slots, out, context, layout, scale_mode, outer_scale):
     d = _described(cache, slots, out)
     if d is not None:
-        _context(context, "gather")._gather_args(*d, layout, scale_mode, outer_scale, None)
+        _gather_args(_context(context, "gather").device, d, layout, scale_mode, outer_scale, None)
 
 
 def _gather(cache, slots, context, layout, scale_mode, outer_scale):
@@ -294,14 +290,19 @@ def _gather_fake(cache, slots, context, layout, scale_mode, outer_scale):
     return out
 
 
-def _bind_attend(ctx, tensors, layout, scale_mode, outer_scale, sm_scale, stream):
+def _attend_args(device, tensors, layout, scale_mode, outer_scale, sm_scale, stream):
     q, slots, cache, out, lse, valid_len = tensors
-    args = ctx._attend_args(q, slots, cache, out, layout, scale_mode, sm_scale, outer_scale, valid_len, lse, stream)
-    need = ctx.attend_workspace_bytes(args)  # shapes only: the same for every call of the signature
+    return calls.attend_args(device, q, slots, cache, out, layout=layout, scale_mode=scale_mode, sm_scale=sm_scale,
+                             outer_scale=outer_scale, valid_len=valid_len, lse=lse, stream=stream)
+
+
+def _bind_attend(ctx, tensors, layout, scale_mode, outer_scale, sm_scale, stream):
+    args = _attend_args(ctx.device, tensors, layout, scale_mode, outer_scale, sm_scale, stream)
+    need = ctx.workspace.need(args)  # shapes only: the same for every call of the signature
     workspace = None
     if need:
         # Described from an empty stand-in (no memory): each call points it at a workspace of >= need bytes.
-        workspace = q.new_empty(0, dtype=torch.uint8)
+        workspace = tensors[0].new_empty(0, dtype=torch.uint8)
         args.workspace, _ = tensor(workspace, "workspace", (_abi.DTYPE_U8,), 1, ctx.device)
         args.workspace.shape[0] = need
     call = _Signature(ctx, "attend", args, (*tensors, workspace), _ATTEND_FIELDS)
@@ -313,7 +314,7 @@ def _attend_out(q, slots, cache, out, lse, context, layout, scale_mode, outer_sc
     ctx = _context(context, "attend")
     tensors = (q, slots, cache, out, lse, valid_len)
     key = ("attend", layout, scale_mode, outer_scale, sm_scale, *map(_meta, tensors))
-    stream = _stream(ctx)
+    stream = current_stream(ctx)
     call = _call(ctx, key, lambda: _bind_attend(ctx, tensors, layout, scale_mode, outer_scale, sm_scale, stream))
     if call.workspace_need:
         tensors += (_workspace(ctx, stream, call.workspace_need, q),)
@@ -321,9 +322,12 @@ def _attend_out(q, slots, cache, out, lse, context, layout, scale_mode, outer_sc
 
 
 def _attend_out_fake(q, slots, cache, out, lse, context, layout, scale_mode, outer_scale, sm_scale, valid_len=None):
-    d = _described(q, slots, cache, out, valid_len, lse)
+    """The shim's checks, then the plugin's own on the shapes: its shape-only entry reads placeholders
+    (no memory), so a call it would refuse is refused while tracing, in its words."""
+    d = _described(q, slots, cache, out, lse, valid_len)
     if d is not None:
-        _context(context, "attend")._attend_args(*d[:4], layout, scale_mode, sm_scale, outer_scale, d[4], d[5], None)
+        ctx = _context(context, "attend")
+        ctx.workspace.need(_attend_args(ctx.device, d, layout, scale_mode, outer_scale, sm_scale, None))
 
 
 def _attend_outputs(q):
@@ -344,12 +348,17 @@ def _attend_fake(q, slots, cache, context, layout, scale_mode, outer_scale, sm_s
     return out, lse
 
 
+def _merge_args(device, tensors, stream):
+    partial_out, partial_lse, out, lse = tensors
+    return calls.merge_args(device, partial_out, partial_lse, out, lse=lse, stream=stream)
+
+
 def _merge_out(partial_out, partial_lse, out, lse, context):
     ctx = _context(context, "merge")
     tensors = (partial_out, partial_lse, out, lse)
     key = ("merge", *map(_meta, tensors))
-    stream = _stream(ctx)
-    call = _call(ctx, key, lambda: _Signature(ctx, "merge", ctx._merge_args(*tensors, stream), tensors,
+    stream = current_stream(ctx)
+    call = _call(ctx, key, lambda: _Signature(ctx, "merge", _merge_args(ctx.device, tensors, stream), tensors,
                                               _MERGE_FIELDS))
     call.run(tensors, stream)
 
@@ -359,7 +368,7 @@ def _merge_out_fake(partial_out, partial_lse, out, lse, context):
     if d is not None:
         ctx = _context(context, "merge")
         member(ctx.plugin, "merge")  # Unsupported while tracing, as prepare_merge, on a 1.0 table
-        ctx._merge_args(*d, None)
+        _merge_args(ctx.device, d, None)
 
 
 def _merge_outputs(partial_out):
@@ -404,15 +413,17 @@ class BoundOps:
         self.context = ctx  # held: the ops hold it only weakly
         self.context_id = context_id(ctx)
         self.calibrated_layers = calibrated_layers
-        self.layout, self.scale_mode = _mode(layout, scale_mode)  # by name: int() took 1.9 as 1, wrapped nothing
-        self.writer_policy = _policy(writer_policy)
+        self.layout, self.scale_mode = calls.mode(layout, scale_mode)  # by name: int() took 1.9 as 1
+        self.writer_policy = calls.policy_id(writer_policy)
         self.default_outer_scale = float(_abi.default_outer_scale(self.scale_mode))
 
     def _outer(self, outer_scale, op):
         if outer_scale is None and self.calibrated_layers:
             raise ValueError(f"{op}: the bound configuration is calibrated ({self.calibrated_layers} layers of static "
                              "scales): pass outer_scale=cfg.layer_scale(layer); left out it is 1.0 on every layer")
-        return self.default_outer_scale if outer_scale is None else float(outer_scale)
+        # number(): a str or a bool is refused by name, as Context's calls refuse it (float("0.5") and
+        # float(True) would have passed, bad-inputs-4 N11)
+        return self.default_outer_scale if outer_scale is None else number("outer_scale", outer_scale)
 
     def write(self, kv_c, k_pe, slot_mapping, cache, *, outer_scale=None, capture_max_abs=None,
               nonfinite_count=None):
@@ -436,9 +447,9 @@ class BoundOps:
             if lse is not None:
                 raise ValueError("attend: lse= needs out= (without out, the op returns new out and lse)")
             return ops.attend(q, slots, cache, self.context_id, self.layout, self.scale_mode,
-                              self._outer(outer_scale, "attend"), float(sm_scale), valid_len)
+                              self._outer(outer_scale, "attend"), number("sm_scale", sm_scale), valid_len)
         ops.attend_out(q, slots, cache, out, lse, self.context_id, self.layout, self.scale_mode,
-                       self._outer(outer_scale, "attend"), float(sm_scale), valid_len)
+                       self._outer(outer_scale, "attend"), number("sm_scale", sm_scale), valid_len)
         return out, lse
 
     def merge(self, partial_out, partial_lse, *, out=None, lse=None):

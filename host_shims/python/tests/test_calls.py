@@ -8,6 +8,7 @@ import pytest
 
 import nvfp4_mla
 from samples import tokens
+from nvfp4_mla import calls
 from nvfp4_mla import LAYOUT_BF16_ROPE_432, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, SCALE_STATIC
 
 
@@ -164,13 +165,11 @@ def test_attend_should_read_656_byte_fp8_ds_mla_records(ctx):
     assert np.allclose(lse[0], np.log(np.exp(s).sum(axis=1)), rtol=1e-5)
 
 
-def test_cpu_arrays_should_be_refused_by_a_cuda_device_check(plugin):
-    ctx = nvfp4_mla.Context.__new__(nvfp4_mla.Context)  # the checks alone, without a CUDA device
-    ctx.plugin, ctx.device, ctx._handle = plugin, (2, 0), None
-    x = tokens(2)
+def test_cpu_arrays_should_be_refused_by_a_cuda_device_check():
+    x = tokens(2)  # the argument builder alone, without a CUDA device
     with pytest.raises(nvfp4_mla.ArrayError, match="kv_c: lives on cpu, the context is on cuda:0"):
-        ctx.write(x[:, :512], x[:, 512:], np.arange(2, dtype=np.int64), np.zeros((1, 2, 368), np.uint8),
-                  layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC)
+        calls.write_args((nvfp4_mla._abi.DEVICE_CUDA, 0), x[:, :512], x[:, 512:], np.arange(2, dtype=np.int64),
+                         np.zeros((1, 2, 368), np.uint8), layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_STATIC)
 
 
 def test_context_should_hand_init_a_snapshot():

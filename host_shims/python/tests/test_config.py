@@ -113,3 +113,32 @@ def test_checkpoint_scales_should_be_reported_through_the_log(plugin, data_dir):
     assert cfg.num_layers == 2 and cfg.layer_scale(1) == pytest.approx(4.0 / 2688) and cfg.layer_scale(99) == 1.0
     cfg.close()
     assert any("checkpoint sidecar file" in m for m in seen)
+
+
+# What the interpreter does to a module at exit before the last objects go: every name of its dict set to
+# None (CPython's module finalisation). A PluginConfig still alive then (a module global, a cycle)
+# is closed by __del__ after that.
+EXIT = """
+import os, sys
+import nvfp4_mla
+cfg = nvfp4_mla.CacheFormat().open(nvfp4_mla.load(os.environ["NVFP4_MLA_PLUGIN_PATH"]))
+for name, module in list(sys.modules.items()):
+    if name == "nvfp4_mla" or name.startswith("nvfp4_mla."):
+        for key in list(vars(module)):
+            if key != "__builtins__":
+                vars(module)[key] = None
+cfg.close()
+cfg.close()
+print("closed", cfg._handle)
+"""
+
+
+def test_config_should_close_without_a_traceback_after_module_teardown(plugin_path):
+    """bad-inputs-4 N17: at exit, PluginConfig.__del__ printed "Exception ignored in PluginConfig.close ...
+    errors.py, in member: TypeError: 'NoneType' object is not callable" (seen with PyTorch imported)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, NVFP4_MLA_PLUGIN_PATH=plugin_path)
+    done = subprocess.run([sys.executable, "-c", EXIT], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == "closed None\n"

@@ -169,7 +169,7 @@ def test_prepared_attends_of_one_shape_should_share_one_workspace_scan(ctx):
     kw = dict(layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, sm_scale=0.1)
     layers = [ctx.prepare_attend(q, slots, cache_for(LAYOUT_FP8_ROPE_368), np.zeros((5, 4, 512), np.uint16), **kw)
               for _ in range(3)]
-    assert len(ctx._workspace_needs) == 1  # one scan over 1..5 queries for the three layers
+    assert ctx.workspace.shapes_asked == 1  # one scan over 1..5 queries for the three layers
     assert all(layer.workspace is None for layer in layers)  # the CPU backend needs no scratch
     for layer in layers:
         layer.run()

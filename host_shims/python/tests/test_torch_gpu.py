@@ -53,7 +53,7 @@ def test_attend_without_a_workspace_should_size_its_own_and_match_the_cpu_backen
                   scale_mode=SCALE_PER_TOKEN)
         gpu.attend(q, topk, cache, out, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, sm_scale=0.05)
         torch.cuda.synchronize()
-        assert gpu._workspaces, "the split plan needs a workspace the context allocated"
+        assert gpu.workspace.kept_streams, "the split plan needs a workspace the context allocated"
         out_h = np.zeros((1, 16, 512), np.uint16)
         cpu.attend(q.view(torch.int16).cpu().numpy().view(np.uint16), topk.cpu().numpy(), cache.cpu().numpy(), out_h,
                    layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN, sm_scale=0.05)

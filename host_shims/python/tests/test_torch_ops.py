@@ -298,6 +298,80 @@ def test_ops_should_refuse_integers_their_fields_cannot_hold(plugin, torch_ops):
 
 
 @needs_torch
+@pytest.mark.parametrize("dtype", ["int16", "uint16"])
+def test_torch_integer_tensors_should_be_refused_not_read_as_bf16_bits(plugin, torch_ops, dtype):
+    """bad-inputs-4 N10: PyTorch has torch.bfloat16, so an int16 / uint16 tensor holds integers (numpy's
+    uint16 convention for bf16 bits is numpy's alone); the one-shot call, the bound op and the raw op
+    refuse it, naming the argument and the dtype, and write nothing."""
+    dtype = getattr(torch, dtype)
+    words = f"kv_c: dtype {dtype} holds integers, not bf16: pass a torch.bfloat16 tensor"
+    with nvfp4_mla.Context(plugin) as ctx:
+        ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+        x = (torch.randn(8, 576) * 1000).to(dtype)
+        cache = torch.zeros(1, 64, 368, dtype=torch.uint8)
+        slots = torch.arange(8)
+        for call in (lambda: ctx.write(x[:, :512], x[:, 512:], slots, cache, layout=LAYOUT_FP8_ROPE_368,
+                                       scale_mode=SCALE_PER_TOKEN),
+                     lambda: ops.write(x[:, :512], x[:, 512:], slots, cache),
+                     lambda: torch.ops.nvfp4_mla.write(x[:, :512], x[:, 512:], slots, cache, ops.context_id,
+                                                       LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 0.0)):
+            assert shim_refusal(call).startswith(words)
+        assert int(cache.count_nonzero()) == 0
+        q = torch.zeros(2, 16, 576, dtype=dtype)
+        assert shim_refusal(lambda: ops.attend(q, torch.zeros(2, 8, dtype=torch.int32), cache, sm_scale=SM)) \
+            .startswith(f"q: dtype {dtype} holds integers")
+
+
+@needs_torch
+def test_bound_ops_should_refuse_a_string_or_a_bool_as_a_scale(plugin, torch_ops):
+    """bad-inputs-4 N11: float("0.5") and float(True) passed; the bound ops refuse them by name, in the
+    words Context's calls use."""
+    with nvfp4_mla.Context(plugin) as ctx:
+        ops = torch_ops.bind(ctx, nvfp4_mla.CacheFormat(fp8_rope=True).open(plugin))
+        kv = torch.zeros(8, 576, dtype=torch.bfloat16)
+        cache = torch.zeros(1, 64, 368, dtype=torch.uint8)
+        q, topk = torch.zeros(2, 16, 576, dtype=torch.bfloat16), torch.zeros(2, 8, dtype=torch.int32)
+        for value in ("0.5", True, np.bool_(True)):
+            words = f"outer_scale={value!r}: expected a number"
+            with pytest.raises(TypeError) as exc:
+                ctx.write(kv[:, :512], kv[:, 512:], torch.arange(8), cache, layout=LAYOUT_FP8_ROPE_368,
+                          scale_mode=SCALE_STATIC, outer_scale=value)
+            assert str(exc.value) == words
+            for call in (lambda: ops.write(kv[:, :512], kv[:, 512:], torch.arange(8), cache, outer_scale=value),
+                         lambda: ops.gather(cache, topk[0], outer_scale=value),
+                         lambda: ops.attend(q, topk, cache, sm_scale=SM, outer_scale=value)):
+                with pytest.raises(TypeError) as exc:
+                    call()
+                assert str(exc.value) == words
+            with pytest.raises(TypeError, match=f"^sm_scale={value!r}: expected a number$"):
+                ops.attend(q, topk, cache, sm_scale=value)
+        assert int(cache.count_nonzero()) == 0
+        ops.write(kv[:, :512], kv[:, 512:], torch.arange(8), cache, outer_scale=np.float32(0.5))  # a number is one
+
+
+@needs_torch
+def test_attend_fake_should_refuse_what_only_the_plugin_checks(plugin, torch_ops):
+    """The fake (meta) attend asks the plugin's shape-only entry on placeholders: what only the plugin
+    checks (h in 1..128, sm_scale > 0) is refused while tracing, in its words, with no memory read; a
+    good call gives the outputs' shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with nvfp4_mla.Context(plugin) as ctx:
+        ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+        cid = ops.context_id
+        with FakeTensorMode():
+            q = torch.empty(2, 129, 576, dtype=torch.bfloat16)
+            topk = torch.empty(2, 8, dtype=torch.int32)
+            cache = torch.empty(1, 64, 368, dtype=torch.uint8)
+            attend = torch.ops.nvfp4_mla.attend
+            with pytest.raises(nvfp4_mla.InvalidArgument, match=r"attend: q: h = shape\[1\] is 129\b"):
+                attend(q, topk, cache, cid, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 0.0, SM)
+            with pytest.raises(nvfp4_mla.InvalidArgument, match="attend: sm_scale is -1, must be finite and > 0"):
+                attend(q[:, :16], topk, cache, cid, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 0.0, -1.0)
+            out, lse = attend(q[:, :16], topk, cache, cid, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN, 0.0, SM)
+            assert out.shape == (2, 16, 512) and out.dtype == torch.bfloat16 and lse.shape == (2, 16)
+
+
+@needs_torch
 def test_ops_bound_to_a_calibrated_configuration_should_need_each_layers_scale(plugin, torch_ops, profile_path):
     """Issue 48, case 10: snippets that left outer_scale out ran a calibrated deployment at 1.0."""
     cfg = nvfp4_mla.CacheFormat(fp8_rope=True, scales_file=profile_path).open(plugin)
@@ -425,7 +499,7 @@ def test_reduce_overhead_step_should_replay_new_data_like_eager(plugin, torch_op
         assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
         assert any(calls), "the ops ran under capture when the graph was recorded"
         assert ran == len(calls) - 3 * 5, "replays run no Python: only the 3 eager steps' 5 op calls each"
-        assert not ctx._workspaces, "the ops never grow the context's workspace"
+        assert not ctx.workspace.kept_streams, "the ops never grow the context's workspace"
         print(f"\nreduce-overhead on {ctx.device_name}, batch {batch}: recorded ({sum(calls)} op calls captured), "
               "3 replays with new data equal eager bit for bit, no cudagraph skip, no op Python per replay")
 
@@ -467,7 +541,7 @@ def test_hand_captured_ops_should_replay_new_data_like_eager(plugin, torch_ops, 
             torch.cuda.synchronize()
             assert torch.equal(cache, eager_cache), f"step {s}: cache bytes differ"
             assert_same_bits((out, lse), want, f"step {s}")
-        assert not ctx._workspaces, "the ops never grow the context's workspace"
+        assert not ctx.workspace.kept_streams, "the ops never grow the context's workspace"
         del graph
         torch.cuda.synchronize()
         print(f"\ntorch.cuda.graph of the ops on {ctx.device_name}, batch {batch}: 3 replays with new data equal "

@@ -24,6 +24,7 @@ from nvfp4_mla import LAYOUT_BF16_ROPE_432, LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed here (CI's shim suite): the vLLM plugin's "
                                             "kernels run where it is (the contract environment, the GPU machine)")
+from nvfp4_mla import calls, torch_ops  # noqa: E402
 from nvfp4_mla.vllm_plugin import kernels  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -191,15 +192,122 @@ def test_a_cache_whose_strides_are_not_whole_records_should_be_refused():
     assert rows.shape == ((BLOCKS - 1) * 2 * BLOCK + BLOCK, 1, 368) and rows.stride() == (368, 368, 1)
 
 
+def refusal(call):
+    with pytest.raises(ValueError) as exc:
+        call()
+    return str(exc.value)
+
+
+def test_forward_mqa_should_refuse_mis_shaped_queries_naming_them(plugin):
+    """bad-inputs-4 N14: a 448 + 128 split concatenated to 576 columns and ran; a 3-part tuple gave
+    "too many values to unpack". Each part is checked by name before any concatenation."""
+    ops = ops_for(plugin, "cpu", LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN)
+    cache, topk = torch.zeros(1, 64, 368, dtype=torch.uint8), torch.zeros(2, 8, dtype=torch.int32)
+    q = torch.randn(2, 16, 576).to(torch.bfloat16)
+    pair = "expected (q_nope [n, h, 512], q_pe [n, h, 64]) or one q [n, h, 576]"
+    cases = [
+        ((q[..., :448], q[..., 448:]), "q_nope: shape (2, 16, 448), expected [n, h, 512]"),
+        ([q[..., :512], q[..., 512:], q[..., :1]], "q: a list of 3 parts, " + pair),
+        ((q[..., :512],), "q: a tuple of 1 parts, " + pair),
+        ((q[..., :512], q[:1, :, 512:]), "q_pe: shape (1, 16, 64) torch.bfloat16, expected q_nope's [n, h] = [2, 16]"),
+        ((q[..., :512], q[..., 512:].float()), "q_pe: shape (2, 16, 64) torch.float32, expected q_nope's [n, h]"),
+        ((q[..., :512], q[..., 512:, None]), "q_pe: shape (2, 16, 64, 1), expected [n, h, 64]"),
+        ((q[..., :512], None), "q_pe: a NoneType, expected a tensor [n, h, 64]"),
+        (q[..., :575], "q: shape (2, 16, 575), expected [n, h, 576]"),
+        (q[0], "q: shape (16, 576), expected [n, h, 576]"),
+    ]
+    for bad, words in cases:
+        assert refusal(lambda: kernels.forward_mqa(ops, bad, cache, topk, None, sm_scale=SM)).startswith(words)
+    rows = [(topk[:1], None, "topk: shape (1, 8) torch.int32, expected [n, K] torch.int32 with n = 2 (q's rows)"),
+            (topk.long(), None, "topk: shape (2, 8) torch.int64, expected [n, K] torch.int32"),
+            (topk[0], None, "topk: shape (8,) torch.int32, expected [n, K]"),
+            (topk, torch.zeros(3, dtype=torch.int32), "valid_counts: shape (3,) torch.int32, expected [n] torch.int32"),
+            (topk, [8, 8], "valid_counts: a list, expected [n] torch.int32 with n = 2")]
+    for rows_topk, valid, words in rows:
+        assert refusal(lambda: kernels.forward_mqa(ops, q, cache, rows_topk, valid, sm_scale=SM)).startswith(words)
+    out, _ = kernels.forward_mqa(ops, (q[..., :512], q[..., 512:]), cache, topk, None, sm_scale=SM)
+    assert out.shape == (2, 16, 512)
+
+
+def test_cache_update_should_refuse_mis_shaped_rope_keys_naming_them(plugin):
+    """bad-inputs-4 N14: k_pe [T, 2, 32] was reshaped to [T, 64] and written; [T, 1, 63] failed with
+    torch's "shape '[8, 64]' is invalid for input of size 504", naming no argument."""
+    ops = ops_for(plugin, "cpu", LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN)
+    cache = torch.zeros(1, 64, 368, dtype=torch.uint8)
+    kv_c, slots = torch.randn(8, 512).to(torch.bfloat16), torch.arange(8)
+    expected = "expected [T, 64] or [T, 1, 64]"
+    for shape in ((8, 2, 32), (8, 1, 63), (8, 128), (8, 64, 1), (512,)):
+        k_pe = torch.zeros(shape, dtype=torch.bfloat16)
+        assert refusal(lambda: kernels.cache_update(ops, kv_c, k_pe, cache, slots)) == \
+            f"k_pe: shape {shape}, {expected}"
+    assert refusal(lambda: kernels.cache_update(ops, kv_c, torch.zeros(6, 1, 64, dtype=torch.bfloat16), cache,
+                                                slots)) == "k_pe: 6 tokens, the slot mapping has 8"
+    assert int(cache.count_nonzero()) == 0
+    kernels.cache_update(ops, kv_c, torch.ones(8, 1, 64, dtype=torch.bfloat16), cache, slots)
+    assert int(cache.count_nonzero()) > 0
+
+
+def test_bound_ops_should_refuse_a_device_the_plugin_cannot_run_on(plugin):
+    """bad-inputs-4 N14: bound_ops(plugin, torch.device("meta"), ...) bound a CPU context."""
+    assert refusal(lambda: kernels.bound_ops(plugin, torch.device("meta"), LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN)) == \
+        "device 'meta': the plugin runs on 'cpu' or 'cuda' devices"
+
+
 def test_plan_step_should_ask_the_plugin_for_the_steps_workspace(plugin):
     ops = ops_for(plugin, "cpu", LAYOUT_FP8_ROPE_368, SCALE_PER_TOKEN)
     assert kernels.plan_step(ops, 0, 16, TOPK, 368) == 0
-    assert kernels.plan_step(ops, 8, 16, TOPK, 368) >= 0
+    # The CPU backend asks for no scratch (attend_cpu.c: it allocates its own row buffer per call), so
+    # the exact answer for any shape is 0, and nothing is kept.
+    assert kernels.plan_step(ops, 8, 16, TOPK, 368) == 0
+    assert ops.context.workspace.kept(None) is None
     with pytest.raises(nvfp4_mla.InvalidArgument, match="h = shape\\[1\\] is 129"):
         kernels.plan_step(ops, 8, 129, TOPK, 368)
-    # A grown workspace takes its device from one kept tensor of no elements, not one made per build().
-    kept = kernels._device_tensor(torch.device("cpu"))
-    assert kept.numel() == 0 and kept.device.type == "cpu" and kernels._device_tensor(torch.device("cpu")) is kept
+
+
+def test_plan_step_should_grow_the_kept_workspace_once_per_shape_outside_capture(plugin, monkeypatch):
+    """The rule on a context whose plugin asks for scratch (the CUDA backend's case, the answer stood in
+    for on the CPU context): asked once per shape, the kept workspace of the stream grown to it, never
+    shrunk."""
+    ctx = nvfp4_mla.Context(plugin, "cpu")
+    ops = torch_ops.bind(ctx, layout=LAYOUT_FP8_ROPE_368, scale_mode=SCALE_PER_TOKEN)
+    asked = []
+    monkeypatch.setattr(ctx, "attend_workspace_bytes",
+                        lambda args: asked.append(args.q.shape[0]) or 4096 * args.q.shape[0])
+    assert kernels.plan_step(ops, 2, 16, TOPK, 368) == 8192
+    kept = ctx.workspace.kept(None)
+    assert kept.dtype == torch.uint8 and kept.device.type == "cpu" and kept.shape == (8192,)
+    assert kernels.plan_step(ops, 2, 16, TOPK, 368) == 8192 and asked == [2]  # once per shape
+    assert kernels.plan_step(ops, 1, 16, TOPK, 368) == 4096 and ctx.workspace.kept(None) is kept  # enough already
+    assert kernels.plan_step(ops, 3, 16, TOPK, 368) == 12288 and ctx.workspace.kept(None).shape == (12288,)
+    assert asked == [2, 1, 3]
+    ctx.close()
+
+
+def split_workspace_sizes(n_q, heads, topk):
+    """Every size the split-K workspace of kernels/attend/attend_plan.h can have for these shapes: partial
+    rows [splits, n_q, h, 512] bf16, their log-sum-exp [splits, n_q, h] f32, 8-byte aligned, then one
+    8-byte arrival counter a query and head group (splits 2..topk, groups 1..h)."""
+    sizes = set()
+    for splits in range(2, topk + 1):
+        rows = splits * n_q * heads
+        counters = (rows * 512 * 2 + rows * 4 + 7) // 8 * 8
+        sizes.update(counters + n_q * groups * 8 for groups in range(1, heads + 1))
+    return sizes
+
+
+def check_plan(ops, plan, q, topk, valid, cache, layout, mode, scale):
+    """plan_step's bytes on CUDA: what the plugin says for the step's real tensors (its placeholders
+    change no answer), 0 or a size of the split-K layout, and held by the kept workspace of the stream."""
+    ctx = ops.context
+    heads = q.shape[1]
+    out = torch.empty(q.shape[0], heads, 512, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(q.shape[0], heads, dtype=torch.float32, device=q.device)
+    real = calls.attend_args(ctx.device, q, topk, cache, out, layout=layout, scale_mode=mode, sm_scale=SM,
+                             outer_scale=scale, valid_len=valid, lse=lse, stream=torch_ops.current_stream(ctx))
+    assert plan == ctx.attend_workspace_bytes(real)
+    assert plan == 0 or plan in split_workspace_sizes(q.shape[0], heads, topk.shape[1]), plan
+    if plan:
+        assert ctx.workspace.kept(torch_ops.current_stream(ctx)).shape[0] >= plan
 
 
 @pytest.mark.skipif(not CUDA, reason="no CUDA device: the captured step runs on the GPU machine")
@@ -219,6 +327,7 @@ def test_captured_step_should_replay_with_new_data_like_eager_calls(plugin, layo
     kv_c, k_pe, slots = (t.clone() for t in step_tokens(first, pad=3))
     q, topk, valid = first.q.clone(), first.topk.clone(), first.valid.clone()
     plan = kernels.plan_step(ops, q.shape[0], heads, TOPK, record, outer_scale=scale)
+    check_plan(ops, plan, q, topk, valid, kernels.flat_rows(live.cache), layout, mode, scale)
     side = torch.cuda.Stream()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -245,6 +354,5 @@ def test_captured_step_should_replay_with_new_data_like_eager_calls(plugin, layo
         check_against_reference(ops, b, out, lse, scale)
         assert previous is None or not torch.equal(previous, out), "the replay reads the new data"
         previous = out.clone()
-    assert plan >= 0
     del graph
     torch.cuda.synchronize()

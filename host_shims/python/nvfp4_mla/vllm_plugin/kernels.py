@@ -27,7 +27,7 @@ slots unchanged and the plugin reads records at row * record (its contiguous-cac
 
 import torch
 
-from .. import _abi
+from .. import _abi, calls
 from .. import torch_ops
 from ..context import Context
 from ..loader import require_capabilities as require
@@ -60,12 +60,41 @@ def flat_rows(kv_cache):
     return cache.as_strided((rows, 1, record), (record, record, 1))
 
 
+def _expect(name, t, width, what):
+    """A query part: a tensor [n, h, width], else ValueError naming it and the shape expected."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: a {type(t).__name__}, expected a tensor {what}")
+    if t.dim() != 3 or t.shape[-1] != width:
+        raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {what}")
+    return t
+
+
 def query(q):
-    """[n, h, 576] bf16 from vLLM's (q_nope, q_pe) pair (one concatenation) or a packed query."""
+    """[n, h, 576] bf16 from vLLM's (q_nope, q_pe) pair (one concatenation) or a packed query; a part of
+    another shape is refused naming it (a 448 + 128 split also concatenates to 576 columns)."""
     if isinstance(q, (tuple, list)):
-        q_nope, q_pe = q
+        if len(q) != 2:
+            raise ValueError(f"q: a {type(q).__name__} of {len(q)} parts, expected (q_nope [n, h, {LATENT}], "
+                             f"q_pe [n, h, {ROPE}]) or one q [n, h, {ROW}]")
+        q_nope = _expect("q_nope", q[0], LATENT, f"[n, h, {LATENT}]")
+        q_pe = _expect("q_pe", q[1], ROPE, f"[n, h, {ROPE}]")
+        if q_pe.shape[:2] != q_nope.shape[:2] or q_pe.dtype != q_nope.dtype:
+            raise ValueError(f"q_pe: shape {tuple(q_pe.shape)} {q_pe.dtype}, expected q_nope's [n, h] = "
+                             f"{list(q_nope.shape[:2])} and dtype {q_nope.dtype}")
         return torch.cat((q_nope, q_pe), dim=-1)
+    q = _expect("q", q, ROW, f"[n, h, {ROW}] (or the pair q_nope [n, h, {LATENT}], q_pe [n, h, {ROPE}])")
     return q if q.stride(-1) == 1 else q.contiguous()
+
+
+def rope_keys(k_pe, tokens):
+    """k_pe [T, 64] from vLLM's [T, 1, 64] or [T, 64] RoPE keys (T >= tokens), else ValueError naming it:
+    a [T, 2, 32] or [T, 1, 63] tensor is not RoPE keys, whatever reshape would make of it."""
+    shape = tuple(k_pe.shape)
+    if not (len(shape) == 2 and shape[1] == ROPE or len(shape) == 3 and shape[1:] == (1, ROPE)):
+        raise ValueError(f"k_pe: shape {shape}, expected [T, {ROPE}] or [T, 1, {ROPE}]")
+    if shape[0] < tokens:
+        raise ValueError(f"k_pe: {shape[0]} tokens, the slot mapping has {tokens}")
+    return k_pe.reshape(shape[0], ROPE)
 
 
 def cache_update(ops, kv_c_normed, k_pe, kv_cache, slot_mapping, *, outer_scale=None):
@@ -77,14 +106,26 @@ def cache_update(ops, kv_c_normed, k_pe, kv_cache, slot_mapping, *, outer_scale=
     n = slots.shape[0]
     if kv_c_normed.shape[0] < n:
         raise ValueError(f"cache update: {n} slots for {kv_c_normed.shape[0]} tokens")
-    pe = k_pe.reshape(k_pe.shape[0], ROPE)
+    pe = rope_keys(k_pe, n)
     ops.write(kv_c_normed[:n], pe[:n], slots, as_bytes(kv_cache), outer_scale=outer_scale)
+
+
+def _per_row(name, t, rows, shape_text, dims):
+    """topk / valid_counts by vLLM's names (the plugin's checks would call them slots / valid_len)."""
+    if not isinstance(t, torch.Tensor) or t.dim() != dims or t.shape[0] != rows or t.dtype != torch.int32:
+        what = f"shape {tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
+        raise ValueError(f"{name}: {what}, expected {shape_text} torch.int32 with n = {rows} (q's rows)")
+    return t
 
 
 def forward_mqa(ops, q, kv_cache, topk, valid_counts, *, sm_scale, outer_scale=None):
     """Sparse MLA attention of every row, decode, MTP and prefill alike, straight from the records
     (SparseMLACommonImpl._forward_mqa_kernel's body): (out [n, h, 512] bf16, lse [n, h] f32)."""
-    return ops.attend(query(q), topk, flat_rows(kv_cache), sm_scale=sm_scale, outer_scale=outer_scale,
+    q = query(q)
+    topk = _per_row("topk", topk, q.shape[0], "[n, K]", 2)
+    if valid_counts is not None:
+        valid_counts = _per_row("valid_counts", valid_counts, q.shape[0], "[n]", 1)
+    return ops.attend(q, topk, flat_rows(kv_cache), sm_scale=sm_scale, outer_scale=outer_scale,
                       valid_len=valid_counts)
 
 
@@ -94,10 +135,13 @@ _bound = {}  # (plugin path, device, layout, scale mode, writer policy) -> Bound
 
 
 def _device_name(device):
+    """"cpu" or "cuda:N" of a device; any other type (meta, a CPU context's stand-in before) is refused."""
     device = torch.device(device)
     if device.type == "cuda":
         return f"cuda:{torch.cuda.current_device() if device.index is None else device.index}"
-    return "cpu"
+    if device.type == "cpu":
+        return "cpu"
+    raise ValueError(f"device {str(device)!r}: the plugin runs on 'cpu' or 'cuda' devices")
 
 
 def bound_ops(plugin, device, layout, scale_mode, writer_policy=_abi.WRITER_POLICY_RTN):
@@ -117,61 +161,28 @@ def bound_ops(plugin, device, layout, scale_mode, writer_policy=_abi.WRITER_POLI
     return ops
 
 
-class _Shape(torch_ops._Described):
-    """A tensor's description without its memory, for the plugin's shape-only entry
-    (attend_workspace_bytes reads shapes, never data): contiguous strides and a placeholder address,
-    one per argument (`role`), distinct and 4 KiB aligned, which the plugin's checks take for a
-    pointer and nothing dereferences."""
-    __slots__ = ("_address",)
-
-    def __init__(self, dtype, shape, device, role):
-        strides, step = [], 1
-        for size in reversed(shape):
-            strides.insert(0, step)
-            step *= size
-        super().__init__(torch.empty(0, dtype=dtype, device=device), tuple(shape), tuple(strides))
-        self._address = (role + 1) << 40
-
-    def data_ptr(self):
-        return self._address
-
-
-_needs = {}  # (context, format, shapes) -> the workspace bytes the plugin asked for
-_on_device = {}  # torch.device -> a tensor of no elements there: what the grown workspace's device is read from
-
-
-def _device_tensor(device):
-    """A tensor of no elements on `device`, made once (empty_bytes_like reads only its device). It holds
-    no memory, so keeping it pins nothing, and no graph captures it: plan_step grows the workspace only
-    outside a capture."""
-    t = _on_device.get(device)
-    if t is None:
-        t = _on_device[device] = torch.empty(0, device=device)
-    return t
-
-
 def plan_step(ops, rows, heads, topk, record, *, outer_scale=None):
     """A step's attend, planned before the forward (the metadata builder's build(), outside any
     capture): the plugin checks the shapes (a refusal raises here, in its words, not inside a
     captured forward) and says the scratch they need, which the context's kept workspace for the
-    current stream is grown to, so that eager steps allocate none. The plugin is asked once per
-    shape; returns the bytes (0: none)."""
+    current stream is grown to, so that eager steps allocate none (nvfp4_mla.workspace's rule). The
+    plugin reads shapes only: the tensors are placeholders. Returns the bytes (0: none)."""
     if rows == 0:
         return 0
     ctx = ops.context
     device = torch.device("cpu") if ctx.device[0] == _abi.DEVICE_CPU else torch.device("cuda", ctx.device[1])
-    key = (id(ctx), ops.layout, ops.scale_mode, outer_scale, rows, heads, topk, record)
-    need = _needs.get(key)
-    if need is None:
-        args = ctx._attend_args(_Shape(torch.bfloat16, (rows, heads, ROW), device, 0),
-                                _Shape(torch.int32, (rows, topk), device, 1),
-                                _Shape(torch.uint8, (1, 1, record), device, 2),
-                                _Shape(torch.bfloat16, (rows, heads, LATENT), device, 3), ops.layout, ops.scale_mode,
-                                1.0, outer_scale, _Shape(torch.int32, (rows,), device, 4),
-                                _Shape(torch.float32, (rows, heads), device, 5), None)
-        need = _needs[key] = ctx.attend_workspace_bytes(args)
-    if need and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        ctx._workspace(torch_ops._stream(ctx), need, _device_tensor(device))
+    shapes = ((torch.bfloat16, (rows, heads, ROW)), (torch.int32, (rows, topk)), (torch.uint8, (1, 1, record)),
+              (torch.bfloat16, (rows, heads, LATENT)), (torch.float32, (rows, heads)), (torch.int32, (rows,)))
+    q, slots, cache, out, lse, valid_len = (calls.Placeholder(dtype, device, shape, role)
+                                            for role, (dtype, shape) in enumerate(shapes))
+
+    def build():
+        return calls.attend_args(ctx.device, q, slots, cache, out, layout=ops.layout, scale_mode=ops.scale_mode,
+                                 sm_scale=1.0, outer_scale=outer_scale, valid_len=valid_len, lse=lse)
+    key = ("plan_step", ops.layout, ops.scale_mode, outer_scale, rows, heads, topk, record)
+    need = ctx.workspace.need_by(key, build)  # the struct built and asked of the plugin once per shape
+    # q stands for the device: a placeholder holds no memory, so a grown workspace pins nothing of it
+    ctx.workspace.reserve(torch_ops.current_stream(ctx), need, q, capturing=torch_ops.capturing(ctx))
     return need
 
 
