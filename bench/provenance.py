@@ -19,10 +19,13 @@ import shlex
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_code  # noqa: E402  (bench/device_code.py: the digest of the kernels, issue 57)
+
 SCHEMA = "nvfp4-mla provenance 1"
 # Keys every results file's provenance must carry, as "section.key" ("." alone: top level).
 REQUIRED = ("schema", "date_utc", "command", "plugin.git_revision", "plugin.version", "plugin.cuda_archs",
-            "build.buildtype", "device.name", "device.driver")
+            "build.buildtype", "device.name", "device.driver", "device_code.digest")
 # Environment variables that change what a run measures (the plugin's settings, the GPU chosen).
 _ENV_PREFIXES = ("NVFP4_MLA_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "NCCL_NVLS_ENABLE")
 
@@ -153,6 +156,8 @@ def collect(plugin=None, torch=None, argv=None, build_dir=None, peer=None):
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
         "host": {"hostname": platform.node(), "python": platform.python_version()},
         "device": device_info(torch),
+        # the kernels of the tree this script sits in: on the GPU machine the tree .ci/gpu just built
+        "device_code": device_code.record(),
     }
     if torch is not None:
         prov["host"]["torch"] = torch.__version__
