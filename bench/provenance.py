@@ -71,7 +71,9 @@ def plugin_info(plugin):
     t = plugin.table
     path = os.path.realpath(plugin.path)
     return {"path": path, "sha256": sha256(path), "name": _text(t.plugin_name), "version": _text(t.version),
-            "git_revision": _text(t.git_revision), "cuda_archs": _text(t.cuda_archs),
+            "git_revision": _text(t.git_revision),
+            # "" from a build without CUDA: said so (a required key; the CPU runs of tests/ make such files)
+            "cuda_archs": _text(t.cuda_archs) or "none (CPU backend only)",
             "record_format": _text(t.record_format), "abi": plugin.abi}
 
 
