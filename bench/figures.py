@@ -14,7 +14,8 @@ WHAT = {  # file: (what it holds, the command that makes it on the GPU machine)
     "bench-99kb.json": ("attend in the 99 KB configuration (sm_120 parts), on the H200",
                         "NVFP4_MLA_ATTEND_SMEM_CAP=101376 build-gpu/bench/nvfp4-mla-bench --only attend "
                         "--json bench-99kb.json"),
-    "flashmla_compare.json": ("attend against FlashMLA: decode grid (two modes), batch 128, prefill; 5 rounds",
+    "flashmla_compare.json": ("attend against FlashMLA: decode grid (two modes), batch 128, prefill; 5 rounds "
+                              "(40 s apart since issue 57), drifted cells marked and left out",
                               "python3 bench/flashmla_compare.py --flashmla .anchor/_flashmla_C.abi3.so "
                               "--json flashmla_compare.json"),
     "hot_path.json": ("host launch rate per call through the Python shim, and decode steps (GPU time labelled)",
@@ -284,7 +285,8 @@ def grid_section(cmp):
         moved = [max(d for d in (m.get("peer_drift"), m.get("attend_drift")) if d is not None) for m in ms
                  if m["kept"] and m.get("peer_drift") is not None]
         out.append(f"\n{MODE_WORDS[mode].split(' (')[0].capitalize()}: {c['fast']} of {c['cells']} kept cells of "
-                   f"batch <= 64 at >= 1.2x ({c['drifted']} drifted, left out); {c['quick']} of {c['light']} kept "
+                   f"batch <= 64 at >= 1.2x " + (f"({c['drifted']} drifted, left out)" if c["drifted"] else "(none drifted)")
+                   + f"; {c['quick']} of {c['light']} kept "
                    f"cells with batch x s_q x h <= 256 at <= 12 us"
                    + (f"; in the kept cells a side moved at most {max(moved):.1%} between rounds" if moved else "")
                    + ".")
