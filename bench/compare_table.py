@@ -39,7 +39,9 @@ import figures  # noqa: E402  (bench/figures.py: the tables)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = re.compile(r"(<!-- figures: ([a-z0-9_-]+) -->\n)(.*?)(<!-- end figures -->)", re.S)
-QUOTES = re.compile(r"(<!-- quotes: ([^>]+?) -->\n)([^\n]*\n)(.*?)(<!-- end quotes -->)", re.S)
+# (group 3: the script's own line when there is one, so that a block written without it loses no prose)
+QUOTES = re.compile(r"(<!-- quotes: ([^>]+?) -->\n)((?:_Quoted from |\(this line is)[^\n]*\n)?(.*?)(<!-- end quotes -->)",
+                    re.S)
 # A measured figure in prose: a time, a rate or a ratio (ranges included: 2.95-3.01 us).
 FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:\s?-\s?\d+(?:\.\d+)?)?)\s?(x|us|ms|TB/s|GB/s|TFLOP/s)(?![\w/])")
 RECORD_BYTES = (368, 432, 656)

@@ -161,6 +161,14 @@ def prose_rules(tmp):
         f.write(text + "\nThe records hold 1.78x the tokens (1.58x with the indexer row).\n")
     expect(quiet(compare_table.main, ["--check", "--root", tmp])[0] == 0, "a ratio of record sizes is arithmetic: allowed")
     with open(path, "w") as f:
+        f.write(text + "\n<!-- quotes: attend_probes.json -->\nThe wide kind runs 2.95 us a tile.\n<!-- end quotes -->\n")
+    quiet(compare_table.main, ["--root", tmp])
+    with open(path) as f:
+        quoted = f.read()
+    expect("-->\n_Quoted from `results/attend_probes.json`" in quoted and "The wide kind runs 2.95 us a tile." in quoted
+           and quiet(compare_table.main, ["--check", "--root", tmp])[0] == 0,
+           "a quotes block written without the script's line gets it, its prose kept; figures inside pass")
+    with open(path, "w") as f:
         f.write(text)
 
 
