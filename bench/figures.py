@@ -79,10 +79,22 @@ def _upgrade_compare(d):
             "headline": {"refused": False, "legacy": True}}
 
 
-def _stable(m, limit):
+def _drift(values):
+    """bench/flashmla_compare.py's drift(): (max - min) / min of the rounds, from 5 rounds on over the
+    middle ones (the fastest and slowest set aside)."""
+    if not values or len(values) < 2:
+        return None
+    kept = sorted(values)[1:-1] if len(values) >= 5 else list(values)
+    return (max(kept) - min(kept)) / min(kept)
+
+
+def _stable(m, limit, ours="attend368_us"):
     """A comparison cell's "kept" (issue 57: neither side moved more than the limit between rounds),
-    for files written before the run said so itself: from the drifts it recorded (a file of the old
-    rule recorded FlashMLA's and, for the grid, attend's; a drift not recorded is not held against it)."""
+    for files written before the run said so itself: from the drifts it recorded, attend's computed
+    from its rounds where the file recorded FlashMLA's alone (a legacy file has no rounds: a drift
+    not known is not held against it)."""
+    if "attend_drift" not in m and m.get(ours, {}).get("rounds"):
+        m["attend_drift"] = _drift(m[ours]["rounds"])
     if "kept" not in m:
         drifts = [m.get(k) for k in ("peer_drift", "attend_drift")]
         m["kept"] = all(d is None or d <= limit for d in drifts)
@@ -97,7 +109,10 @@ def _mark_kept(d):
             _stable(m, limit)
     for r in d.get("decode", []):
         _stable(r, limit)
-        r.setdefault("kept656", r["kept"])
+        if "kept656" not in r:
+            d656 = _drift((r.get("attend656_us") or {}).get("rounds"))
+            r["attend656_drift"] = d656
+            r["kept656"] = (r.get("peer_drift") or 0) <= limit and (d656 is None or d656 <= limit)
     for r in d.get("prefill", []):
         for kind in ("alone", "interleaved"):
             if kind in r:
