@@ -3,8 +3,10 @@ files themselves so that the GPU machine (a copy of the working tree, possibly w
 this machine get the same value for the same code.
 
 What it covers (SCOPE): every file under kernels/ (the CUDA kernels, their launchers, the plan that
-picks a kernel and its CPU twins) and the build files that set the CUDA flags (the top meson.build:
-architectures and gencode; the options files). Host code outside kernels/ (plugin/, host_shims/)
+picks a kernel and its CPU twins, kernels/meson.build with the CUDA flags) and the build files that
+set the rest of them: the options files, and the top meson.build up to the end of its CUDA block
+(project defaults, architectures, gencode; what follows it, subdirs and install rules, is not device
+code: a new install rule leaves the figures current). Host code outside kernels/ (plugin/, host_shims/)
 is not in it: a change there leaves the kernels' figures valid (hot_path.json's host times are the
 exception a reader must keep in mind; its rows name the plugin revision too).
 
@@ -50,7 +52,7 @@ def files(root=ROOT):
     for name in SCOPE_FILES:
         path = os.path.join(root, name)
         if os.path.isfile(path):
-            out.append((name, _sha256(path)))
+            out.append((name, _sha256(path, _through_cuda_block if name == "meson.build" else lambda d: d)))
     for top in SCOPE_DIRS:
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
             dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
@@ -63,12 +65,23 @@ def files(root=ROOT):
     return sorted(out)
 
 
-def _sha256(path):
+def _sha256(path, cut=lambda data: data):
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+        data = f.read()
+    h.update(cut(data))
     return h.hexdigest()
+
+
+def _through_cuda_block(data):
+    """The top meson.build up to the `endif` that closes the block opened after `have_cuda = `; the
+    whole file when those lines are not there (a rewritten file: then all of it counts)."""
+    lines = data.split(b"\n")
+    start = next((i for i, l in enumerate(lines) if l.startswith(b"have_cuda = ")), None)
+    if start is None:
+        return data
+    end = next((i for i in range(start, len(lines)) if lines[i] == b"endif"), None)
+    return data if end is None else b"\n".join(lines[:end + 1])
 
 
 def digest(root=ROOT):
@@ -86,7 +99,8 @@ def record(root=ROOT):
     h = hashlib.sha256()
     for rel, sha in fl:
         h.update(f"{rel}\0{sha}\n".encode())
-    return {"digest": h.hexdigest(), "files": len(fl), "scope": "kernels/ and " + ", ".join(SCOPE_FILES),
+    return {"digest": h.hexdigest(), "files": len(fl),
+            "scope": "kernels/, meson.build through its CUDA block, meson.options, meson_options.txt",
             "how": "bench/device_code.py: sha256 over sorted (path, sha256 of the file)"}
 
 

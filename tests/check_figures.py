@@ -72,9 +72,15 @@ def digest_rules(tmp):
     with open(kernel, "wb") as f:
         f.write(text[:-1])
     expect(device_code.digest(tmp) == here, "and taking it out gives the old digest back")
-    with open(os.path.join(tmp, "meson.build"), "a") as f:
-        f.write("# a flag\n")
-    expect(device_code.digest(tmp) != here, "the top meson.build (the CUDA flags) is part of it")
+    top = os.path.join(tmp, "meson.build")
+    with open(top, "a") as f:
+        f.write("# an install rule\n")
+    expect(device_code.digest(tmp) == here, "what the top meson.build says after its CUDA block is not part of it")
+    with open(top) as f:
+        text = f.read()
+    with open(top, "w") as f:
+        f.write(text.replace("cuda_gencode += '-gencode=arch=compute_90,code=compute_90'", "cuda_gencode += []", 1))
+    expect(device_code.digest(tmp) != here, "its CUDA block (the gencode flags) is")
     shutil.copy2(os.path.join(root, "meson.build"), tmp)
     os.rename(kernel, kernel + ".moved")
     expect(device_code.digest(tmp) != here, "a moved kernel file changes it")
