@@ -183,7 +183,14 @@ static void write_case(bench &b, int m, uint32_t policy, int64_t T) {
     int launched = 1;
     int64_t calls = 0;
     bench_watch watch = bench_watch_open();
-    const bench_side check = {{}, [&] { bench_poison_records(b.cache, BENCH_BLOCK, 368, b.d_slots, T, b.s); },
+    /* before each timed call: its target records poisoned, then evicted from L2 (cold, as an engine's
+     * new slots are), its inputs read back in when they fit (warm, as the projection left them) */
+    const bench_side check = {{},
+                              [&] {
+                                  bench_poison_records(b.cache, BENCH_BLOCK, 368, b.d_slots, T, b.s);
+                                  bench_evict_l2(b);
+                                  bench_warm_inputs(b, b.d_tokens, (size_t)T * 576 * 2);
+                              },
                               [&] {
                                   bench_compare_records(b.cache, BENCH_BLOCK, 368, b.d_slots, T, d_want, watch.d_bad, b.s);
                                   calls++;
@@ -294,7 +301,7 @@ static void gather_case(bench &b, int m) {
     bench_watch watch = bench_watch_open();
     const bench_timing us = bench_time_sides(
         b, {bench_side{[&] { launched &= b.t->gather(b.gpu, &g) == NVFP4_MLA_OK; },
-                       [&] { bench_poison(b.d_out, N * 576 * 2, b.s); },
+                       [&] { bench_poison(b.d_out, N * 576 * 2, b.s), bench_evict_l2(b); }, /* out cold */
                        [&] { bench_compare_u16(b.d_out, d_want, N * 576, watch.d_bad, b.s), calls++; }}},
         3, 20)[0];
     bench_row &r = bench_add_row(b, m ? "gather static" : "gather per-token", N, us, N * (368.0 + 1152 + 4),
@@ -390,10 +397,10 @@ static int bench_open(bench &b, const char *plugin) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     b.sm_count = prop.multiProcessorCount;
-    if (b.flush_l2) { /* twice the L2: each launch starts on a cache holding none of its data */
-        b.flush_bytes = 2 * (size_t)prop.l2CacheSize;
-        CK(cudaMalloc(&b.flush_buf, b.flush_bytes));
-    }
+    /* twice the L2: --flush-l2's write before every launch, and bench_evict_l2's before the writer's and
+     * the gather's (each then starts on a cache holding none of its targets) */
+    b.flush_bytes = 2 * (size_t)prop.l2CacheSize;
+    CK(cudaMalloc(&b.flush_buf, b.flush_bytes));
     printf("device %s; plugin %s %s (git %s); L2 %s between launches\n", b.info.device_name, b.t->plugin_name,
            b.t->version, b.t->git_revision, b.flush_l2 ? "flushed" : "not flushed");
     printf("%-28s %9s %11s %9s %8s  %-10s %-5s %9s %9s\n", "operation", "size", "median us", "TB/s", "ratio", "ceiling",

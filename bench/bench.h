@@ -57,7 +57,7 @@ struct bench {
     const char *only;    /* "", "write", "gather" or "attend" */
     int64_t only_tokens; /* writer size filter, 0 = all */
     int quick;           /* 1 GiB instead of 4 GiB */
-    int flush_l2;        /* an L2-sized write before each timed launch (outside its events) */
+    int flush_l2;        /* an L2-sized write before each timed launch (outside its events), every row */
     int64_t check_queries; /* attend: queries of the timed call checked against the CPU (16) */
     /* The plugin: its CPU context (host.cpu) is the correctness oracle, `gpu` is timed. */
     cli_host_t host;
@@ -66,7 +66,7 @@ struct bench {
     nvfp4_mla_context_info_t info;
     cudaStream_t s;
     int sm_count;        /* the device's multiprocessors (the check's query spread) */
-    void *flush_buf;     /* flush_l2: twice the device's L2 */
+    void *flush_buf;     /* twice the device's L2: --flush-l2's write, and bench_evict_l2's always */
     size_t flush_bytes;
     /* The big cache (>= 4 GiB, the copy ceiling's source): random slots of every timed operation;
      * every record written from random tokens before the readers run (bench_fill_cache_368). */
@@ -111,6 +111,17 @@ struct bench_watch {
 };
 bench_watch bench_watch_open();
 unsigned long long bench_watch_close(bench_watch &w); /* the count; frees the counter */
+
+/* The writer and gather timed as an engine calls them (issue 57): an engine's writer finds its
+ * target records cold (the slots of new tokens, last touched steps ago) and its inputs warm (the
+ * projection that produced kv_c and k_pe just wrote them); a gather finds its output cold. The
+ * harness's own poison of the targets, written just before, would leave up to an L2 of them hot (the
+ * scatter368 ceiling moved from 0.79 to 0.92 of copy with a harness change and the same kernel; warm
+ * targets are the likely cause, not yet measured apart).
+ * bench_evict_l2 writes twice the L2 to a buffer of its own after the poison; bench_warm_inputs then
+ * reads the inputs (into that buffer) when inputs and copy fit in half the L2. Outside the events. */
+void bench_evict_l2(const bench &b);
+void bench_warm_inputs(const bench &b, const void *inputs, size_t bytes);
 
 /* 0xFF bytes over p[0..bytes) (NaN in bf16 and f32), on s. */
 void bench_poison(void *p, size_t bytes, cudaStream_t s);

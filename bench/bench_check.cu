@@ -76,6 +76,13 @@ static __global__ void compare_attend_k(const uint16_t *got, const float *got_ls
 
 void bench_poison(void *p, size_t bytes, cudaStream_t s) { CK(cudaMemsetAsync(p, 0xFF, bytes, s)); }
 
+void bench_evict_l2(const bench &b) { CK(cudaMemsetAsync(b.flush_buf, 0x5A, b.flush_bytes, b.s)); }
+
+void bench_warm_inputs(const bench &b, const void *inputs, size_t bytes) {
+    if (4 * bytes <= b.flush_bytes) /* inputs and their copy within half the L2 (flush_bytes is twice it) */
+        CK(cudaMemcpyAsync(b.flush_buf, inputs, bytes, cudaMemcpyDeviceToDevice, b.s));
+}
+
 void bench_poison_records(uint8_t *cache, int64_t block, int32_t rb, const int64_t *d_slots, int64_t n, cudaStream_t s) {
     poison_records_k<<<1024, 256, 0, s>>>(cache, block, rb, d_slots, n);
     CK(cudaGetLastError());

@@ -14,7 +14,8 @@ WHAT = {  # file: (what it holds, the command that makes it on the GPU machine)
     "bench-99kb.json": ("attend in the 99 KB configuration (sm_120 parts), on the H200",
                         "NVFP4_MLA_ATTEND_SMEM_CAP=101376 build-gpu/bench/nvfp4-mla-bench --only attend "
                         "--json bench-99kb.json"),
-    "flashmla_compare.json": ("attend against FlashMLA: decode grid (two modes), batch 128, prefill; 5 rounds",
+    "flashmla_compare.json": ("attend against FlashMLA: decode grid (two modes), batch 128, prefill; 5 rounds "
+                              "(40 s apart since issue 57), drifted cells marked and left out",
                               "python3 bench/flashmla_compare.py --flashmla .anchor/_flashmla_C.abi3.so "
                               "--json flashmla_compare.json"),
     "hot_path.json": ("host launch rate per call through the Python shim, and decode steps (GPU time labelled)",
@@ -78,13 +79,94 @@ def _upgrade_compare(d):
             "headline": {"refused": False, "legacy": True}}
 
 
+def _drift(values):
+    """bench/flashmla_compare.py's drift(): (max - min) / min of the rounds, from 5 rounds on over the
+    middle ones (the fastest and slowest set aside)."""
+    if not values or len(values) < 2:
+        return None
+    kept = sorted(values)[1:-1] if len(values) >= 5 else list(values)
+    return (max(kept) - min(kept)) / min(kept)
+
+
+def _stable(m, limit, ours="attend368_us"):
+    """A comparison cell's "kept" (issue 57: neither side moved more than the limit between rounds),
+    for files written before the run said so itself: from the drifts it recorded, attend's computed
+    from its rounds where the file recorded FlashMLA's alone (a legacy file has no rounds: a drift
+    not known is not held against it)."""
+    if "attend_drift" not in m and m.get(ours, {}).get("rounds"):
+        m["attend_drift"] = _drift(m[ours]["rounds"])
+    if "kept" not in m:
+        drifts = [m.get(k) for k in ("peer_drift", "attend_drift")]
+        m["kept"] = all(d is None or d <= limit for d in drifts)
+    return m
+
+
+def _mark_kept(d):
+    cfg = d.get("config", {})
+    limit = cfg.get("max_drift", cfg.get("max_peer_drift", 0.03))
+    for r in d.get("grid", []):
+        for m in r["modes"].values():
+            _stable(m, limit)
+    for r in d.get("decode", []):
+        _stable(r, limit)
+        if "kept656" not in r:
+            d656 = _drift((r.get("attend656_us") or {}).get("rounds"))
+            r["attend656_drift"] = d656
+            r["kept656"] = (r.get("peer_drift") or 0) <= limit and (d656 is None or d656 <= limit)
+    for r in d.get("prefill", []):
+        for kind in ("alone", "interleaved"):
+            if kind in r:
+                _stable(r[kind], limit)
+    return d
+
+
 def upgrade(name, data):
     """A results file in the shape this module reads; files without provenance are marked legacy."""
     if name == "flashmla_compare.json" and "provenance" not in data:
-        return _upgrade_compare(data)
+        return _mark_kept(_upgrade_compare(data))
     if "provenance" not in data and isinstance(data, dict):
         data = dict(data, legacy=True)
+    if name == "flashmla_compare.json":
+        _mark_kept(data)
     return data
+
+
+# ---- the device code a file measured (issue 57) ----
+
+STALE = "STALE"
+
+
+def mark_code(res, tree, recorded_of):
+    """Each file's "_code": {"recorded": its digest or None, "stale": whether it differs from the
+    tree's digest `tree`}; recorded_of(data) reads a file's digest (bench/device_code.py)."""
+    for d in res.values():
+        if isinstance(d, dict):
+            rec = recorded_of(d)
+            d["_code"] = {"recorded": rec, "stale": rec != tree}
+    return res
+
+
+def stale(d):
+    """True when a file measured device code other than the tree's (or recorded none); False for a
+    file this module was not told about (the tables of one file printed alone)."""
+    return bool(d and d.get("_code", {}).get("stale"))
+
+
+def code_words(d):
+    """The caption's words on the file's device code: the tree's, or the stale mark and why."""
+    code = d.get("_code")
+    if not code:
+        return ""
+    if code["recorded"] is None:
+        return f"; **{STALE}**: no device-code digest recorded, so not shown to be the tree's kernels"
+    short = code["recorded"][:12]
+    if code["stale"]:
+        return f"; **{STALE}**: measured on device code {short}, not the tree's (bench/device_code.py): rerun"
+    return f"; device code {short} (the tree's)"
+
+
+def stale_prefix(d):
+    return f"**{STALE}** " if stale(d) else ""
 
 
 def refused(res):
@@ -122,12 +204,12 @@ def caption(res, name):
     if d is None:
         return f"`results/{name}`: not in results/ (no figures)"
     if d.get("legacy"):
-        return f"`results/{name}` ({LEGACY})"
+        return f"`results/{name}` ({LEGACY}{code_words(d)})"
     p = d["provenance"]
     peer = p.get("peer")
     peer_text = f"; FlashMLA from {peer.get('wheel')} (sha256 {str(peer.get('sha256'))[:12]})" if peer else ""
     return (f"`results/{name}`: plugin git {p['plugin']['git_revision']}, {p['build']['buildtype']} build, "
-            f"{p['device']['name']}, driver {p['device']['driver']}, {p['date_utc']}{peer_text}")
+            f"{p['device']['name']}, driver {p['device']['driver']}, {p['date_utc']}{peer_text}{code_words(d)}")
 
 
 def checks_word(row):
@@ -162,24 +244,45 @@ def grid_table(cmp, mode, s_q):
                 line.append("")
                 continue
             m = r["modes"][mode]
-            mark = "" if r["check"] == "PASS" else " CHECK FAILED"
+            mark = ("" if r["check"] == "PASS" else " CHECK FAILED") + ("" if m["kept"] else f" {DRIFTED}")
             line.append(f"{us(m['flashmla_us'])} / {us(m['attend368_us'])} ({ratio(m['ratio'])}){mark}")
         rows.append(line)
     return table(["batch"] + [f"h = {h}: FlashMLA / attend" for h in heads], rows)
 
 
+DRIFTED = "drifted"  # a cell where a side moved more than the run's limit between rounds: in no claim
+
+
+def drift_words(m):
+    """FlashMLA's and attend's moves between rounds in a cell, and the mark when it was not kept."""
+    p, a = m.get("peer_drift"), m.get("attend_drift")
+    text = pct(p) + (f" / {pct(a)}" if a is not None else "")
+    return text + ("" if m["kept"] else f" ({DRIFTED})")
+
+
+def kept_cells(cmp):
+    """(kept, all) over the cells a claim can use: grid cells a mode, batch-128 rows (368 and 656),
+    prefill rows a way of timing."""
+    flags = [m["kept"] for r in cmp["grid"] for m in r["modes"].values()]
+    flags += [f for r in cmp["decode"] for f in (r["kept"], r["kept656"])]
+    flags += [v["kept"] for _, _, v in prefill_kinds(cmp)]
+    return sum(flags), len(flags)
+
+
 def grid_counts(cmp, mode):
     """The issue-34 targets over batch <= 64 in one mode: cells >= 1.2x, cells <= 12 us where
-    batch x s_q x h <= 256, and the largest cost of a call of 2b queries over a call of b."""
-    small = [r for r in cmp["grid"] if r["batch"] <= 64 and mode in r["modes"]]
+    batch x s_q x h <= 256, and the largest cost of a call of 2b queries over a call of b; over the
+    kept cells only (a drifted cell is counted apart, in no claim)."""
+    every = [r for r in cmp["grid"] if r["batch"] <= 64 and mode in r["modes"]]
+    small = [r for r in every if r["modes"][mode]["kept"]]
     fast = [r for r in small if med(r["modes"][mode]["ratio"]) >= 1.2]
     light = [r for r in small if r["batch"] * r["s_q"] * r["h"] <= 256]
     quick = [r for r in light if med(r["modes"][mode]["attend368_us"]) <= 12.0]
     by = {(r["batch"], r["s_q"], r["h"]): med(r["modes"][mode]["attend368_us"]) for r in cmp["grid"]
-          if mode in r["modes"]}
+          if mode in r["modes"] and r["modes"][mode]["kept"]}
     mtp = [by[(b, 2, h)] / by[(b, 1, h)] for (b, s, h) in by if s == 2 and (b, 1, h) in by]
     short = [r for r in small if r not in fast]
-    return {"cells": len(small), "fast": len(fast), "light": len(light), "quick": len(quick),
+    return {"cells": len(small), "drifted": len(every) - len(small), "fast": len(fast), "light": len(light), "quick": len(quick),
             "mtp_worst": max(mtp) if mtp else None, "short": short,
             "slow_light": [med(r["modes"][mode]["attend368_us"]) for r in light if r not in quick]}
 
@@ -193,11 +296,15 @@ def grid_section(cmp):
                            "rounds; ratio = FlashMLA / attend, with its range over rounds):\n")
                 out.append(grid_table(cmp, mode, s_q))
         c = grid_counts(cmp, mode)
-        drifts = [r["modes"][mode].get("peer_drift") for r in cmp["grid"] if mode in r["modes"]]
-        drifts = [d for d in drifts if d is not None]
-        out.append(f"\n{MODE_WORDS[mode].split(' (')[0].capitalize()}: {c['fast']} of {c['cells']} cells of batch "
-                   f"<= 64 at >= 1.2x; {c['quick']} of {c['light']} cells with batch x s_q x h <= 256 at <= 12 us"
-                   + (f"; FlashMLA moved at most {max(drifts):.1%} between rounds" if drifts else "") + ".")
+        ms = [r["modes"][mode] for r in cmp["grid"] if mode in r["modes"]]
+        moved = [max(d for d in (m.get("peer_drift"), m.get("attend_drift")) if d is not None) for m in ms
+                 if m["kept"] and m.get("peer_drift") is not None]
+        out.append(f"\n{MODE_WORDS[mode].split(' (')[0].capitalize()}: {c['fast']} of {c['cells']} kept cells of "
+                   f"batch <= 64 at >= 1.2x " + (f"({c['drifted']} drifted, left out)" if c["drifted"] else "(none drifted)")
+                   + f"; {c['quick']} of {c['light']} kept "
+                   f"cells with batch x s_q x h <= 256 at <= 12 us"
+                   + (f"; in the kept cells a side moved at most {max(moved):.1%} between rounds" if moved else "")
+                   + ".")
     if cmp["grid"]:
         worst = max((c for r in cmp["grid"] for c in r["checks"].values()), key=lambda c: c["worst_rel_rms"])
         ok = sum(r["check"] == "PASS" for r in cmp["grid"])
@@ -213,11 +320,12 @@ def grid_section(cmp):
 def decode_section(cmp):
     rows = []
     for r in cmp["decode"]:
+        d656 = "" if r["kept656"] else f" {DRIFTED}"
         rows.append([r["h"], f"{us(r['flashmla_us'])} ({r['flashmla_heads']})",
-                     f"{us(r['attend656_us'])} ({ratio(r['ratio656'])})", f"{us(r['attend368_us'])} "
-                     f"({ratio(r['ratio368'])})", f"{r['attend368_tflops']:.1f}", pct(r["peer_drift"]), checks_word(r)])
-    return table(["h", "FlashMLA (padded h)", "attend 656", "attend 368", "368 TFLOP/s", "FlashMLA's drift",
-                  "checks"], rows)
+                     f"{us(r['attend656_us'])} ({ratio(r['ratio656'])}){d656}", f"{us(r['attend368_us'])} "
+                     f"({ratio(r['ratio368'])})", f"{r['attend368_tflops']:.1f}", drift_words(r), checks_word(r)])
+    return table(["h", "FlashMLA (padded h)", "attend 656", "attend 368", "368 TFLOP/s",
+                  "drift FlashMLA / attend 368", "checks"], rows)
 
 
 def prefill_kinds(cmp):
@@ -231,9 +339,9 @@ def prefill_section(cmp):
         rows.append([r["h"], kind, f"{med(v['flashmla_bf16_us']) / 1e3:.2f} ms",
                      f"{med(v['attend368_us']) / 1e3:.2f} ms ({ratio(v['ratio'])})",
                      f"{med(v['gather_flashmla_us']) / 1e3:.2f} ms ({ratio(v['ratio_vs_gather'])})",
-                     pct(v["peer_drift"]), checks_word(r)])
+                     drift_words(v), checks_word(r)])
     return table(["h", "timed", "FlashMLA bf16", "attend 368 (vs FlashMLA)", "gather + FlashMLA (vs attend)",
-                  "FlashMLA's drift", "check"], rows)
+                  "drift FlashMLA / attend", "check"], rows)
 
 
 def compare_tables(cmp):
@@ -396,25 +504,36 @@ def _verdict(ok):
     return "met" if ok else "missed"
 
 
+def _claimed(r, key="ratio368", kept="kept"):
+    """A batch-128 ratio, or the drift mark where the row was not kept."""
+    return ratio(r[key]) if r[kept] else DRIFTED
+
+
+def _judged(rows_kept, ok):
+    """The verdict, or none where a row the target needs drifted (no claim either way)."""
+    return _verdict(ok()) if all(rows_kept) else f"not judged ({DRIFTED})"
+
+
 def _decode_targets(cmp):
     d = {r["h"]: r for r in cmp["decode"]}
     rows = []
     if 16 in d and 32 in d:
-        ok = min(med(d[h]["ratio368"]) for h in (16, 32)) >= 1.35
         rows.append(["attend vs FlashMLA, batch 128 eager, h = 16 / 32: >= 1.35x (issues 12, 18)",
-                     f"{ratio(d[16]['ratio368'])} / {ratio(d[32]['ratio368'])}", _verdict(ok)])
+                     f"{_claimed(d[16])} / {_claimed(d[32])}",
+                     _judged([d[16]["kept"], d[32]["kept"]], lambda: min(med(d[h]["ratio368"]) for h in (16, 32)) >= 1.35)])
     if 64 in d:
-        rows.append(["h = 64: >= 1.35x (issue 18)", ratio(d[64]["ratio368"]), _verdict(med(d[64]["ratio368"]) >= 1.35)])
+        rows.append(["h = 64: >= 1.35x (issue 18)", _claimed(d[64]),
+                     _judged([d[64]["kept"]], lambda: med(d[64]["ratio368"]) >= 1.35)])
     if 128 in d:
         r = d[128]
-        ok = med(r["ratio368"]) >= 1.2 and r["attend368_tflops"] >= 420
         rows.append(["h = 128: >= 1.2x and >= 420 TFLOP/s (issue 18)",
-                     f"{ratio(r['ratio368'])}, {r['attend368_tflops']:.0f} TFLOP/s", _verdict(ok)])
+                     f"{_claimed(r)}, {r['attend368_tflops']:.0f} TFLOP/s",
+                     _judged([r["kept"]], lambda: med(r["ratio368"]) >= 1.2 and r["attend368_tflops"] >= 420)])
     if d:
         hs = sorted(d)
         rows.append(["attend on FlashMLA's own 656-byte records no slower than FlashMLA (issue 18)",
-                     " / ".join(ratio(d[h]["ratio656"]) for h in hs) + f" at h = {' / '.join(map(str, hs))}",
-                     _verdict(all(med(d[h]["ratio656"]) >= 1.0 for h in hs))])
+                     " / ".join(_claimed(d[h], "ratio656", "kept656") for h in hs) + f" at h = {' / '.join(map(str, hs))}",
+                     _judged([d[h]["kept656"] for h in hs], lambda: all(med(d[h]["ratio656"]) >= 1.0 for h in hs))])
     return rows
 
 
@@ -425,7 +544,8 @@ def _grid_targets(cmp):
         word = "after a GEMM" if mode == "after_gemm" else mode.replace("_", " ")
         short = ", ".join(f"{r['batch']}x{r['s_q']} h {r['h']} {ratio(r['modes'][mode]['ratio'])}" for r in c["short"])
         rows.append([f"small batches in a graph ({word}), batch <= 64: every cell >= 1.2x FlashMLA (issue 34)",
-                     f"{c['fast']} of {c['cells']}" + (f"; short: {short}" if short else ""),
+                     f"{c['fast']} of {c['cells']} kept cells" + (f" ({c['drifted']} drifted, left out)" if c["drifted"]
+                                                                 else "") + (f"; short: {short}" if short else ""),
                      _verdict(c["fast"] == c["cells"])])
         slow = c["slow_light"]
         rows.append([f"({word}) <= 12 us where batch x s_q x h <= 256 (issue 34)",
@@ -442,8 +562,9 @@ def _prefill_targets(cmp):
     for r, kind, v in prefill_kinds(cmp):
         want = 2.0 if r["h"] == 16 else 1.0
         rows.append([f"prefill h = {r['h']} ({kind}): >= {want:g}x FlashMLA's bf16 prefill, faster than gather + "
-                     "FlashMLA (issue 18)", f"{ratio(v['ratio'])}; {ratio(v['ratio_vs_gather'])} over gather + FlashMLA",
-                     _verdict(med(v["ratio"]) >= want and med(v["ratio_vs_gather"]) > 1)])
+                     "FlashMLA (issue 18)",
+                     f"{ratio(v['ratio'])}; {ratio(v['ratio_vs_gather'])} over gather + FlashMLA" if v["kept"] else DRIFTED,
+                     _judged([v["kept"]], lambda: med(v["ratio"]) >= want and med(v["ratio_vs_gather"]) > 1)])
     return rows
 
 
@@ -492,7 +613,12 @@ def summary_section(res):
             rows.append([f"(the targets of `{name}`)", "no file", "-", "-"])
             continue
         one_run = " (one run)" if res[name].get("legacy") and name == "flashmla_compare.json" else ""
-        rows += [r[:2] + [r[2] + one_run, f"`{name}`"] for r in part()]
+        where = f"`{name}`" + (f" **{STALE}**" if stale(res[name]) else "")
+        rows += [r[:2] + [r[2] + one_run, where] for r in part()]
+        if name == "flashmla_compare.json":
+            k, n = kept_cells(cmp)
+            rows.append(["the comparison's cells kept: neither side moved more than the run's limit between rounds "
+                         "(issue 57)", f"{k} of {n}", "-", where])
     files = "; ".join(caption(res, n) for n in ("flashmla_compare.json", "bench.json", "bench-99kb.json",
                                                 "hot_path.json") if n in res)
     return table(["target (issue)", "measured (median; range over rounds)", "", "file"], rows) + "\n\nFiles: " + files + "."
@@ -501,27 +627,39 @@ def summary_section(res):
 def readme_section(res):
     cmp, b = res.get("flashmla_compare.json"), res.get("bench.json")
     out = []
+    mark = stale_prefix(cmp)
     if cmp and cmp["grid"]:
         for mode in modes_of(cmp):
             ones = {r["h"]: r for r in cmp["grid"] if r["batch"] == 1 and r["s_q"] == 1 and mode in r["modes"]}
             hs = sorted(ones)
             c = grid_counts(cmp, mode)
-            out.append(f"- Small-batch decode in a CUDA graph, {MODE_WORDS[mode].split(' (')[0]}: batch 1 takes "
-                       + " / ".join(us(ones[h]["modes"][mode]["attend368_us"]) for h in hs) + f" us at h = "
+
+            def one(h, key):
+                m = ones[h]["modes"][mode]
+                return us(m[key]) + ("" if m["kept"] else f" ({DRIFTED})")
+            out.append(f"- {mark}Small-batch decode in a CUDA graph, {MODE_WORDS[mode].split(' (')[0]}: batch 1 takes "
+                       + " / ".join(one(h, "attend368_us") for h in hs) + f" us at h = "
                        + " / ".join(map(str, hs)) + " against FlashMLA's "
-                       + " / ".join(us(ones[h]["modes"][mode]["flashmla_us"]) for h in hs) + f"; {c['fast']} of "
-                       f"{c['cells']} cells of batch <= 64 at >= 1.2x.")
+                       + " / ".join(one(h, "flashmla_us") for h in hs) + f"; {c['fast']} of "
+                       f"{c['cells']} kept cells of batch <= 64 at >= 1.2x"
+                       + (f" ({c['drifted']} drifted, left out)" if c["drifted"] else "") + ".")
     if cmp and cmp["decode"]:
         d = cmp["decode"]
-        out.append("- Batch 128, eager: " + " / ".join(ratio(r["ratio368"]) for r in d) + " FlashMLA's speed at h = "
+        out.append(f"- {mark}Batch 128, eager: " + " / ".join(_claimed(r) for r in d) + " FlashMLA's speed at h = "
                    + " / ".join(str(r["h"]) for r in d) + "; on FlashMLA's own 656-byte records "
-                   + " / ".join(ratio(r["ratio656"]) for r in d) + ".")
+                   + " / ".join(_claimed(r, "ratio656", "kept656") for r in d) + ".")
     if cmp and cmp["prefill"]:
-        parts = [f"h = {r['h']} {ratio(v['ratio'])} {k}" for r, k, v in prefill_kinds(cmp)]
-        out.append("- Prefill, 4096 queries, against FlashMLA's bf16 prefill: " + "; ".join(parts) + ".")
+        parts = [f"h = {r['h']} {ratio(v['ratio']) if v['kept'] else DRIFTED} {k}" for r, k, v in prefill_kinds(cmp)]
+        out.append(f"- {mark}Prefill, 4096 queries, against FlashMLA's bf16 prefill: " + "; ".join(parts) + ".")
+    if cmp:
+        k, n = kept_cells(cmp)
+        out.append(f"- {mark}The comparison kept {k} of its {n} cells" + (
+            " (none drifted between rounds)." if k == n else f" (in the other {n - k} a side moved more than the run's "
+            "limit between rounds: left out of every claim)."))
     if b:
         w, g = bench_row(b, "write per-token", 262144), bench_row(b, "gather per-token", 262144)
-        out.append(f"- Writer {w['ratio']:.2f}x and gather {g['ratio']:.2f}x a device copy at 256k tokens.")
+        out.append(f"- {stale_prefix(b)}Writer {w['ratio']:.2f}x and gather {g['ratio']:.2f}x a device copy at 256k "
+                   "tokens.")
     out.append("\nFiles: " + "; ".join(caption(res, n) for n in ("flashmla_compare.json", "bench.json") if n in res) + ".")
     return "\n".join(out)
 
@@ -529,7 +667,9 @@ def readme_section(res):
 def provenance_index(res):
     lines = ["# results/: an index. Each JSON file carries its own provenance (key \"provenance\": plugin",
              "# revision and build, device, driver, FlashMLA's wheel and hash, date, command); this index is",
-             "# written from them by bench/compare_table.py. Files marked \"before issue 47\" carry none.", ""]
+             "# written from them by bench/compare_table.py. Files marked \"before issue 47\" carry none.",
+             "# code: the digest of the device code the file measured (bench/device_code.py; issue 57),",
+             f"# {STALE} where it is not the tree's.", ""]
     for name in sorted(set(res) | {"bench.png", "quality.png"}):
         what, command = WHAT.get(name, ("", ""))
         d = res.get(name)
@@ -541,6 +681,11 @@ def provenance_index(res):
             lines.append("")
             continue
         lines.append(f"  what:       {what}")
+        code = d.get("_code")
+        if code:
+            lines.append(f"  code:       " + (f"device code {code['recorded'][:12]}" if code["recorded"] else
+                                               "no device-code digest recorded")
+                         + (f" -- {STALE}: not the tree's kernels" if code["stale"] else " (the tree's)"))
         if d.get("legacy"):
             lines += [f"  command:    {command}", f"  provenance: {LEGACY}"]
         else:

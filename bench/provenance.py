@@ -19,10 +19,13 @@ import shlex
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_code  # noqa: E402  (bench/device_code.py: the digest of the kernels, issue 57)
+
 SCHEMA = "nvfp4-mla provenance 1"
 # Keys every results file's provenance must carry, as "section.key" ("." alone: top level).
 REQUIRED = ("schema", "date_utc", "command", "plugin.git_revision", "plugin.version", "plugin.cuda_archs",
-            "build.buildtype", "device.name", "device.driver")
+            "build.buildtype", "device.name", "device.driver", "device_code.digest")
 # Environment variables that change what a run measures (the plugin's settings, the GPU chosen).
 _ENV_PREFIXES = ("NVFP4_MLA_", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "NCCL_NVLS_ENABLE")
 
@@ -68,7 +71,9 @@ def plugin_info(plugin):
     t = plugin.table
     path = os.path.realpath(plugin.path)
     return {"path": path, "sha256": sha256(path), "name": _text(t.plugin_name), "version": _text(t.version),
-            "git_revision": _text(t.git_revision), "cuda_archs": _text(t.cuda_archs),
+            "git_revision": _text(t.git_revision),
+            # "" from a build without CUDA: said so (a required key; the CPU runs of tests/ make such files)
+            "cuda_archs": _text(t.cuda_archs) or "none (CPU backend only)",
             "record_format": _text(t.record_format), "abi": plugin.abi}
 
 
@@ -153,6 +158,8 @@ def collect(plugin=None, torch=None, argv=None, build_dir=None, peer=None):
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
         "host": {"hostname": platform.node(), "python": platform.python_version()},
         "device": device_info(torch),
+        # the kernels of the tree this script sits in: on the GPU machine the tree .ci/gpu just built
+        "device_code": device_code.record(),
     }
     if torch is not None:
         prov["host"]["torch"] = torch.__version__

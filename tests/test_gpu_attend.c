@@ -149,6 +149,15 @@ static void run_case_zero_lengths(int64_t nq, int64_t h, int64_t topk, uint32_t 
     attend_case_free(&c);
 }
 
+/* Under racecheck (NVFP4_MLA_GPU_TEST_RACECHECK) every test but all_shapes' is skipped, and says so
+ * (CMocka's SKIPPED, counted in its summary: not an OK that checked nothing). */
+static bool skipped_under_racecheck(void) {
+    if (!getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
+        return false;
+    fprintf(stderr, "skipped under racecheck: all_shapes' race set runs every kind instead\n");
+    return true;
+}
+
 /* compute-sanitizer racecheck's run (NVFP4_MLA_GPU_TEST_RACECHECK): it instruments every shared
  * access, so it gets one small case per consumer and record size, on a context whose planner sees
  * 2 SMs (white-box: the plan's arithmetic is the same for any SM count). One query of 1024 entries
@@ -175,6 +184,14 @@ static bool race_shapes(void) {
     run_case(16, 128, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* wide, 368 per-token */
     run_case(32, 64, 64, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);     /* wide, 432: paired too */
     run_case(32, 64, 64, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);    /* wide, 656: the 12-slot ring */
+    /* Full shapes (top-k 2048, 128 heads) of every kind the plan has: the paired wide kind on 368
+     * and 432 records, the 656 ring kind, and the narrow kinds at 16 and 32 heads, each 2 splits of
+     * 16 tiles on the 2 SMs (issue 57: the wide and ring kinds had only short items here). */
+    run_case(1, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
+    run_case(1, 128, 2048, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
+    run_case(1, 128, 2048, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
+    run_case(1, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
+    run_case(1, 32, 2048, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
     gpu->cuda.sm_count = 64; /* 16 items on 64 SMs: 2 splits of one tile, the wide kind's partials and the merge */
     run_case(16, 64, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
     /* 9 items of 32 heads: 2 splits of 2 tiles, merged in the launch (the default config on an eager stream) */
@@ -247,8 +264,8 @@ static void cuda_attend_should_match_with_the_separate_merge(void **state) {
  * first, the last, both sides of the round robin's wraps, evenly spread ones). */
 static void cuda_attend_should_match_for_thousands_of_queries(void **state) {
     (void)state;
-    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
-        return; /* all_shapes covers its kernels */
+    if (skipped_under_racecheck())
+        skip(); /* all_shapes covers its kernels */
     open_gpu("default", NULL, NULL);
     if (getenv("NVFP4_MLA_GPU_TEST_MAX_T")) { /* the sanitizers' short run */
         run_case(1100, 16, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
@@ -365,8 +382,8 @@ static void one_launch_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout
 
 static void cuda_attend_should_merge_splits_in_one_launch_whatever_the_workspace_held(void **state) {
     (void)state;
-    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
-        return;
+    if (skipped_under_racecheck())
+        skip();
     /* Merged in the launch (at most ATT_ONE_LAUNCH_MERGE_BYTES of partials a group, 132 SMs): */
     one_launch_case(20, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* 16-head groups, 6 splits */
     one_launch_case(40, 32, 2048, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656); /* 32-head groups, 3 splits */
@@ -405,8 +422,8 @@ static void placement_case(int64_t nq, int64_t h, int64_t topk, uint32_t layout)
 
 static void cuda_attend_should_give_the_same_bits_in_clusters_of_4(void **state) {
     (void)state;
-    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
-        return;
+    if (skipped_under_racecheck())
+        skip();
     open_gpu("default", NULL, NULL);
     fprintf(stderr, "clusters of 4 attend CTAs this device runs at once: %d\n", gpu->cuda.quad_clusters);
     if (gpu->cuda.quad_clusters < 1)
@@ -421,8 +438,8 @@ static void cuda_attend_should_give_the_same_bits_in_clusters_of_4(void **state)
  * page. */
 static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **state) {
     (void)state;
-    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
-        return;
+    if (skipped_under_racecheck())
+        skip();
     open_gpu("default", NULL, NULL);
     run_case(6, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
     run_case(12, 64, 1500, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);
@@ -513,8 +530,8 @@ static void q_rope_range_case(int64_t nq, int64_t h, int64_t topk, uint32_t mode
 
 static void cuda_attend_should_match_with_q_rope_values_outside_f16_range(void **state) {
     (void)state;
-    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
-        return;
+    if (skipped_under_racecheck())
+        skip();
     open_gpu("default", NULL, NULL);
     for (int kind = -1; kind <= QR_SMALL; kind++) {
         if (kind == QR_ORDINARY)
@@ -534,8 +551,8 @@ static void cuda_attend_should_match_with_q_rope_values_outside_f16_range(void *
  * and that the reset happened (without it the word would hold the tag and the split count). */
 static void cuda_attend_should_merge_eager_splits_in_the_launch_by_default(void **state) {
     (void)state;
-    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
-        return;
+    if (skipped_under_racecheck())
+        skip();
     const char *merges[] = {NULL, "in-launch", "separate"}; /* NULL: unset, the default */
     const uint64_t expected[] = {0, 0, UINT64_MAX};
     for (int i = 0; i < 3; i++) {
@@ -559,8 +576,8 @@ static void cuda_attend_should_merge_eager_splits_in_the_launch_by_default(void 
 
 static void cuda_attend_should_write_only_its_rows_of_a_strided_out(void **state) {
     (void)state;
-    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
-        return;
+    if (skipped_under_racecheck())
+        skip();
     open_gpu("default", NULL, NULL);
     strided_case(3, 16, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368);    /* split partials, then their merge */
     strided_case(140, 16, 256, NVFP4_MLA_LAYOUT_FP8_ROPE_368);   /* one split: the overlapped 16-head path */
@@ -591,8 +608,8 @@ static void flashmla_656_shapes(int graph) {
 
 static void cuda_attend_should_match_on_flashmla_656_records_at_every_kind(void **state) {
     (void)state;
-    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
-        return;
+    if (skipped_under_racecheck())
+        skip();
     static const char *const configs[][4] = {
         /* name, mma, smem cap, merge */
         {"default", NULL, NULL, NULL},        {"mma.sync", "sync", NULL, NULL},       {"99KB", NULL, "101376", NULL},
@@ -718,8 +735,8 @@ static void split_lse_fault(uint32_t layout, uint32_t mode) {
  * fault through the GPU merge. */
 static void cuda_attend_check_should_fail_on_injected_faults(void **state) {
     (void)state;
-    if (getenv("NVFP4_MLA_GPU_TEST_RACECHECK"))
-        return;
+    if (skipped_under_racecheck())
+        skip();
     open_gpu("default", NULL, NULL);
     for (int i = 0; i < attend_fault_case_count; i++)
         record_faults(&attend_fault_cases[i]);
