@@ -4,7 +4,7 @@
 Per selected layer of the real GLM-5.2 profile (data/glm52-...json: 78 per-layer max |kv_c|, 0.022 to
 5.19): N distractor tokens (latents Gaussian with a per-channel spread, log-normal sigma 0.5, and
 log-normal token norms, sigma 1, scaled so that the layer's largest |value| is its max_abs; RoPE keys
-likewise) and Q needles, each one token at a random slot; query q of needle n points along it,
+likewise) and Q needles, each one token at a random slot, as long as the longest distractor; query q of needle n points along it,
 scaled so that in the bf16 cache (float64 attention over the bf16 keys, q in bf16 as the plugin gets
 it) the needle takes --weight of the softmax. Every cache format is then written and attended by the
 plugin's REAL calls over all N slots; reported per layer and format: the needle's weight (exp of its
@@ -50,14 +50,15 @@ MODES = {
 COUNT_MODES = ("368 static 1.0 rtn", "368 static rtn", "368 per-token rtn")
 
 
-def latents(n, max_abs, gen, dev):
-    """[n, 576] bf16: latent and RoPE key of n tokens whose largest |latent value| is max_abs."""
-    chan = torch.exp(0.5 * torch.randn(512, generator=gen)).to(dev)
+def latents(n, max_abs, gen, dev, chan=None):
+    """[n, 576] bf16: latent and RoPE key of n tokens whose largest |latent value| is max_abs, and the
+    per-channel spread drawn for them (`chan`: that of other tokens of the layer)."""
+    chan = torch.exp(0.5 * torch.randn(512, generator=gen)).to(dev) if chan is None else chan
     norm = torch.exp(torch.randn(n, 1, generator=gen)).to(dev)
     x = torch.randn(n, 512, generator=gen).to(dev) * chan * norm
     pe = torch.randn(n, 64, generator=gen).to(dev) * norm
     k = x.abs().max()
-    return torch.cat([x, pe], dim=1).mul_(max_abs / k).to(torch.bfloat16)
+    return torch.cat([x, pe], dim=1).mul_(max_abs / k).to(torch.bfloat16), chan
 
 
 def decode(rec, layout, outer):
@@ -98,18 +99,22 @@ def reference(q, keys, sm):
 
 def needle_layer(layer, max_abs, a, ctx, cfg, dev):
     gen = torch.Generator().manual_seed(a.seed * 1000 + layer)
-    keys = latents(a.tokens, max_abs, gen, dev)
+    keys, chan = latents(a.tokens, max_abs, gen, dev)
     pos = torch.randperm(a.tokens, generator=gen)[: a.queries].to(dev)
-    keys[pos] = latents(a.queries, max_abs, gen, dev)  # needles: tokens of the same layer's kind
+    # Needles: tokens of the layer's kind, each as long as the layer's longest token, so that no other
+    # key projects further along it (its weight then grows with the query's length up to 1).
+    needles = latents(a.queries, max_abs, gen, dev, chan)[0].float()
+    longest = keys.float().norm(dim=1).max()
+    keys[pos] = (needles * (longest / needles.norm(dim=1, keepdim=True))).to(torch.bfloat16)
     sm = 576 ** -0.5
     u = keys[pos].double()
     u = u / u.norm(dim=1, keepdim=True)
     dots = (u @ keys.double().t()) * sm  # [Q, N] logits per unit of query length
-    lo, hi = torch.zeros(a.queries, dtype=torch.float64, device=dev), torch.full((a.queries,), 1e4, dtype=torch.float64,
-                                                                                 device=dev)
+    lo = torch.full((a.queries,), 1e-3, dtype=torch.float64, device=dev)
+    hi = torch.full((a.queries,), 1e9, dtype=torch.float64, device=dev)
     rows = torch.arange(a.queries, device=dev)
-    for _ in range(60):  # bisection: the query length that gives the needle --weight in bf16
-        mid = (lo + hi) / 2
+    for _ in range(80):  # bisection (geometric): the query length that gives the needle --weight in bf16
+        mid = (lo * hi).sqrt()
         w = torch.softmax(dots * mid[:, None], dim=1)[rows, pos]
         lo, hi = torch.where(w < a.weight, mid, lo), torch.where(w < a.weight, hi, mid)
     q = (u * hi[:, None]).to(torch.bfloat16)
@@ -130,7 +135,7 @@ def needle_layer(layer, max_abs, a, ctx, cfg, dev):
 
 
 def count_layer(layer, max_abs, a, ctx, cfg, dev):
-    keys = latents(a.count_tokens, max_abs, torch.Generator().manual_seed(a.seed * 1000 + 500 + layer), dev)
+    keys, _ = latents(a.count_tokens, max_abs, torch.Generator().manual_seed(a.seed * 1000 + 500 + layer), dev)
     groups_nonzero = (keys[:, :512].float().view(-1, 32, 16).abs().amax(-1) > 0)
     out = {}
     for name in COUNT_MODES:
