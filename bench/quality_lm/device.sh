@@ -3,7 +3,8 @@
 # build-gpu/ already holds one, train the model, evaluate every cache format through the plugin's
 # CUDA write and attend, run the needle at 1M tokens, and leave the results in $OUT (6 files).
 # Needs, carried: build-quality/data (run.py prepare, here) and .gpu-deps (the build's cJSON).
-# Then, back here: python3 bench/quality_lm/run.py report OUT/quality_lm.json --needle OUT/needle.json
+# Then, back here: copy quality_lm.json and needle.json into results/quality_lm/ and run
+#   python3 bench/quality_lm/run.py report results/quality_lm/quality_lm.json --needle results/quality_lm/needle.json
 #   usage: bash bench/quality_lm/device.sh [--toy]   (--toy: the CPU chain's sizes, --device cpu)
 set -uo pipefail
 cd "$(dirname "$0")/../.."

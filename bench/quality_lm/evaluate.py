@@ -182,6 +182,8 @@ def run(a):
                                                           for m, r in rows.items()), flush=True)
             res["settings"][label] = {"topk": topk, "rows": rows}
     res["seconds"] = round(time.time() - start, 1)
+    import provenance
+    res["provenance"] = provenance.collect(plugin, torch if dev.type == "cuda" else None)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)

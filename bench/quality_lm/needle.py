@@ -182,6 +182,8 @@ def main(argv=None):
                 res["count"][str(layer)] = count_layer(layer, m, a, ctx, cfg, dev)
     cfg.close()
     res["seconds"] = round(time.time() - start, 1)
+    import provenance
+    res["provenance"] = provenance.collect(plugin, torch if dev.type == "cuda" else None)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"needle: {a.out} ({res['seconds']} s)")

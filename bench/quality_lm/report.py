@@ -156,7 +156,9 @@ def section(res, nd, label):
         c = m["config"]
         lines += [f"Model: {c['n_layers']} layers, {c['n_heads']} heads, d_model {c['d_model']}, latent 512 + RoPE 64 "
                   f"(absorbed MLA), trained {m['steps_run']} steps x {m['batch']} x {c['seq']} bytes, seed {m['seed']}, "
-                  f"{m['seconds']} s on {m['device']}; evaluated on {res['device']} (torch {res['torch']}).", ""]
+                  f"{m['seconds']} s on {m['device']}; evaluated on {res['device']} (torch {res['torch']}"
+                  + (f", plugin git {res['provenance']['plugin'].get('git_revision', '?')}" if res.get("provenance") else "")
+                  + ").", ""]
         lines += model_table(res) + levers_table(res) + calibration_lines(res) + emulation_lines(res)
     if nd:
         lines += needle_lines(nd)
