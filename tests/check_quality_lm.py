@@ -113,7 +113,7 @@ def check_chain(tmp):
     run("evaluate", "--data", data, "--model", model, "--device", "cpu", "--seeds", "2", "--batch", "1",
         "--seq", "64", "--topk", "16", "--calib-windows", "1", "--workdir", os.path.join(tmp, "eval"),
         "--modes", "fp8-656,368 per-token rtn,368 static rtn,432 static mse,368 per-token 4over6 (emulated),"
-        "368 per-token rtn + Hadamard", "--out", res, *(["--cli", os.environ["NVFP4_MLA_CLI"]]
+        "368 per-token rtn + Hadamard,368 per-token rtn (float32 reader)", "--out", res, *(["--cli", os.environ["NVFP4_MLA_CLI"]]
                                                         if os.environ.get("NVFP4_MLA_CLI") else []))
     if not os.path.exists(res):
         return

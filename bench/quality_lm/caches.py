@@ -12,6 +12,10 @@ attends with the model's 576-value queries over the batch's slot table (slots.py
   policy (writers.py) writes the bytes in PyTorch and the plugin reads them. `rotate`: the latent goes
   through the Hadamard rotation (writers.hadamard) before it is written, the query's latent part too,
   and the output is rotated back.
+- `DecodedCache`: the plugin's records (written by the plugin) read by PyTorch instead: decoded by
+  their definition (bench/attend_reference.py) and attended in float32 like the reference. Against
+  the PluginCache of the same records it isolates the kernel's own rounding (CUDA attend computes
+  with bf16 operands) from the format's.
 - `Capture`: the reference, plus a plugin write per layer with capture_max_abs (the capture hook a
   server's calibration run uses), for `nvfp4-mla calibrate`.
 """
@@ -145,3 +149,16 @@ class Capture(Reference):
         self.ops.write(kv_c.to(torch.bfloat16).contiguous(), k_pe.to(torch.bfloat16).contiguous(),
                        torch.arange(n, dtype=torch.int64, device=kv_c.device), cache, capture_max_abs=cap)
         return super().attend(layer, q576, kv_c, k_pe, sm_scale)
+
+
+class DecodedCache(PluginCache):
+    """368-byte records written by the plugin, attended in float32 by PyTorch over their exact values."""
+
+    def attend(self, layer, q576, kv_c, k_pe, sm_scale):
+        S = self.slots
+        n = kv_c.shape[0]
+        rec = self.store(layer, kv_c, k_pe).view(-1, self.record_bytes)[:n]
+        keys = ref.decode_368(rec, self._outer(layer)).view(S.B, S.T, 576)
+        q = q576.to(torch.bfloat16).view(S.B, S.T, -1, 576)
+        out, _ = torch_attend(q, keys, S.mask(layer), sm_scale)
+        return out.reshape(n, -1, LATENT)

@@ -40,7 +40,9 @@ MODES = {
     "368 per-token 4over6 (emulated)": (_abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN, "rtn", None, "4over6", False),
     "368 per-token rtn + Hadamard": (_abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN, "rtn", None, None, True),
     "368 per-token mse + Hadamard": (_abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN, "mse", None, None, True),
+    "368 per-token rtn (float32 reader)": (_abi.LAYOUT_FP8_ROPE_368, _abi.SCALE_PER_TOKEN, "rtn", None, None, False),
 }
+READER = "368 per-token rtn (float32 reader)"  # the plugin's records read by PyTorch (caches.DecodedCache)
 
 
 def add_arguments(s):
@@ -101,7 +103,8 @@ def make_cache(name, ctx, slots, scales):
     layout, mode, policy, static, emulate, rotate = MODES[name]
     ops = torch_ops.bind(ctx, layout=layout, scale_mode=mode, writer_policy=policy)
     outer = scales if static == "calibrated" else None
-    return K.PluginCache(name, ops, slots, layout, outer=outer, emulate=emulate, rotate=rotate)
+    kind = K.DecodedCache if name == READER else K.PluginCache
+    return kind(name, ops, slots, layout, outer=outer, emulate=emulate, rotate=rotate)
 
 
 def token_stats(logits, ref_logits, y):

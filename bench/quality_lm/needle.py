@@ -53,10 +53,10 @@ COUNT_MODES = ("368 static 1.0 rtn", "368 static rtn", "368 per-token rtn")
 def latents(n, max_abs, gen, dev, chan=None):
     """[n, 576] bf16: latent and RoPE key of n tokens whose largest |latent value| is max_abs, and the
     per-channel spread drawn for them (`chan`: that of other tokens of the layer)."""
-    chan = torch.exp(0.5 * torch.randn(512, generator=gen)).to(dev) if chan is None else chan
-    norm = torch.exp(torch.randn(n, 1, generator=gen)).to(dev)
-    x = torch.randn(n, 512, generator=gen).to(dev) * chan * norm
-    pe = torch.randn(n, 64, generator=gen).to(dev) * norm
+    chan = torch.exp(0.5 * torch.randn(512, generator=gen, device=dev)) if chan is None else chan
+    norm = torch.exp(torch.randn(n, 1, generator=gen, device=dev))
+    x = torch.randn(n, 512, generator=gen, device=dev) * chan * norm
+    pe = torch.randn(n, 64, generator=gen, device=dev) * norm
     k = x.abs().max()
     return torch.cat([x, pe], dim=1).mul_(max_abs / k).to(torch.bfloat16), chan
 
@@ -98,9 +98,9 @@ def reference(q, keys, sm):
 
 
 def needle_layer(layer, max_abs, a, ctx, cfg, dev):
-    gen = torch.Generator().manual_seed(a.seed * 1000 + layer)
+    gen = torch.Generator(device=dev).manual_seed(a.seed * 1000 + layer)  # on the device: 1M tokens quickly
     keys, chan = latents(a.tokens, max_abs, gen, dev)
-    pos = torch.randperm(a.tokens, generator=gen)[: a.queries].to(dev)
+    pos = torch.randperm(a.tokens, generator=gen, device=dev)[: a.queries]
     # Needles: tokens of the layer's kind, each as long as the layer's longest token, so that no other
     # key projects further along it (its weight then grows with the query's length up to 1).
     needles = latents(a.queries, max_abs, gen, dev, chan)[0].float()
@@ -135,7 +135,7 @@ def needle_layer(layer, max_abs, a, ctx, cfg, dev):
 
 
 def count_layer(layer, max_abs, a, ctx, cfg, dev):
-    keys, _ = latents(a.count_tokens, max_abs, torch.Generator().manual_seed(a.seed * 1000 + 500 + layer), dev)
+    keys, _ = latents(a.count_tokens, max_abs, torch.Generator(device=dev).manual_seed(a.seed * 1000 + 500 + layer), dev)
     groups_nonzero = (keys[:, :512].float().view(-1, 32, 16).abs().amax(-1) > 0)
     out = {}
     for name in COUNT_MODES:

@@ -17,7 +17,8 @@ BYTES = {"bf16": 1152, "fp8-656": 656}
 LEVERS = (("368 per-token mse", "368 per-token rtn"), ("368 static mse", "368 static rtn"),
           ("432 static mse", "432 static rtn"), ("368 per-token 4over6 (emulated)", "368 per-token rtn"),
           ("368 per-token 4over6 (emulated)", "368 per-token mse"), ("368 per-token rtn + Hadamard", "368 per-token rtn"),
-          ("368 per-token mse + Hadamard", "368 per-token mse"))
+          ("368 per-token mse + Hadamard", "368 per-token mse"),
+          ("368 per-token rtn (float32 reader)", "368 per-token rtn"))
 
 
 def add_arguments(s):
