@@ -168,7 +168,7 @@ def main(argv=None):
         max_abs = json.load(f)["max_abs"]
     cfg = CacheFormat(fp8_rope=True, scales_file=a.profile).open(plugin)  # the layer scales as a server has them
     start = time.time()
-    res = {"tokens": a.tokens, "queries": a.queries, "weight": a.weight, "seed": a.seed, "profile": a.profile,
+    res = {"tokens": a.tokens, "count_tokens": a.count_tokens, "queries": a.queries, "weight": a.weight, "seed": a.seed, "profile": a.profile,
            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "plugin": os.environ.get("NVFP4_MLA_PLUGIN", ""), "needle": {}, "count": {}}
     with torch.no_grad():

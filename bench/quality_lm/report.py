@@ -128,22 +128,27 @@ def needle_lines(nd):
     if nd.get("count"):
         cnt = nd["count"]
         modes = list(next(iter(cnt.values())))
-        lines += ["Group scales per layer (every layer of the profile; "
-                  "subnormal: E4M3 code 1..7; zero: a non-zero group whose scale code is 0; dead: tokens decoded "
-                  "to all zeros), layers with any, then the totals:", "",
-                  "| layer | max_abs | " + " | ".join(f"{m}: subnormal / zero / dead" for m in modes) + " |",
-                  "|---|---|" + "---|" * len(modes)]
+        hit = [m for m in modes if any(r[m]["subnormal_share"] or r[m]["zero_scale_share"] for r in cnt.values())]
         with open(nd["profile"]) as f:
             max_abs = json.load(f)["max_abs"]
-        for layer, r in cnt.items():
-            if any(v["subnormal_share"] or v["zero_scale_share"] for v in r.values()):
+        lines += [f"Group scales per layer ({nd.get('count_tokens', '?')} tokens a "
+                  "layer of every layer of the profile; subnormal: E4M3 code 1..7, of all groups; zero: a non-zero "
+                  "group whose scale code is 0, of the non-zero groups; dead: tokens decoded to all zeros). "
+                  + "; ".join(f"{m}: no subnormal or zero group scale in any layer" for m in modes if m not in hit)
+                  + ".", ""]
+        if hit:
+            lines += ["| layer | max_abs | " + " | ".join(f"{m}: subnormal / zero / dead" for m in hit) + " |",
+                      "|---|---|" + "---|" * len(hit)]
+            for layer, r in cnt.items():
                 lines.append(f"| {layer} | {max_abs[int(layer)]:.3g} | " + " | ".join(
                     f"{100 * r[m]['subnormal_share']:.1f}% / {100 * r[m]['zero_scale_share']:.1f}% / "
-                    f"{100 * r[m]['zero_token_share']:.1f}%" for m in modes) + " |")
-        for m in modes:
-            hit = sum(1 for r in cnt.values() if r[m]["subnormal_share"] > 0)
-            lines.append(f"- {m}: {hit} of {len(cnt)} layers have subnormal group scales; mean share "
-                         f"{100 * statistics.mean(r[m]['subnormal_share'] for r in cnt.values()):.2f}%.")
+                    f"{100 * r[m]['zero_token_share']:.1f}%" for m in hit) + " |")
+            lines.append("")
+        for m in hit:
+            n_sub = sum(1 for r in cnt.values() if r[m]["subnormal_share"] > 0)
+            lines.append(f"- {m}: {n_sub} of {len(cnt)} layers have subnormal group scales (mean share "
+                         f"{100 * statistics.mean(r[m]['subnormal_share'] for r in cnt.values()):.1f}%); zero scales "
+                         f"in {sum(1 for r in cnt.values() if r[m]['zero_scale_share'] > 0)} layers.")
         lines.append("")
     return lines
 
