@@ -141,6 +141,15 @@ def emulation_check(ctx, dev):
     return out
 
 
+def save(path, res, start, plugin, dev):
+    import provenance
+    res["seconds"] = round(time.time() - start, 1)
+    res["provenance"] = provenance.collect(plugin, torch if dev.type == "cuda" else None)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+
+
 def run(a):
     _imports()
     from nvfp4_mla import Context, load
@@ -184,11 +193,6 @@ def run(a):
                 print(f"{label} seed {seed}: " + "; ".join(f"{m} ppl {r[-1]['ppl']:.4f} kl {r[-1]['kl']:.2e}"
                                                           for m, r in rows.items()), flush=True)
             res["settings"][label] = {"topk": topk, "rows": rows}
-    res["seconds"] = round(time.time() - start, 1)
-    import provenance
-    res["provenance"] = provenance.collect(plugin, torch if dev.type == "cuda" else None)
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
+            save(a.out, res, start, plugin, dev)  # after each setting: a run cut short keeps what it measured
     print(f"evaluate: {a.out} ({res['seconds']} s)")
     return 0
