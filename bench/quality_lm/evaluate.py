@@ -119,7 +119,7 @@ def token_stats(logits, ref_logits, y):
 
 def summarize(nll, kl, agree):
     return {"ppl": float(torch.exp(nll.mean())), "nll": float(nll.mean()), "kl": float(kl.mean()),
-            "kl_p99": float(torch.quantile(kl.float(), 0.99)), "top1_agree": float(agree.mean()), "tokens": nll.numel()}
+            "kl_median": float(kl.median()), "kl_p99": float(torch.quantile(kl.float(), 0.99)), "top1_agree": float(agree.mean()), "tokens": nll.numel()}
 
 
 def emulation_check(ctx, dev):

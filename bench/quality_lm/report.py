@@ -93,6 +93,25 @@ def levers_table(res):
     return lines + [""]
 
 
+def summary_lines(res):
+    """A few sentences of the headline figures, for the closing note."""
+    lines = ["In short:", ""]
+    for label, s in res["settings"].items():
+        rows = s["rows"]
+        kl = {m: statistics.mean(x["kl"] for x in r) for m, r in rows.items() if m != "bf16"}
+        ppl = {m: statistics.mean(x["ppl"] for x in r) for m, r in rows.items()}
+        fp8 = kl.get("fp8-656")
+        parts = [f"{m} {v * 1e3:.3f}" + (f" ({v / fp8:.1f}x FP8's)" if fp8 and m != "fp8-656" else "")
+                 for m, v in kl.items()]
+        lines.append(f"- {label}: mean KL against bf16 (1e-3 nats/token): " + "; ".join(parts) + ". Perplexity "
+                     f"bf16 {ppl['bf16']:.4f}, the formats " + f"{min(v for m, v in ppl.items() if m != 'bf16'):.4f} to "
+                     f"{max(v for m, v in ppl.items() if m != 'bf16'):.4f}.")
+        shown = [f"{m} over {b}" for m, b in LEVERS if m in rows and b in rows
+                 and verdict(*paired(rows, m, b)) == "shown"]
+        lines.append(f"- {label}: levers shown: " + ("; ".join(shown) if shown else "none") + ".")
+    return lines + [""]
+
+
 def calibration_lines(res):
     c = res.get("calibration")
     if not c:
@@ -165,7 +184,8 @@ def section(res, nd, label):
                   f"{m['seconds']} s on {m['device']}; evaluated on {res['device']} (torch {res['torch']}"
                   + (f", plugin git {res['provenance']['plugin'].get('git_revision', '?')}" if res.get("provenance") else "")
                   + ").", ""]
-        lines += model_table(res) + levers_table(res) + calibration_lines(res) + emulation_lines(res)
+        lines += (summary_lines(res) + model_table(res) + levers_table(res) + calibration_lines(res)
+                  + emulation_lines(res))
     if nd:
         lines += needle_lines(nd)
     return "\n".join(lines + [END])

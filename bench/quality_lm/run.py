@@ -65,9 +65,9 @@ def cmd_prepare(a):
 
 
 def load_split(data, name):
-    import numpy as np
     import torch
-    return torch.from_numpy(np.fromfile(os.path.join(data, name + ".u8"), dtype=np.uint8).astype(np.int64))
+    with open(os.path.join(data, name + ".u8"), "rb") as f:
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()  # no numpy needed
 
 
 def windows(tokens, B, T, gen):
