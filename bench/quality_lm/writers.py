@@ -5,7 +5,7 @@ these bytes like any record). `rtn` (one candidate) reproduces the plugin's rtn 
 and `mse` (section 4b's six) nearly so (its squared-error sums are not added in index order here, so
 a near-tie may pick another code): tests/check_quality_lm.py holds both against the plugin's writes,
 which is what makes `4over6` (candidates c6 and c4: the better of scaling the group maximum to 6 or
-to 4, "Four Over Six", Cook et al. 2025) a measurement of that policy and not of this file.
+to 4: the "four over six" adaptive block scaling proposed for NVFP4) a measurement of that policy and not of this file.
 
 Also the Hadamard rotation of the latent (an experiment: it changes what a record means, so a reader
 must rotate the query's latent part and the output back): H is the 512 x 512 Sylvester matrix / sqrt(512),
