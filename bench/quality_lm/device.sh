@@ -52,6 +52,7 @@ $py $run evaluate --device $dev "${eval[@]}" --model "$model" --out "$out/qualit
 step "needle"
 $py bench/quality_lm/needle.py --device $dev "${needle[@]}" --out "$out/needle.json" 2>&1 | tee "$out/needle.log" | tail -8
 cp build-quality/eval/scales.json "$out/scales.json" 2>/dev/null
+[ -f "$out/quality_lm.json" ] && $py $run report "$out/quality_lm.json" --print | sed -n '/^In short/,/^\*\*dense/p' | head -8
 step "done"
 ls -la "$out"
 [ -f "$out/quality_lm.json" ] && [ -f "$out/needle.json" ]
