@@ -154,6 +154,7 @@ def test_no_scale_source_should_serve_per_token_on_368_and_say_so_at_info(plugin
     assert typo.plan(D368).scale_mode == nvfp4_mla.SCALE_PER_TOKEN
     assert any(level == nvfp4_mla._abi.LOG_WARN and "VLLM_NVFP4_MLA_SCALE_FILE is not a variable" in line
                and "did you mean VLLM_NVFP4_MLA_SCALES_FILE" in line for level, line in typo.notes), typo.notes
+    assert decide(plugin_file, NVFP4_MLA_PLUGIN_PATH=plugin_file).notes == ()  # the build's own variable
 
 
 def test_no_scale_source_should_refuse_432_unless_uncalibrated_is_asked_for_and_warned(plugin_file, logged):
@@ -170,7 +171,8 @@ def test_no_scale_source_should_refuse_432_unless_uncalibrated_is_asked_for_and_
     warnings = [r.getMessage() for r in logged.records if r.levelno == logging.WARNING]
     assert any("every layer's outer scale is 1.0 (NVFP4_MLA_UNCALIBRATED=1)" in m for m in warnings), warnings
     assert opted.plan(D368).scale_mode == nvfp4_mla.SCALE_STATIC  # asked for: static 1.0 on 368 as well
-    assert "NVFP4_MLA_UNCALIBRATED=\"maybe\" is not a boolean" in decide(plugin_file, NVFP4_MLA_UNCALIBRATED="maybe").error
+    maybe = decide(plugin_file, NVFP4_MLA_UNCALIBRATED="maybe")
+    assert 'NVFP4_MLA_UNCALIBRATED="maybe" is not a boolean' in maybe.error
 
 
 def test_calibrated_scales_should_reach_each_layer(plugin_file, tmp_path):

@@ -1,6 +1,7 @@
 """The vLLM contract suite's ground, imported by conftest.py before anything else of vLLM: the
-installed vllm wheel (exactly CONTRACT_VLLM_VERSION, a name vLLM's environment check leaves alone: .ci/vllm-contract runs the suite once against
-0.33.0 and once against 0.34.0, each in its own environment) on a machine without a GPU,
+installed vllm wheel (exactly CONTRACT_VLLM_VERSION, a name vLLM's environment check leaves alone:
+.ci/vllm-contract runs the suite once against 0.33.0 and once against 0.34.0, each in its own
+environment) on a machine without a GPU,
 the plugin NVFP4_MLA_PLUGIN names (a CPU build in CI), a tiny DeepSeek-V3.2 (TINY_CONFIG: the
 fixtures write it as a config.json, dummy weights, offline), and the helpers the tests share.
 

@@ -1,6 +1,7 @@
 """The real DeepSeek-V3.2 model code of the vLLM under test (0.33.0 or 0.34.0) with this backend (a tiny
 config.json, dummy weights, built on the CPU) served the shortest way: `--kv-cache-dtype
-nvfp4_mla368_ds_mla` alone, no other flag or variable. Its layers, their cache specs and vLLM's KV-cache plan beside the indexer's
+nvfp4_mla368_ds_mla` alone, no other flag or variable. Its layers, their cache specs and vLLM's
+KV-cache plan beside the indexer's
 132-byte rows, the metadata builder and its build() of a decode and a mixed batch, the Impl writing
 and attending through the plugin's CPU backend with each layer's calibrated scale, the
 fused_norm_rope wrapper, and the offload namespace. (The Triton kernels around them, vLLM's top-k

@@ -39,8 +39,10 @@ def test_cache_dtype_should_be_quantized_as_nvfp4_ds_mla_not_the_custom_alias(re
     from vllm.config.cache import get_kv_cache_dtype_handler
     from vllm.v1.kv_cache_interface import KVQuantMode, get_kv_quant_mode, is_quantized_kv_cache
 
-    # 0.33's CUSTOM has OCTAVE_K3V4's value: it *is* that member, and reads as Octave.
+    # 0.33's and 0.34's CUSTOM has OCTAVE_K3V4's value: it *is* that member, and reads as Octave.
     assert KVQuantMode.CUSTOM is KVQuantMode.OCTAVE_K3V4 and KVQuantMode.CUSTOM.is_octave
+    # 0.34 removed is_custom_mode; the plugin never asked it (its dtypes are NVFP4_DS_MLA).
+    assert hasattr(KVQuantMode, "is_custom_mode") == (VERSION == "0.33.0")
     for name in (D368, D432):
         assert get_kv_cache_dtype_handler(name).torch_dtype() == torch.uint8
         assert get_kv_quant_mode(name) is KVQuantMode.NVFP4_DS_MLA

@@ -2,7 +2,8 @@
 and 432-byte records, without a fork (docs/integration.md, "Serving with vLLM").
 
     pip install 'host_shims/python[vllm]'     # the extra allows vllm 0.33 and 0.34; the package needs nothing
-    NVFP4_MLA_PLUGIN=$(pkg-config --variable=plugindir nvfp4-mla) vllm serve deepseek-ai/DeepSeek-V3.2 --tensor-parallel-size 8 --kv-cache-dtype nvfp4_mla368_ds_mla
+    NVFP4_MLA_PLUGIN=$(pkg-config --variable=plugindir nvfp4-mla) vllm serve deepseek-ai/DeepSeek-V3.2 \\
+        --tensor-parallel-size 8 --kv-cache-dtype nvfp4_mla368_ds_mla
 
 The dtype name chooses the backend, the record and the pages; with no calibration, the 368-byte
 record serves per-token scales (serving.py says the rules).

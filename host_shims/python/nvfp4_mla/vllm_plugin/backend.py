@@ -49,8 +49,11 @@ from . import hooks, kernels, serving
 
 
 def _bound(plan, device):
-    """The plan's torch ops on `device` (kernels.bound_ops: a context a device and process)."""
-    return kernels.bound_ops(plan.plugin, device, plan.layout, plan.scale_mode, plan.writer_policy)
+    """The plan's torch ops on `device` (kernels.bound_ops: a context a device and process), its
+    context logging to vLLM's log and reading the attention settings from the decision's snapshot
+    (the values checked at start-up)."""
+    return kernels.bound_ops(plan.plugin, device, plan.layout, plan.scale_mode, plan.writer_policy,
+                             log=serving.emit, environ=plan.decision.environ)
 
 
 def _plan(dtype, vllm_config):

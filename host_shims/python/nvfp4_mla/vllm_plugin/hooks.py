@@ -83,7 +83,7 @@ def register():
     if "vllm.models.deepseek_v32.attention" in sys.modules:
         wrap_fused_norm_rope()  # else the Impl wraps it when a layer is built (the module is loaded then)
     for level, line in decision.notes:
-        serving._emit(level, line)
+        serving.emit(level, line)
     if decision.error:
         state = f"the backend refuses to serve: {decision.error}"
     else:
@@ -247,7 +247,8 @@ def check_fused_norm_rope(fn):
              f"(default {diff[2][2]!r})" if diff[1] else
              f"it has {len(got)} parameters where 0.33/0.34 have {len(FUSED_NORM_ROPE_PARAMETERS)}")
     raise RuntimeError(f"nvfp4_mla.vllm_plugin: vLLM {vllm.__version__}'s vllm.models.deepseek_v32.attention."
-                       f"fused_norm_rope is not the one this plugin diverts ({where}); the plugin serves vllm 0.33 and 0.34, "
+                       f"fused_norm_rope is not the one this plugin diverts ({where}); the plugin serves vllm 0.33 "
+                       "and 0.34, "
                        f"whose fused kernel would otherwise write its own rows into {serving.BACKEND_NAME}'s cache")
 
 

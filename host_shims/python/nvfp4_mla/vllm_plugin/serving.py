@@ -69,6 +69,10 @@ SCALES_FILE_ENV = settings.SCALES_FILE.name
 # Variables vLLM's environment check (Platform.validate_environ) would call unknown: registered with it.
 VLLM_PREFIXED = tuple(s.name for s in settings.SETTINGS if s.name.startswith("VLLM_"))
 _KNOWN = tuple(s.name for s in settings.SETTINGS)
+# The project's own build and test variables (meson, tests/, bench/): not settings, never warned about.
+_TOOLING = ("NVFP4_MLA_PLUGIN_PATH", "NVFP4_MLA_CLI", "NVFP4_MLA_LAYOUT_MANIFEST", "NVFP4_MLA_MOCK_DIR",
+            "NVFP4_MLA_TEST_DATA", "NVFP4_MLA_TEST_PROFILE", "NVFP4_MLA_DCP_WORLD_SIZE", "NVFP4_MLA_GPU_TEST_MAX_T",
+            "NVFP4_MLA_GPU_TEST_RACECHECK", "NVFP4_MLA_PLAN_TABLE_OUT")
 
 _logger = logging.getLogger("nvfp4_mla.vllm_plugin")
 
@@ -80,7 +84,7 @@ def set_log(logger):
     return previous
 
 
-def _emit(level, message):
+def emit(level, message):
     """One line at an nvfp4-mla log level (_abi.LOG_*), to the logger set_log installed."""
     py = logging.ERROR if level <= _abi.LOG_ERROR else logging.WARNING if level == _abi.LOG_WARN else \
         logging.INFO if level == _abi.LOG_INFO else logging.DEBUG
@@ -237,7 +241,7 @@ class Decision:
             made = self._make_plan(dtype, model)
             self._plans[key] = made
             for level, line in made.notes:
-                _emit(level, line)
+                emit(level, line)
         return self._plans[key]
 
     def _open(self, fmt, model, lines):
@@ -303,8 +307,8 @@ class Decision:
     def _no_scales(dtype, fp8_rope):
         why = ("the plugin does not serve per-token scales" if fp8_rope
                else "the 432-byte record has no per-token scales")
-        return (f"{BACKEND_NAME} cannot serve {dtype}: no outer scales (no {SCALES_FILE_ENV}, no nvfp4_mla_outer_scales "
-                f"in the checkpoint's config.json) and {why}: give a calibration file ({SCALES_FILE_ENV}=<file>, made "
+        return (f"{BACKEND_NAME} cannot serve {dtype}: no outer scales (no {SCALES_FILE_ENV}, no "
+                f"nvfp4_mla_outer_scales in the checkpoint's config.json) and {why}: give a calibration file ({SCALES_FILE_ENV}=<file>, made "
                 f"by nvfp4-mla calibrate), " + ("" if fp8_rope else f"or serve --kv-cache-dtype {DTYPE_368} "
                                                 "(per-token scales, no calibration needed), ")
                 + f"or set {UNCALIBRATED_ENV}=1 to serve every layer at outer scale 1.0 (uncalibrated)")
@@ -332,8 +336,9 @@ class Decision:
             notes.append((_abi.LOG_WARN, f"{source} was made for {named!r}, and this model is {model.name!r}: "
                                          "check that the calibration is this model's"))
         if cfg.num_layers < model.layers + model.draft_layers:
+            last = model.layers + model.draft_layers - 1
             notes.append((_abi.LOG_INFO, f"{source} calibrates {cfg.num_layers} layers; the draft/MTP layers "
-                                         f"{cfg.num_layers}..{model.layers + model.draft_layers - 1} use outer scale 1.0"))
+                                         f"{cfg.num_layers}..{last} use outer scale 1.0"))
         return ""
 
 
@@ -342,7 +347,7 @@ def _unknown_variables(env):
     otherwise be ignored silently, and the plan fall back to its default)."""
     notes = []
     for name in sorted(env):
-        if (name.startswith("NVFP4_MLA_") or name.startswith("VLLM_NVFP4_MLA_")) and name not in _KNOWN:
+        if (name.startswith("NVFP4_MLA_") or name.startswith("VLLM_NVFP4_MLA_")) and name not in _KNOWN + _TOOLING:
             close = difflib.get_close_matches(name, _KNOWN, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             notes.append((_abi.LOG_WARN, f"{name} is not a variable nvfp4-mla reads, and is ignored{hint}; it reads "
