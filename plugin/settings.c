@@ -38,6 +38,7 @@ const nvfp4_setting_t nvfp4_settings[NVFP4_SETTINGS] = {
     [NVFP4_SETTING_ATTEND_GRAPHS] = {NVFP4_ENV_ATTEND_GRAPHS, NVFP4_SETTING_KIND_CHOICE, "init", "auto",
                                      NAMES(graph_names)},
     [NVFP4_SETTING_PLUGIN] = {NVFP4_MLA_PLUGIN_ENV, NVFP4_SETTING_KIND_PATH, "loader", "no plugin selected"},
+    [NVFP4_SETTING_UNCALIBRATED] = {NVFP4_ENV_UNCALIBRATED, NVFP4_SETTING_KIND_BOOL, "vllm_plugin", "off"},
 };
 
 /* Appends `piece` when it fits whole: a cut message beats an overflow (callers size the buffer). */

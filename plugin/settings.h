@@ -6,7 +6,10 @@
  * VLLM_NVFP4_MLA_SCALES_FILE, NVFP4_MLA_WRITER_POLICY), a CUDA context's init
  * (NVFP4_MLA_ATTEND_SMEM_CAP, NVFP4_MLA_ATTEND_MMA, NVFP4_MLA_ATTEND_MERGE, NVFP4_MLA_ATTEND_GRAPHS) and the
  * host loader
- * (NVFP4_MLA_PLUGIN, read before any plugin exists, so the loader library compiles this file too).
+ * (NVFP4_MLA_PLUGIN, read before any plugin exists, so the loader library compiles this file too)
+ * and the vLLM plugin (NVFP4_MLA_UNCALIBRATED, reader "vllm_plugin": with no calibration, the 432-byte
+ * record is refused there unless this opt-in asks for static scale 1.0 on every layer; no C code reads it,
+ * the row keeps the variable in the one table and under the one rule).
  * The plugin reads its rows only through nvfp4_setting_read, from the snapshot the host passed
  * (config_create's request->environ, init's args->environ) or, without one, the process
  * environment. The Python shim mirrors the table and the rule (host_shims/python/nvfp4_mla/
@@ -87,6 +90,7 @@ void nvfp4_setting_quote(const char *value, char *out, size_t out_size);
 #define NVFP4_ENV_ATTEND_MMA "NVFP4_MLA_ATTEND_MMA"
 #define NVFP4_ENV_ATTEND_MERGE "NVFP4_MLA_ATTEND_MERGE"
 #define NVFP4_ENV_ATTEND_GRAPHS "NVFP4_MLA_ATTEND_GRAPHS"
+#define NVFP4_ENV_UNCALIBRATED "NVFP4_MLA_UNCALIBRATED"
 
 typedef enum nvfp4_setting_kind {
     NVFP4_SETTING_KIND_BOOL,          /* nvfp4_setting_bool */
@@ -107,13 +111,15 @@ typedef enum nvfp4_setting_id {
     NVFP4_SETTING_ATTEND_MERGE,    /* NVFP4_MLA_ATTEND_MERGE: how split-K partials are merged */
     NVFP4_SETTING_ATTEND_GRAPHS,   /* NVFP4_MLA_ATTEND_GRAPHS: "off" keeps repeated eager calls off prebuilt graphs */
     NVFP4_SETTING_PLUGIN,          /* NVFP4_MLA_PLUGIN: the plugin file or folder (host loaders) */
+    NVFP4_SETTING_UNCALIBRATED,    /* NVFP4_MLA_UNCALIBRATED: the vLLM plugin may serve static 1.0 on every layer */
     NVFP4_SETTINGS                 /* the number of rows */
 } nvfp4_setting_id_t;
 
 typedef struct nvfp4_setting {
     const char *name;            /* the variable */
     nvfp4_setting_kind_t kind;
-    const char *reader;          /* who reads it: "config_create", "init" (CUDA contexts) or "loader" (hosts) */
+    const char *reader;          /* who reads it: "config_create", "init" (CUDA contexts), "loader" (hosts)
+                                  * or "vllm_plugin" (host_shims/python/nvfp4_mla/vllm_plugin) */
     const char *unset;           /* what unset or "" means, in the words of the messages */
     const char *const *choices;  /* CHOICE: the names in index order, [0] the default; else NULL */
     int choice_count;            /* CHOICE: entries in choices; else 0 */

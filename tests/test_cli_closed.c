@@ -216,13 +216,35 @@ static void plugin_names_without_a_slash_should_be_files_in_the_working_folder(v
 /* Case 9: probe asks about a cache dtype a runtime uses; another name (or "") is refused with the list. */
 static void probe_should_refuse_a_cache_dtype_it_does_not_know(void **state) {
     (void)state;
-    const char *list = "must be one of: nvfp4_ds_mla, auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla";
+    const char *list = "must be one of: nvfp4_mla368_ds_mla, nvfp4_mla432_ds_mla, nvfp4_ds_mla, auto, bfloat16, fp8, "
+                       "fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla";
     expect_failure(run(NULL, "probe --cache-dtype garbage"), "--cache-dtype is \"garbage\", ");
     assert_non_null(strstr(err_text, list));
     expect_failure(run(NULL, "probe --cache-dtype ''"), "--cache-dtype is \"\", must be one of: ");
     assert_int_equal(run(NULL, "probe --cache-dtype fp8"), 0);
     assert_non_null(strstr(out_text, "accepted: cache dtype fp8 does not use the plugin"));
     assert_int_equal(run("KV_FP8_ROPE=1", "probe --cache-dtype torch.nvfp4_ds_mla"), 0);
+}
+
+/* Issue 56, N9: probe takes the dtype names a user gives vLLM and decides as the vLLM plugin does (the
+ * name chooses the layout; nothing calibrated: per-token on 368, refused on 432 unless the opt-in),
+ * and checks the attention settings that only a CUDA context's init reads, without a GPU. */
+static void probe_should_take_vllms_dtype_names_and_check_the_attention_settings(void **state) {
+    (void)state;
+    assert_int_equal(run(NULL, "probe --cache-dtype nvfp4_mla368_ds_mla"), 0);
+    assert_non_null(strstr(out_text, "cache identity        nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1\n"));
+    assert_non_null(strstr(err_text, "no calibration: the vLLM plugin serves this dtype with per-token"));
+    expect_failure(run(NULL, "probe --cache-dtype nvfp4_mla432_ds_mla"), "nvfp4_mla432_ds_mla: no outer scales");
+    assert_non_null(strstr(err_text, "or set NVFP4_MLA_UNCALIBRATED=1 to serve every layer at outer scale 1.0"));
+    assert_int_equal(run("NVFP4_MLA_UNCALIBRATED=1", "probe --cache-dtype nvfp4_mla432_ds_mla"), 0);
+    assert_non_null(strstr(out_text, "cache identity        vllm-default-v1\n"));
+    assert_non_null(strstr(err_text, "[warn] every layer's outer scale is 1.0 (NVFP4_MLA_UNCALIBRATED=1)"));
+    expect_failure(run("KV_FP8_ROPE=0", "probe --cache-dtype nvfp4_mla368_ds_mla"),
+                   "KV_FP8_ROPE=\"0\" says 432-byte records: unset KV_FP8_ROPE");
+    expect_failure(run("NVFP4_MLA_ATTEND_MERGE=bogus", "probe"),
+                   "NVFP4_MLA_ATTEND_MERGE=\"bogus\" is not one of: auto, separate, in-launch");
+    expect_failure(run("NVFP4_MLA_ATTEND_SMEM_CAP=-5", "probe --json"), "NVFP4_MLA_ATTEND_SMEM_CAP=\"-5\" is not");
+    assert_non_null(strstr(out_text, "\"reason\":\t\"config_error\""));
 }
 
 /* Case 10: messages that name the real cause. */
@@ -299,6 +321,7 @@ int main(void) {
         cmocka_unit_test(encode_should_report_nonfinite_input),
         cmocka_unit_test(plugin_names_without_a_slash_should_be_files_in_the_working_folder),
         cmocka_unit_test(probe_should_refuse_a_cache_dtype_it_does_not_know),
+        cmocka_unit_test(probe_should_take_vllms_dtype_names_and_check_the_attention_settings),
         cmocka_unit_test(messages_should_name_the_real_cause),
         cmocka_unit_test(scales_file_should_be_taken_stripped),
     };

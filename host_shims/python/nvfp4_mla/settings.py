@@ -98,7 +98,7 @@ class Setting:
     """One row of the table (nvfp4_setting_t)."""
     name: str
     kind: str  # "bool", "path", "path_stripped", "choice", "count"
-    reader: str  # the call that reads it: "config_create", "init" (CUDA contexts) or "loader" (hosts)
+    reader: str  # who reads it: "config_create", "init" (CUDA contexts), "loader" (hosts) or "vllm_plugin"
     unset: str  # what unset or "" means, in the messages' words
     choices: tuple = ()  # choice: the names, the first the default
     what: str = ""  # count: what the number is
@@ -116,10 +116,13 @@ ATTEND_MMA = Setting("NVFP4_MLA_ATTEND_MMA", "choice", "init", "auto", ("auto", 
 ATTEND_MERGE = Setting("NVFP4_MLA_ATTEND_MERGE", "choice", "init", "auto", ("auto", "separate", "in-launch"))
 ATTEND_GRAPHS = Setting("NVFP4_MLA_ATTEND_GRAPHS", "choice", "init", "auto", ("auto", "off"))
 PLUGIN = Setting(_abi.PLUGIN_ENV, "path", "loader", "no plugin selected")
+# The vLLM plugin's opt-in to static scale 1.0 on every layer when nothing calibrates the cache
+# (vllm_plugin/serving.py); no C code reads it, the row keeps it under the one rule.
+UNCALIBRATED = Setting("NVFP4_MLA_UNCALIBRATED", "bool", "vllm_plugin", "off")
 
 # In the C table's order (nvfp4_setting_id_t).
 SETTINGS = (DYNAMIC_SCALE, FP8_ROPE, SCALES_FILE, WRITER_POLICY, ATTEND_SMEM_CAP, ATTEND_MMA, ATTEND_MERGE, ATTEND_GRAPHS,
-            PLUGIN)
+            PLUGIN, UNCALIBRATED)
 
 
 def parse(setting, value):

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 import contract  # noqa: F401  (the stand-in platform: first)
-from contract import TINY_CONFIG, environ, stand_in
+from contract import TINY_CONFIG, environ, fresh_selection, stand_in
 from nvfp4_mla import _abi
 from nvfp4_mla.vllm_plugin import serving
 
@@ -41,6 +41,7 @@ def serve(plugin_path):
         if not cuda and not decision.error:
             decision = replace(decision, caps=decision.caps & ~_abi.CAP["backend.cuda"], archs=())
         serving.install(stand_in(decision) if cuda else decision)
+        fresh_selection()
         return serving.current()
 
     yield install

@@ -1,5 +1,7 @@
 """The vLLM contract suite's ground, imported by conftest.py before anything else of vLLM: the
-installed vllm wheel (exactly VLLM_CONTRACT_VERSION, 0.33.0 by default) on a machine without a GPU,
+installed vllm wheel (exactly CONTRACT_VLLM_VERSION, a name vLLM's environment check leaves alone:
+.ci/vllm-contract runs the suite once against 0.33.0 and once against 0.34.0, each in its own
+environment) on a machine without a GPU,
 the plugin NVFP4_MLA_PLUGIN names (a CPU build in CI), a tiny DeepSeek-V3.2 (TINY_CONFIG: the
 fixtures write it as a config.json, dummy weights, offline), and the helpers the tests share.
 
@@ -9,6 +11,7 @@ tensors live on the CPU (device_type "cpu"), so that the real model code builds 
 Run by .ci/vllm-contract (which makes the environment, the plugin and a libcuda stub).
 """
 import importlib.metadata
+import logging
 import os
 import sys
 import tempfile
@@ -17,7 +20,8 @@ from dataclasses import replace
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-VERSION = os.environ.get("VLLM_CONTRACT_VERSION", "0.33.0")
+VERSION = os.environ.get("CONTRACT_VLLM_VERSION", "0.33.0")
+VERSIONS = ("0.33.0", "0.34.0")  # what the package's extra allows and .ci/vllm-contract runs
 
 if importlib.metadata.version("vllm") != VERSION:
     pytest.exit(f"the contract suite runs against vllm=={VERSION}, this environment has "
@@ -97,8 +101,9 @@ def stand_in(decision):
 _distributed = []
 
 
-def engine_config(model, dtype, backend="NVFP4_MLA_SPARSE", block_size=64, **extra):
-    """A VllmConfig as `vllm serve` makes it (EngineArgs), offline, dummy weights."""
+def engine_config(model, dtype, backend=None, block_size=None, **extra):
+    """A VllmConfig as `vllm serve` makes it (EngineArgs), offline, dummy weights; by default the
+    shortest serve line: the dtype alone (no --attention-backend, no --block-size)."""
     from vllm.engine.arg_utils import EngineArgs
     args = EngineArgs(model=model, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
                       kv_cache_dtype=dtype, attention_backend=backend, block_size=block_size, max_model_len=1024,
@@ -106,13 +111,24 @@ def engine_config(model, dtype, backend="NVFP4_MLA_SPARSE", block_size=64, **ext
     return args.create_engine_config()
 
 
+def fresh_selection():
+    """Forget vLLM's cached backend selections (a process makes one decision; the tests install
+    several, and a cached selection would skip the new decision's validation)."""
+    from vllm.v1.attention import selector
+    cached = selector._cached_get_attn_backend
+    getattr(cached, "nvfp4_mla_original", cached).cache_clear()
+
+
 def build_model(config):
-    """The real model class built on the CPU under `config` (one process group of one rank)."""
+    """The real model class built on the CPU under `config` (one process group of one rank), and the
+    page size settled for its backends as vLLM's executors do before they plan the cache
+    (Platform.update_block_size_for_backend, where this vLLM has it)."""
     from vllm.config import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.utils.torch_utils import set_default_torch_dtype
 
+    fresh_selection()
     with set_current_vllm_config(config):
         if not _distributed:
             init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
@@ -120,4 +136,44 @@ def build_model(config):
             initialize_model_parallel(1, 1)
             _distributed.append(True)
         with set_default_torch_dtype(torch.bfloat16), torch.device("cpu"):
-            return initialize_model(vllm_config=config)
+            model = initialize_model(vllm_config=config)
+        from vllm.platforms import current_platform
+        update = getattr(current_platform, "update_block_size_for_backend", None)
+        if update is not None:
+            update(config)
+        return model
+
+
+class Captured(logging.Filter):
+    """The lines of vLLM's logger for the plugin (vllm.plugins.nvfp4_mla) and of vLLM's environment
+    check, as records. vLLM's loggers do not propagate to the root, so caplog does not see them, and
+    when vLLM configures logging (create_engine_config may) it drops the handlers of every logger
+    under "vllm": a filter on the logger itself stays, and sees each record logged to it."""
+    NAMES = ("vllm.plugins.nvfp4_mla", "vllm.platforms.interface")
+
+    def __init__(self, *names):
+        super().__init__()
+        self.names, self.records = names or self.NAMES, []
+
+    def filter(self, record):
+        self.records.append(record)
+        return True
+
+    def lines(self, level=logging.DEBUG):
+        return [r.getMessage() for r in self.records if r.levelno >= level]
+
+    def __enter__(self):
+        # INFO must get through: vLLM sets its loggers to INFO when it configures logging, and a test
+        # process may not have yet (the level is reset to follow "vllm" when it does).
+        self._levels = {}
+        for name in self.names:
+            logger = logging.getLogger(name)
+            self._levels[name] = logger.level
+            logger.setLevel(logging.DEBUG)
+            logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc):
+        for name in self.names:
+            logging.getLogger(name).removeFilter(self)
+            logging.getLogger(name).setLevel(self._levels[name])

@@ -1,5 +1,7 @@
-"""The real DeepSeek-V3.2 model code of vllm==0.33.0 with this backend (a tiny config.json, dummy weights,
-built on the CPU): its layers, their cache specs and vLLM's KV-cache plan beside the indexer's
+"""The real DeepSeek-V3.2 model code of the vLLM under test (0.33.0 or 0.34.0) with this backend (a tiny
+config.json, dummy weights, built on the CPU) served the shortest way: `--kv-cache-dtype
+nvfp4_mla368_ds_mla` alone, no other flag or variable. Its layers, their cache specs and vLLM's
+KV-cache plan beside the indexer's
 132-byte rows, the metadata builder and its build() of a decode and a mixed batch, the Impl writing
 and attending through the plugin's CPU backend with each layer's calibrated scale, the
 fused_norm_rope wrapper, and the offload namespace. (The Triton kernels around them, vLLM's top-k
@@ -13,7 +15,7 @@ import tempfile
 import pytest
 import torch
 
-from contract import build_model, engine_config, environ, stand_in
+from contract import VERSION, Captured, build_model, engine_config, environ, stand_in
 from nvfp4_mla.vllm_plugin import kernels, serving
 
 D368 = serving.DTYPE_368
@@ -29,17 +31,21 @@ def calibration_file(folder, scales=SCALES):
 
 
 class Served:
-    """A model built under one deployment's environment (a stand-in decision for the module)."""
+    """A model built under one deployment's environment (a stand-in decision for the module), with
+    vLLM's log lines of the build."""
 
-    def __init__(self, plugin_path, model_dir, **settings):
+    def __init__(self, plugin_path, model_dir, dtype=D368, **settings):
         self.decision = stand_in(serving.decide(environ(plugin_path, **settings)))
         self.previous = serving.install(self.decision)
-        self.config = engine_config(model_dir, D368)
-        self.model = build_model(self.config)
+        with Captured() as log:
+            self.config = engine_config(model_dir, dtype)
+            self.model = build_model(self.config)
+        self.log = log
         from vllm.model_executor.layers.attention import MLAAttention
         context = self.config.compilation_config.static_forward_context
         self.layers = {n: lay for n, lay in context.items() if isinstance(lay, MLAAttention)}
         self.all_layers = context
+        self.plan = next(iter(self.layers.values())).impl._plan
 
     def use(self):
         """Make this deployment's decision the process's (fixtures of two deployments coexist)."""
@@ -51,7 +57,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def per_token(plugin_path, registered, tiny_model):
-    served = Served(plugin_path, tiny_model, KV_FP8_ROPE="1", VLLM_NVFP4_MLA_DYNAMIC_SCALE="1")
+    served = Served(plugin_path, tiny_model)  # nothing set: no calibration, so per-token scales
     yield served
     served.close()
 
@@ -59,7 +65,7 @@ def per_token(plugin_path, registered, tiny_model):
 @pytest.fixture(scope="module")
 def calibrated(plugin_path, registered, tiny_model):
     folder = tempfile.mkdtemp(prefix="nvfp4-scales-")
-    served = Served(plugin_path, tiny_model, KV_FP8_ROPE="1", VLLM_NVFP4_MLA_SCALES_FILE=calibration_file(folder))
+    served = Served(plugin_path, tiny_model, VLLM_NVFP4_MLA_SCALES_FILE=calibration_file(folder))
     yield served
     served.close()
     shutil.rmtree(folder)
@@ -185,8 +191,8 @@ def _tokens(n, seed):
     return torch.randn(n, 576, generator=g).to(torch.bfloat16)
 
 
-def _direct_write(decision, x, slots, blocks, outer_scale):
-    ops = kernels.bound_ops(decision.plugin, "cpu", decision.layout, decision.scale_mode, decision.writer_policy)
+def _direct_write(plan, x, slots, blocks, outer_scale):
+    ops = kernels.bound_ops(plan.plugin, "cpu", plan.layout, plan.scale_mode, plan.writer_policy)
     cache = torch.zeros(blocks, 64, 368, dtype=torch.uint8)
     ops.write(x[:, :512], x[:, 512:], slots, cache, outer_scale=outer_scale)
     return cache
@@ -206,9 +212,9 @@ def test_impl_should_write_with_each_layers_scale_and_attend_through_the_plugin(
             layer.impl.do_kv_cache_update(x[:, :512], x[:, 512:].unsqueeze(1), cache.view(torch.float8_e4m3fn),
                                           slots, D368, layer._k_scale)
         scale = None if fixture == "per_token" else SCALES[index]
-        assert torch.equal(cache, _direct_write(served.decision, x, slots, 3, scale)), name
+        assert torch.equal(cache, _direct_write(served.plan, x, slots, 3, scale)), name
         if fixture == "calibrated":
-            other = _direct_write(served.decision, x, slots, 3, SCALES[1 - index])
+            other = _direct_write(served.plan, x, slots, 3, SCALES[1 - index])
             assert not torch.equal(cache, other), "each layer must write with its own scale"
         q = torch.randn(4, 16, 576, generator=torch.Generator().manual_seed(100 + index)).to(torch.bfloat16)
         topk = torch.randint(0, 90, (4, 64), generator=torch.Generator().manual_seed(9), dtype=torch.int32)
@@ -226,7 +232,7 @@ def test_impl_should_write_with_each_layers_scale_and_attend_through_the_plugin(
         assert torch.all(out[3] == 0) and torch.all(torch.isneginf(lse[3]))
 
 
-def test_fused_norm_rope_should_be_wrapped_for_0_33_and_refuse_another_signature(per_token):
+def test_fused_norm_rope_should_be_wrapped_for_0_33_and_0_34_and_refuse_another_signature(per_token):
     import vllm.models.deepseek_v32.attention as attention
     from vllm.models.deepseek_v32.common import kernels as fused
     from nvfp4_mla.vllm_plugin import hooks
@@ -239,10 +245,10 @@ def test_fused_norm_rope_should_be_wrapped_for_0_33_and_refuse_another_signature
         return None
     params = list(inspect.signature(fused.fused_norm_rope).parameters.values())
     changed.__signature__ = inspect.Signature(params[:19] + [params[19].replace(name="mla_cache")] + params[20:])
-    with pytest.raises(RuntimeError, match=r"vLLM 0\.33\.0's .*parameter 19 is 'mla_cache'.* vllm==0\.33\.\*"):
+    with pytest.raises(RuntimeError, match=rf"vLLM {VERSION}'s .*parameter 19 is 'mla_cache'.* vllm 0\.33 and 0\.34"):
         hooks.check_fused_norm_rope(changed)
     changed.__signature__ = inspect.Signature(params + [inspect.Parameter("fp4", params[-1].kind, default=None)])
-    with pytest.raises(RuntimeError, match="it has 30 parameters where 0.33 has 29"):
+    with pytest.raises(RuntimeError, match="it has 30 parameters where 0.33/0.34 have 29"):
         hooks.check_fused_norm_rope(changed)
 
 
@@ -273,7 +279,7 @@ def test_fused_norm_rope_wrapper_should_divert_the_cache_write_to_the_plugin_wri
         wrapper(*args[:4], kv_c, None, 1e-6, k_pe, *args[8:], slot_mapping=slots, mla_kv_cache=cache,
                 mla_kv_cache_dtype=D368, kv_c_out=torch.empty_like(kv_c), k_pe_out=torch.empty_like(k_pe))
     assert calls[-1][0] is None and calls[-1][1] == "auto" and calls[-1][2] is slots
-    assert torch.equal(cache, _direct_write(per_token.decision, x, slots, 2, None))
+    assert torch.equal(cache, _direct_write(per_token.plan, x, slots, 2, None))
     other = torch.zeros(2, 64, 656, dtype=torch.uint8)  # another dtype: untouched, the fused kernel writes
     wrapper(*args[:4], kv_c, None, 1e-6, k_pe, *args[8:], slot_mapping=slots, mla_kv_cache=other,
             mla_kv_cache_dtype="fp8_ds_mla", kv_c_out=torch.empty_like(kv_c), k_pe_out=torch.empty_like(k_pe))
@@ -296,7 +302,7 @@ def test_offload_namespace_should_carry_the_plugins_cache_identity(per_token, ca
     for served in (per_token, calibrated):
         serving.install(served.decision)
         m = mapper(D368)
-        assert m.fields[hooks.IDENTITY_FIELD] == served.decision.config(tiny_model).identity
+        assert m.fields[hooks.IDENTITY_FIELD] == served.plan.identity
         assert m.get_run_config()[hooks.IDENTITY_FIELD] == m.fields[hooks.IDENTITY_FIELD]
         paths[m.fields[hooks.IDENTITY_FIELD]] = m.base_path
     assert "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1" in paths
@@ -304,13 +310,124 @@ def test_offload_namespace_should_carry_the_plugins_cache_identity(per_token, ca
     assert len(set(paths.values())) == 2, "records of different scales must not share a persistent folder"
 
 
-def test_a_model_the_environment_disagrees_with_should_not_build(plugin_path, registered, tiny_model):
-    """Fail closed before any cache exists: the layers' backend selection refuses, naming the fix."""
-    previous = serving.install(stand_in(serving.decide(environ(plugin_path, KV_FP8_ROPE="1"))))
+def _refused(plugin_path, tiny_model, dtype=D368, **settings):
+    """The message a model build under these settings fails with (vLLM's backend selection)."""
+    model = tiny_model
+    previous = serving.install(stand_in(serving.decide(environ(plugin_path, **settings))))
     try:
-        config = engine_config(tiny_model, serving.DTYPE_432)
-        with pytest.raises(ValueError, match=r"Selected backend .*NVFP4_MLA_SPARSE.* is not valid.*"
-                                             r"asks for 432-byte records.*unset KV_FP8_ROPE"):
-            build_model(config)
+        with pytest.raises(ValueError, match=r"Selected backend .*NVFP4_MLA_SPARSE.* is not valid") as raised:
+            build_model(engine_config(model, dtype))
+        return str(raised.value)
     finally:
         serving.install(previous)
+
+
+def test_the_shortest_serve_line_should_build_every_layer_on_the_backend_with_its_pages_and_scales(per_token):
+    """N5 and N1: `--kv-cache-dtype nvfp4_mla368_ds_mla` alone: the backend chosen by the dtype on every
+    attention layer, 64-token pages of 368-byte records, the fused norm+RoPE wrapped, per-token scales
+    (no calibration anywhere) said at INFO in vLLM's log, and no unknown-variable warning."""
+    import logging
+    import vllm.models.deepseek_v32.attention as attention
+    from nvfp4_mla.vllm_plugin.backend import NvFp4MlaSparseBackend
+    assert per_token.config.attention_config.backend is None  # not named: chosen by the dtype
+    assert per_token.config.cache_config.block_size == 64
+    assert len(per_token.layers) == 2
+    for layer in per_token.layers.values():
+        assert layer.attn_backend is NvFp4MlaSparseBackend
+        assert layer.impl._outer_scale(layer) is None  # per token
+    assert getattr(attention.fused_norm_rope, "nvfp4_mla_original", None) is not None
+    specs = specs_of(per_token)
+    assert {specs[n].page_size_bytes for n in per_token.layers} == {368 * 64}
+    assert per_token.plan.identity == "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1"
+    infos = per_token.log.lines(logging.INFO)
+    assert any("no calibration" in m and "per-token outer scales" in m for m in infos), infos
+    assert not any("Unknown vLLM environment variable" in m for m in per_token.log.lines()), per_token.log.lines()
+
+
+def test_calibrated_layers_should_take_their_scales_and_log_the_identity(calibrated):
+    assert [lay.impl._outer_scale(lay) for _, lay in sorted(calibrated.layers.items())] == \
+        [pytest.approx(s) for s in SCALES]
+    assert calibrated.plan.identity.startswith("nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:")
+    assert any(f"cache identity {calibrated.plan.identity}" in m for m in calibrated.log.lines())
+
+
+def test_no_calibration_on_432_should_be_refused_unless_uncalibrated_is_asked_for(plugin_path, registered,
+                                                                                  tiny_model):
+    """N1: the record without a per-token mode: refused with the fix; the opt-in builds, WARNING."""
+    import logging
+    words = _refused(plugin_path, tiny_model, serving.DTYPE_432)
+    assert "no outer scales" in words and "NVFP4_MLA_UNCALIBRATED=1" in words and f"serve --kv-cache-dtype {D368}" \
+        in words
+    served = Served(plugin_path, tiny_model, serving.DTYPE_432, NVFP4_MLA_UNCALIBRATED="1")
+    try:
+        assert [lay.impl._outer_scale(lay) for lay in served.layers.values()] == [1.0, 1.0]
+        assert any("every layer's outer scale is 1.0 (NVFP4_MLA_UNCALIBRATED=1)" in m
+                   for m in served.log.lines(logging.WARNING)), served.log.lines()
+    finally:
+        served.close()
+
+
+def test_a_calibration_that_does_not_cover_the_model_should_not_build(plugin_path, registered, tiny_model):
+    """N3: a file of fewer layers than the model, and another model's file, refused naming them."""
+    folder = tempfile.mkdtemp(prefix="nvfp4-scales-")
+    one = calibration_file(folder, [0.01])
+    words = _refused(plugin_path, tiny_model, VLLM_NVFP4_MLA_SCALES_FILE=one)
+    assert f"VLLM_NVFP4_MLA_SCALES_FILE={one} calibrates 1 layers, but {tiny_model} has 2 attention layers" in words
+    glm = os.path.join(os.path.dirname(__file__), "..", "..", "..", "data",
+                       "glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json")
+    words = _refused(plugin_path, tiny_model, VLLM_NVFP4_MLA_SCALES_FILE=glm)
+    assert "calibrates 78 layers" in words and "a file for another model" in words
+    assert "made for 'madeby561/GLM-5.2-MXFP8-NVFP4-NF3-Hybrid" in words
+    shutil.rmtree(folder)
+
+
+def test_the_plugins_warnings_should_reach_vllms_log(plugin_path, registered, tiny_model):
+    """N4: a checkpoint's calibration that per-token mode does not use is named in vLLM's log; a
+    checkpoint's own calibration is what its layers take, and its identity is logged."""
+    import logging
+    ckpt = {"nvfp4_mla_outer_scales": {"format": "nvfp4_ds_mla_outer_scale_v1", "num_layers": 2, "latent_dim": 512,
+                                       "denominator": 2688.0, "scales": [0.01, 0.02]}}
+    model = tempfile.mkdtemp(prefix="tiny-ckpt-")
+    with open(os.path.join(tiny_model, "config.json")) as f:
+        config = dict(json.load(f), **ckpt)
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump(config, f)
+    served = Served(plugin_path, model, VLLM_NVFP4_MLA_DYNAMIC_SCALE="1")
+    try:
+        assert any("carries calibration" in m for m in served.log.lines(logging.WARNING)), served.log.lines()
+        assert [lay.impl._outer_scale(lay) for lay in served.layers.values()] == [None, None]
+    finally:
+        served.close()
+    served = Served(plugin_path, model)
+    try:
+        assert [lay.impl._outer_scale(lay) for _, lay in sorted(served.layers.items())] == \
+            [pytest.approx(0.01), pytest.approx(0.02)]
+        assert served.plan.identity.startswith("nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:")
+        assert any(f"cache identity {served.plan.identity}" in m for m in served.log.lines(logging.INFO))
+    finally:
+        served.close()
+    shutil.rmtree(model)
+
+
+def test_a_model_the_environment_disagrees_with_should_not_build(plugin_path, registered, tiny_model):
+    """Fail closed before any cache exists: KV_FP8_ROPE, set, must agree with the dtype's layout."""
+    words = _refused(plugin_path, tiny_model, serving.DTYPE_432, KV_FP8_ROPE="1")
+    assert f"--kv-cache-dtype {serving.DTYPE_432} asks for 432-byte records, but KV_FP8_ROPE='1' says 368-byte " \
+           "records: unset KV_FP8_ROPE" in words
+
+
+def test_a_bad_attention_setting_should_not_build(plugin_path, registered, tiny_model):
+    """N9: read by a CUDA context's init, checked when the model is built (before weights load)."""
+    words = _refused(plugin_path, tiny_model, NVFP4_MLA_ATTEND_MERGE="bogus")
+    assert 'NVFP4_MLA_ATTEND_MERGE="bogus" is not one of: auto, separate, in-launch' in words
+
+
+def test_shardq_should_be_declared_unsupported(per_token):
+    """vLLM 0.34's token-sharded prefill is opt-in per Impl (supports_shardq): declared off, so no
+    layer shards its queries (0.33 has no ShardQ)."""
+    from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonImpl
+    from nvfp4_mla.vllm_plugin.backend import NvFp4MlaSparseImpl
+    assert NvFp4MlaSparseImpl.supports_shardq is False
+    assert hasattr(SparseMLACommonImpl, "supports_shardq") == (VERSION != "0.33.0")
+    for layer in per_token.layers.values():
+        assert not getattr(layer, "use_shardq", False) and not getattr(layer.impl, "use_shardq", False)

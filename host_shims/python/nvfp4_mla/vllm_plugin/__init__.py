@@ -1,9 +1,12 @@
-"""nvfp4_mla.vllm_plugin: serve DeepSeek-V3.2 and GLM-5 with vLLM 0.33 on this plugin's 368- and
-432-byte records, without a fork (docs/integration.md, "Serving with vLLM").
+"""nvfp4_mla.vllm_plugin: serve DeepSeek-V3.2 and GLM-5 with vLLM 0.33 or 0.34 on this plugin's 368-
+and 432-byte records, without a fork (docs/integration.md, "Serving with vLLM").
 
-    pip install 'host_shims/python[vllm]'     # the extra pins vllm==0.33.*; the package needs nothing
-    KV_FP8_ROPE=1 NVFP4_MLA_PLUGIN=/path/to/libnvfp4_mla.so vllm serve deepseek-ai/DeepSeek-V3.2 \\
-        --kv-cache-dtype nvfp4_mla368_ds_mla --attention-backend NVFP4_MLA_SPARSE --block-size 64
+    pip install 'host_shims/python[vllm]'     # the extra allows vllm 0.33 and 0.34; the package needs nothing
+    NVFP4_MLA_PLUGIN=$(pkg-config --variable=plugindir nvfp4-mla) vllm serve deepseek-ai/DeepSeek-V3.2 \\
+        --tensor-parallel-size 8 --kv-cache-dtype nvfp4_mla368_ds_mla
+
+The dtype name chooses the backend, the record and the pages; with no calibration, the 368-byte
+record serves per-token scales (serving.py says the rules).
 
 vLLM calls register() (entry point group `vllm.general_plugins`) in each of its processes. The
 modules, by what they import:

@@ -1,5 +1,6 @@
-"""NVFP4_MLA_SPARSE: vLLM 0.33's sparse MLA attention backend over this plugin's records (imports
-vLLM; registered by nvfp4_mla.vllm_plugin.register(), selected with --attention-backend).
+"""NVFP4_MLA_SPARSE: vLLM 0.33's and 0.34's sparse MLA attention backend over this plugin's records
+(imports vLLM; registered by nvfp4_mla.vllm_plugin.register(), chosen by the cache dtype, or named with
+--attention-backend).
 
 Three classes, on vLLM's own sparse MLA bases (vllm/model_executor/layers/attention/
 sparse_mla_attention.py), so the indexer, the top-k buffer, the logical-to-physical top-k conversion
@@ -15,7 +16,18 @@ and the decode/prefill split stay vLLM's:
                                  (supports_dense_mha_prefill = False): that path gathers the cache
                                  with vLLM's own kernels, which do not know these records.
 
-The bodies are kernels.py's plain functions; the decisions are serving.py's.
+The bodies are kernels.py's plain functions; the decisions are serving.py's (a Plan a dtype and
+model: layout, scale mode, scales, refusal).
+
+vLLM 0.34's changes, each handled or declared: ShardQ (token-sharded TP prefill, opt-in per Impl with
+supports_shardq, reading the top-k from metadata.topk_start) is declared unsupported here (not tried
+with the plugin's attend; vLLM then keeps every token on its rank); the extensible KV cache (reserved,
+committed after graph capture) needs nothing of the backend: the plugin binds no cache address ahead
+of a call (hooks.layer_of_cache looks the layer up by the tensor it is handed), and the captured writer
+and attend launches take the same tensors as vLLM's own kernels; the default block size 64 is this
+backend's only one; KVQuantMode.is_custom_mode, removed, was never used (the dtypes are NVFP4_DS_MLA);
+0.34's DCP refusal of "nvfp4_ds_mla" names upstream's record, and this backend refuses DCP itself
+(supports_dcp = False).
 """
 
 from dataclasses import dataclass, replace
@@ -36,18 +48,22 @@ from .. import _abi
 from . import hooks, kernels, serving
 
 
-def _bound(decision, device):
-    """The decision's torch ops on `device` (kernels.bound_ops: a context a device and process)."""
-    return kernels.bound_ops(decision.plugin, device, decision.layout, decision.scale_mode, decision.writer_policy)
+def _bound(plan, device):
+    """The plan's torch ops on `device` (kernels.bound_ops: a context a device and process), its
+    context logging to vLLM's log and reading the attention settings from the decision's snapshot
+    (the values checked at start-up)."""
+    return kernels.bound_ops(plan.plugin, device, plan.layout, plan.scale_mode, plan.writer_policy,
+                             log=serving.emit, environ=plan.decision.environ)
 
 
-def _serving(dtype):
-    """This process's decision when it serves `dtype`, else ValueError with the refusal."""
-    decision = serving.current()
-    reason = decision.refusal(dtype)
+def _plan(dtype, vllm_config):
+    """This process's plan for `dtype` and the model `vllm_config` serves, else ValueError with the
+    refusal."""
+    plan = serving.current().plan(dtype, hooks.model_of(vllm_config))
+    reason = plan.refusal()
     if reason:
         raise ValueError(reason)
-    return decision
+    return plan
 
 
 class NvFp4MlaSparseBackend(AttentionBackend):
@@ -94,7 +110,10 @@ class NvFp4MlaSparseBackend(AttentionBackend):
 
     @classmethod
     def supports_compute_capability(cls, capability):
-        return (capability.major, capability.minor) in serving.current().archs
+        # Only where the plugin loaded with a CUDA backend does `archs` say which GPUs it serves;
+        # otherwise the reason is that (supports_combination), not the GPU.
+        decision = serving.current()
+        return not decision.cuda_known or (capability.major, capability.minor) in decision.archs
 
     @classmethod
     def supports_combination(cls, head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink, use_sparse,
@@ -103,7 +122,7 @@ class NvFp4MlaSparseBackend(AttentionBackend):
         environment's, and the page size."""
         reasons = []
         capability = (device_capability.major, device_capability.minor) if device_capability else None
-        refusal = serving.current().refusal(kv_cache_dtype, capability)
+        refusal = serving.current().refusal(kv_cache_dtype, capability, hooks.current_model())
         if refusal:
             reasons.append(refusal)
         if block_size is not None and block_size != serving.BLOCK_SIZE:
@@ -132,7 +151,7 @@ class NvFp4MlaSparseMetadataBuilder(SparseMLACommonMetadataBuilder[NvFp4MlaSpars
         self.record_bytes = serving.record_bytes(dtype)
         # The top-k rows attend gets are the model's buffer's, which may be wider than index_topk.
         self.topk_width = getattr(kv_cache_spec, "topk_buffer_width", None) or self.topk_tokens
-        self._ops = _bound(_serving(dtype), device)  # the device's plugin context, made here: outside any capture
+        self._ops = _bound(_plan(dtype, vllm_config), device)  # the device's context, made here: outside any capture
 
     @staticmethod
     def determine_chunked_prefill_workspace_size(vllm_config):
@@ -153,13 +172,14 @@ class NvFp4MlaSparseImpl(SparseMLACommonImpl[NvFp4MlaSparseMetadata]):
     supports_dense_mha_prefill: bool = False
     supports_pcp: bool = False  # not tried: refused by vLLM's validation rather than run untested
     supports_dcp: bool = False
+    supports_shardq: bool = False  # vLLM 0.34's token-sharded prefill: not tried with attend (see above)
 
     def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
                  logits_soft_cap, attn_type, kv_sharing_target_layer_name, **mla_args):
         if alibi_slopes is not None or sliding_window is not None or logits_soft_cap is not None:
             raise NotImplementedError(f"{serving.BACKEND_NAME} has no alibi, sliding window or logits soft cap")
-        decision = _serving(kv_cache_dtype)
         vllm_config = get_current_vllm_config_or_none()
+        plan = _plan(kv_cache_dtype, vllm_config)
         if vllm_config is not None and vllm_config.attention_config.hisparse_config is not None:
             raise NotImplementedError(f"{serving.BACKEND_NAME} does not serve HiSparse: its host tier stages "
                                       "656-byte fp8_ds_mla rows")
@@ -167,18 +187,16 @@ class NvFp4MlaSparseImpl(SparseMLACommonImpl[NvFp4MlaSparseMetadata]):
         super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
                          logits_soft_cap, attn_type, kv_sharing_target_layer_name, **mla_args)
         self.supports_quant_query_input = False
-        self._decision = decision
-        self._model_dir = hooks.local_model_dir(vllm_config)
-        decision.config(self._model_dir)  # the checkpoint's scales, read now: refused here, not mid-step
+        self._plan = plan  # the checkpoint's scales were read by the plan: refused then, not mid-step
         self._scale = None
-        self._scale_known = decision.scale_mode == _abi.SCALE_PER_TOKEN  # per token: no layer scale
+        self._scale_known = plan.scale_mode == _abi.SCALE_PER_TOKEN  # per token: no layer scale
         self._ops_of = {}  # torch.device -> BoundOps (_bound)
 
     def _ops(self, device):
         """The ops of the cache's device, looked up once a device (every layer's step calls this twice)."""
         ops = self._ops_of.get(device)
         if ops is None:
-            ops = self._ops_of[device] = _bound(self._decision, device)
+            ops = self._ops_of[device] = _bound(self._plan, device)
         return ops
 
     def _outer_scale(self, layer=None):
@@ -187,7 +205,7 @@ class NvFp4MlaSparseImpl(SparseMLACommonImpl[NvFp4MlaSparseMetadata]):
         this Impl (the cache update, which vLLM calls without the layer)."""
         if not self._scale_known:
             name = getattr(layer, "layer_name", None) or hooks.layer_name_of(self)
-            self._scale = self._decision.layer_scale(extract_layer_index(name), self._model_dir)
+            self._scale = self._plan.layer_scale(extract_layer_index(name))
             self._scale_known = True
         return self._scale
 

@@ -1,9 +1,15 @@
-"""What registers the backend in vLLM 0.33, and what vLLM offers no hook for (imports vLLM and PyTorch).
+"""What registers the backend in vLLM 0.33 and 0.34, and what vLLM offers no hook for (imports vLLM and PyTorch).
 
 register()            the vllm.general_plugins entry point's body: the cache dtype names (a handler
                       each: uint8 storage, KVQuantMode.NVFP4_DS_MLA), the NVFP4_MLA_SPARSE backend,
-                      the offload namespace; idempotent, as vLLM asks (it may run more than once a
+                      the plugin's VLLM_ variables (known to vLLM's environment check), the
+                      selection of the backend by the dtype, the offload namespace, and vLLM's
+                      logger as the plugin's; idempotent, as vLLM asks (it may run more than once a
                       process).
+backend selection     vLLM's priority lists never name an out-of-tree backend, so without
+                      --attention-backend a layer of these dtypes found no backend ("No valid
+                      attention backend", listing only in-tree ones): the selector's cached lookup
+                      is wrapped to pick NVFP4_MLA_SPARSE for them when none was named.
 fused_norm_rope       DeepSeek-V3.2's attention writes the MLA cache inside a fused Triton kernel
                       (vllm.models.deepseek_v32.attention.fused_norm_rope) that knows only vLLM's
                       layouts: given mla_kv_cache=None it skips the write and still returns the normed
@@ -11,14 +17,14 @@ fused_norm_rope       DeepSeek-V3.2's attention writes the MLA cache inside a fu
                       does that for this plugin's dtypes and writes the records with the plugin
                       (the op nvfp4_mla_vllm::kv_cache_update, opaque to torch.compile, so a captured
                       graph records the writer's launch). Installed only after the wrapped function's
-                      signature is the one 0.33 has: another vLLM is refused, by version, before any
-                      cache is written.
+                      signature is the one 0.33 and 0.34 have (the kernel file is byte-identical in
+                      both): another vLLM is refused, by version, before any cache is written.
 offload namespace     vLLM's file tier (vllm/v1/kv_offload/file_mapper.py) names a persistent cache
                       folder by a hash of its fields, the cache dtype among them but nothing that
                       tells calibrations apart; for this plugin's dtypes the plugin's cache identity
                       (layout, scale mode, sha256 of the scales) joins the hashed fields.
 
-Why KVQuantMode.NVFP4_DS_MLA and not CUSTOM: in 0.33 CUSTOM has the value 12, which makes it an alias
+Why KVQuantMode.NVFP4_DS_MLA and not CUSTOM: in 0.33 and 0.34 CUSTOM has the value 12, which makes it an alias
 of OCTAVE_K3V4 (an IntEnum member with a taken value is that member), so a cache declared CUSTOM reads
 as Octave everywhere vLLM asks `is_octave` (KVQuantMode(12).name is "OCTAVE_K3V4"). NVFP4_DS_MLA is
 0.33's mode for "opaque-bytes NVFP4 DS-MLA layouts": quantized, no generic kernel path, exactly what
@@ -56,6 +62,7 @@ def register():
     from vllm.config.cache import get_kv_cache_dtype_handler, register_kv_cache_dtype
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
+    serving.set_log(logger)  # the plugin's lines (config_create's host log included) reach vLLM's log
     decision = serving.current()  # the environment, read once for this process
     for name in serving.DTYPES:
         if not isinstance(get_kv_cache_dtype_handler(name), CacheDtypeHandler):
@@ -64,20 +71,79 @@ def register():
         register_backend(AttentionBackendEnum[serving.BACKEND_NAME], serving.BACKEND_PATH)
     else:
         register_backend(serving.BACKEND_NAME, serving.BACKEND_PATH)
-    try:
-        install_offload_namespace()
-    except (ImportError, AttributeError, KeyError) as exc:  # an optional tier: never a reason to stop vLLM
-        logger.warning("nvfp4-mla: vLLM's offload file tier was not given the cache identity (%s): do not "
-                       "offload %s caches to persistent storage", exc, " / ".join(serving.DTYPES))
+    register_environment()
+    for install, what in ((install_backend_selection, "the backend is not chosen by the dtype alone: serve with "
+                                                      f"--attention-backend {serving.BACKEND_NAME}"),
+                          (install_offload_namespace, "do not offload " + " / ".join(serving.DTYPES)
+                                                      + " caches to persistent storage")):
+        try:
+            install()
+        except (ImportError, AttributeError, KeyError) as exc:  # optional: never a reason to stop vLLM
+            logger.warning("nvfp4-mla: %s was not installed (%s): %s", install.__name__, exc, what)
     if "vllm.models.deepseek_v32.attention" in sys.modules:
         wrap_fused_norm_rope()  # else the Impl wraps it when a layer is built (the module is loaded then)
+    for level, line in decision.notes:
+        serving.emit(level, line)
     if decision.error:
         state = f"the backend refuses to serve: {decision.error}"
     else:
-        state = (f"plugin {decision.plugin_path} (ABI {decision.plugin.abi}), cache identity {decision.identity}, "
+        state = (f"plugin {decision.plugin_path} (ABI {decision.plugin.abi}), "
                  f"CUDA code for {', '.join(map(serving.sm_name, decision.archs)) or 'none'}")
-    logger.info("nvfp4-mla: registered --attention-backend %s and --kv-cache-dtype %s; %s", serving.BACKEND_NAME,
-                " / ".join(serving.DTYPES), state)
+    logger.info("nvfp4-mla: registered --kv-cache-dtype %s (attention backend %s, chosen by the dtype); %s",
+                " / ".join(serving.DTYPES), serving.BACKEND_NAME, state)
+
+
+def register_environment():
+    """The plugin's VLLM_-prefixed variables, made known to vLLM's environment check
+    (Platform.validate_environ: "Unknown vLLM environment variable detected", which
+    --fail-on-environ-validation makes fatal). vLLM loads general plugins before it checks. A
+    misspelt one stays unknown to vLLM, and the plugin warns about it too (serving._unknown_variables)."""
+    from vllm import envs
+
+    for name in serving.VLLM_PREFIXED:
+        envs.environment_variables.setdefault(name, lambda name=name: os.getenv(name))
+
+
+def install_backend_selection():
+    """vLLM's attention selection (vllm.v1.attention.selector._cached_get_attn_backend, which every
+    layer's get_attn_backend calls) with the backend chosen by the dtype: an MLA layer whose cache is
+    one of this plugin's dtypes gets NVFP4_MLA_SPARSE when no backend was named (vLLM's own priority
+    lists never name an out-of-tree backend, and no in-tree one reads these records). A backend that
+    was named is kept (another one is refused by vLLM with its reasons)."""
+    import vllm.v1.attention.selector as selector
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    current = selector._cached_get_attn_backend
+    if getattr(current, "nvfp4_mla_original", None) is not None:
+        return
+    ours = AttentionBackendEnum[serving.BACKEND_NAME]
+
+    def _cached_get_attn_backend(backend, attn_selector_config, *args, **kwargs):
+        if backend is None and attn_selector_config.kv_cache_dtype in serving.DTYPES and attn_selector_config.use_mla:
+            backend = ours
+        return current(backend, attn_selector_config, *args, **kwargs)
+
+    _cached_get_attn_backend.nvfp4_mla_original = current
+    selector._cached_get_attn_backend = _cached_get_attn_backend
+
+
+def model_of(vllm_config):
+    """The serving.Model of a vLLM configuration (None without a model): its checkpoint folder, name,
+    attention layers and draft/MTP layers (the target model's: a drafter is built under the same
+    configuration)."""
+    model_config = getattr(vllm_config, "model_config", None)
+    if model_config is None:
+        return None
+    text = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
+    return serving.Model(folder=local_model_dir(vllm_config), name=str(getattr(model_config, "model", "") or ""),
+                         layers=int(getattr(text, "num_hidden_layers", 0) or 0),
+                         draft_layers=int(getattr(text, "num_nextn_predict_layers", 0) or 0))
+
+
+def current_model():
+    """model_of the configuration vLLM is building under now (None: none)."""
+    from vllm.config import get_current_vllm_config_or_none
+    return model_of(get_current_vllm_config_or_none())
 
 
 # ---- Where a layer is found at run time (vLLM hands the cache update no layer). ----
@@ -169,7 +235,7 @@ def _parameters(fn):
 
 def check_fused_norm_rope(fn):
     """Raises RuntimeError, naming the vLLM version and the first difference, unless `fn` has the
-    parameters 0.33's fused_norm_rope has."""
+    parameters 0.33's and 0.34's fused_norm_rope has."""
     import vllm
 
     got = _parameters(fn)
@@ -177,11 +243,12 @@ def check_fused_norm_rope(fn):
         return
     diff = next(((i, g, w) for i, (g, w) in enumerate(zip(got, FUSED_NORM_ROPE_PARAMETERS)) if g != w),
                 (min(len(got), len(FUSED_NORM_ROPE_PARAMETERS)), None, None))
-    where = (f"parameter {diff[0]} is {diff[1][0]!r} (default {diff[1][2]!r}) where 0.33 has {diff[2][0]!r} "
+    where = (f"parameter {diff[0]} is {diff[1][0]!r} (default {diff[1][2]!r}) where 0.33/0.34 have {diff[2][0]!r} "
              f"(default {diff[2][2]!r})" if diff[1] else
-             f"it has {len(got)} parameters where 0.33 has {len(FUSED_NORM_ROPE_PARAMETERS)}")
+             f"it has {len(got)} parameters where 0.33/0.34 have {len(FUSED_NORM_ROPE_PARAMETERS)}")
     raise RuntimeError(f"nvfp4_mla.vllm_plugin: vLLM {vllm.__version__}'s vllm.models.deepseek_v32.attention."
-                       f"fused_norm_rope is not the one this plugin diverts ({where}); the plugin serves vllm==0.33.*, "
+                       f"fused_norm_rope is not the one this plugin diverts ({where}); the plugin serves vllm 0.33 "
+                       "and 0.34, "
                        f"whose fused kernel would otherwise write its own rows into {serving.BACKEND_NAME}'s cache")
 
 
@@ -219,14 +286,14 @@ def make_fused_norm_rope(original):
     return fused_norm_rope
 
 
-# vllm==0.33.0's vllm/models/deepseek_v32/common/kernels.py: fused_norm_rope(...) -> q_c_out, parameter by
+# vllm 0.33.0's and 0.34.0's vllm/models/deepseek_v32/common/kernels.py: fused_norm_rope(...) -> q_c_out, parameter by
 # parameter (name, kind, default): the wrapper's own, since it passes every one through by name.
 FUSED_NORM_ROPE_PARAMETERS = _parameters(make_fused_norm_rope(None))
 
 
 def wrap_fused_norm_rope():
     """Install the wrapper where DeepSeek-V3.2's attention calls it (idempotent); RuntimeError on a
-    vLLM whose fused_norm_rope differs from 0.33's."""
+    vLLM whose fused_norm_rope differs from 0.33's and 0.34's."""
     import vllm.models.deepseek_v32.attention as attention
 
     current = attention.fused_norm_rope
@@ -242,13 +309,16 @@ def wrap_fused_norm_rope():
 IDENTITY_FIELD = "nvfp4_mla_cache_identity"
 
 
-def cache_identity(model_name):
-    """The plugin's identity of the records this process writes, for a checkpoint (its calibrated
-    scales, when config.json has them); RuntimeError when the process cannot serve the records."""
-    decision = serving.current()
-    if decision.error:
-        raise RuntimeError(f"{serving.BACKEND_NAME}: no cache identity for an offload namespace: {decision.error}")
-    return decision.config(checkpoint_dir(model_name)).identity
+def cache_identity(dtype, model_name):
+    """The plugin's identity of the records this process writes in `dtype` for a checkpoint (its
+    calibrated scales, when config.json has them); RuntimeError when the process cannot serve them."""
+    model = current_model()
+    if model is None or model.name != model_name:
+        model = serving.Model(folder=checkpoint_dir(model_name), name=model_name or "")
+    plan = serving.current().plan(dtype, model)
+    if plan.error:
+        raise RuntimeError(f"{serving.BACKEND_NAME}: no cache identity for an offload namespace: {plan.error}")
+    return plan.identity
 
 
 def install_offload_namespace():
@@ -262,7 +332,7 @@ def install_offload_namespace():
 
     def _compute_base_path(root_dir, fields):
         if fields.get("dtype") in serving.DTYPES and IDENTITY_FIELD not in fields:
-            fields[IDENTITY_FIELD] = cache_identity(fields.get("model_name"))
+            fields[IDENTITY_FIELD] = cache_identity(fields["dtype"], fields.get("model_name"))
         return current(root_dir, fields)
 
     _compute_base_path.nvfp4_mla_original = current

@@ -144,15 +144,17 @@ def _device_name(device):
     raise ValueError(f"device {str(device)!r}: the plugin runs on 'cpu' or 'cuda' devices")
 
 
-def bound_ops(plugin, device, layout, scale_mode, writer_policy=_abi.WRITER_POLICY_RTN):
+def bound_ops(plugin, device, layout, scale_mode, writer_policy=_abi.WRITER_POLICY_RTN, log=None, environ=None):
     """The torch ops of this serving format on `device`: one plugin context a device and process,
     made at the first call (outside any CUDA-graph capture: init probes the device) and refused,
-    in the C loader's words, when the device's runtime capabilities cannot serve the format."""
+    in the C loader's words, when the device's runtime capabilities cannot serve the format. `log`
+    and `environ` go to the context (Context: the host's log callback, the settings snapshot)."""
     name = _device_name(device)
     key = (plugin.path, name, layout, scale_mode, writer_policy)
     ops = _bound.get(key)
     if ops is None:
-        ctx = next((o.context for k, o in _bound.items() if k[:2] == key[:2]), None) or Context(plugin, name)
+        ctx = next((o.context for k, o in _bound.items() if k[:2] == key[:2]), None) \
+            or Context(plugin, name, log=log, environ=environ)
         backend = "backend.cuda" if name.startswith("cuda") else "backend.cpu"
         require(plugin, layout, scale_mode, available=ctx.capability_bits,
                 extra=_abi.CAP["op.write"] | _abi.CAP["op.attend"] | _abi.CAP[backend]
