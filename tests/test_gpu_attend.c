@@ -182,9 +182,9 @@ static bool race_shapes(void) {
     run_case(1, 64, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
     /* The wide kind with 32 items of one or two tiles a CTA. */
     run_case(16, 128, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* wide, 368 per-token */
-    run_case(32, 64, 64, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);     /* wide, 432: paired too */
+    run_case(32, 64, 64, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);     /* wide, 432: two-buffer too */
     run_case(32, 64, 64, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC);    /* wide, 656: the 12-slot ring */
-    /* Full shapes (top-k 2048, 128 heads) of every kind the plan has: the paired wide kind on 368
+    /* Full shapes (top-k 2048, 128 heads) of every kind the plan has: the two-buffer wide kind on 368
      * and 432 records, the 656 ring kind, and the narrow kinds at 16 and 32 heads, each 2 splits of
      * 16 tiles on the 2 SMs (issue 57: the wide and ring kinds had only short items here). */
     run_case(1, 128, 2048, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
@@ -226,7 +226,7 @@ static void all_shapes(void) {
     run_padded(2, 64, 1000, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 16);
     run_case(300, 16, 128, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN); /* enough CTAs: one split */
     run_case(200, 128, 192, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC);   /* several items per CTA */
-    /* The paired wide kind on padded pages (80 queries are planned wide below 160 SMs). */
+    /* The two-buffer wide kind on padded pages (80 queries are planned wide below 160 SMs). */
     run_padded(80, 64, 512, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN, 48);
 }
 
@@ -446,7 +446,7 @@ static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **stat
     run_padded(80, 64, 512, NVFP4_MLA_LAYOUT_FP8_DS_MLA_656, NVFP4_MLA_SCALE_STATIC, 16);
     run_case(80, 128, 300, NVFP4_MLA_LAYOUT_BF16_ROPE_432, NVFP4_MLA_SCALE_STATIC);
     run_case(80, 96, 700, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_PER_TOKEN);
-    /* The wide kind (paired for 368 / 432 records, the 12-slot ring for 656) with one tile an
+    /* The wide kind (two-buffer for 368 / 432 records, the 12-slot ring for 656) with one tile an
      * item (not light: 300 x 64 heads x 1 tile > 128 x 132 head-tiles; 300 x 2 > 132 fills it);
      * 432 records on padded pages; items of no tiles before, between and after items with tiles. */
     run_case(300, 64, 64, NVFP4_MLA_LAYOUT_FP8_ROPE_368, NVFP4_MLA_SCALE_STATIC);
@@ -464,8 +464,8 @@ static void cuda_attend_should_match_on_each_consumer_the_plan_picks(void **stat
     close_gpu();
 }
 
-/* ---- Q's RoPE part outside f16's exact range (the paired 368 kind: attend_rope_f16.cuh) ----
- * That kind runs its RoPE k-steps in f16 (NVFP4_MLA_ATTEND_F16_ROPE): a Q row whose RoPE values
+/* ---- Q's RoPE part outside f16's exact range (two-buffer 368 kind: wide_twobuf/rope_f16.cuh) ----
+ * That kind runs its RoPE k-steps in f16 (wide_twobuf_rope_f16): a Q row whose RoPE values
  * pass 65504 or fall below 2^-17 is converted times a power of two of its own, undone on its
  * scores. These cases put such rows before the CPU reference, which computes in double: without
  * the shift the large rows would score inf (NaN outputs) and the small ones lose their RoPE terms
@@ -537,9 +537,9 @@ static void cuda_attend_should_match_with_q_rope_values_outside_f16_range(void *
         if (kind == QR_ORDINARY)
             continue; /* every other case */
         const uint32_t mode = kind == QR_SMALL ? NVFP4_MLA_SCALE_STATIC : NVFP4_MLA_SCALE_PER_TOKEN;
-        q_rope_range_case(5, 128, 2048, mode, kind, 0); /* paired, short items (load_q_rows), splits */
-        q_rope_range_case(1, 64, 2048, mode, kind, 2);  /* paired, long items (load_q_chunks) */
-        q_rope_range_case(80, 64, 512, mode, kind, 0);  /* paired, several items a CTA */
+        q_rope_range_case(5, 128, 2048, mode, kind, 0); /* two-buffer, short items (load_q_rows), splits */
+        q_rope_range_case(1, 64, 2048, mode, kind, 2);  /* two-buffer, long items (load_q_chunks) */
+        q_rope_range_case(80, 64, 512, mode, kind, 0);  /* two-buffer, several items a CTA */
     }
     close_gpu();
 }

@@ -22,8 +22,8 @@ except ImportError:
     torch = None
 
 SHIM = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed here (CI has none): the torch "
-                                                        "operators' tests run where it is (the GPU machine)")
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed for this interpreter: the torch "
+                                                        "operators' tests run where it is (.ci/run's step 6, the GPU machine)")
 CUDA = torch is not None and torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device (or no PyTorch): the torch operators' CUDA "
                                                  "checks run on the GPU machine")
