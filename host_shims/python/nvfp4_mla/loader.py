@@ -276,7 +276,7 @@ def _digest_refusal(path):
 
 _TRIAL = ("import ctypes, os, sys\n"
           "try:\n    ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)\n"
-          "except OSError:\n    os._exit(3)\n"
+          "except (OSError, UnicodeDecodeError):\n    os._exit(3)\n"
           "os._exit(0)\n")
 
 
@@ -316,7 +316,7 @@ def _forked_trial(path):
                 signal.signal(sig, signal.SIG_DFL)
             C.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
             code = 0
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             code = 3
         finally:
             os._exit(code)
@@ -338,10 +338,12 @@ def load(selection=None, *, environ=None):
         raise PluginError(f"cannot load nvfp4-mla plugin {shown(path)}: {refusal}", "load_error")
     try:
         lib = C.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         reason = "not_found" if not os.path.exists(path) else "load_error"
-        # dlerror's text of a path that is not UTF-8 comes back empty: say what the file system says
-        why = str(exc) or (os.strerror(2) if reason == "not_found" else "the dynamic loader gave no reason")
+        # dlerror's text of a path that is not UTF-8 comes back empty, or (CPython 3.11.7 and later)
+        # as a UnicodeDecodeError from decoding it: say what the file system says
+        why = (str(exc) if isinstance(exc, OSError) else "") or (
+            os.strerror(2) if reason == "not_found" else "the dynamic loader gave no reason")
         raise PluginError(f"cannot load nvfp4-mla plugin {shown(path)}: {why}", reason) from None
     try:
         entry = getattr(lib, _abi.ENTRY_SYMBOL)
