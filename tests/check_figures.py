@@ -87,13 +87,20 @@ def digest_rules(tmp):
     os.rename(kernel + ".moved", kernel)
 
 
-def stamp_rules(tmp):
-    path = os.path.join(tmp, "results", "bench.json")
+def drop_digest(tmp, name):
+    """results/NAME without its device-code digest, as files from before the digest are: its path and
+    what it now holds."""
+    path = os.path.join(tmp, "results", name)
     with open(path) as f:
         data = json.load(f)
     data["provenance"].pop("device_code", None)
     with open(path, "w") as f:
         json.dump(data, f)
+    return path, data
+
+
+def stamp_rules(tmp):
+    path, data = drop_digest(tmp, "bench.json")
     code, _ = quiet(device_code.stamp, path, tmp)
     with open(path) as f:
         stamped = json.load(f)
@@ -179,12 +186,7 @@ def prose_rules(tmp):
 
 
 def no_digest_rule(tmp):
-    path = os.path.join(tmp, "results", "hot_path.json")
-    with open(path) as f:
-        data = json.load(f)
-    data["provenance"].pop("device_code", None)
-    with open(path, "w") as f:
-        json.dump(data, f)
+    drop_digest(tmp, "hot_path.json")
     quiet(compare_table.main, ["--root", tmp])
     with open(os.path.join(tmp, "BENCHMARKS.md")) as f:
         bench = f.read()
