@@ -63,25 +63,23 @@ __global__ void __launch_bounds__(kind_threads(KIND, RB), 1)
             merge_if_last(a, pl, smem, threadIdx.x - CONSUMERS, PRODUCERS, CONSUMERS, BAR_PRODUCER);
     } else {
 #if NVFP4_HAVE_WGMMA
-        if constexpr (F.wgmma && !WIDE && PRODUCERS == 2 * ATT_WARPGROUP)
-            setmaxnreg_inc<ATT_NARROW_CONSUMER_REGS>();
+        if constexpr (!WIDE && F.consumer_regs > 0) setmaxnreg_inc<F.consumer_regs>();
 #endif
         if constexpr (WIDE) {
 #if NVFP4_HAVE_WGMMA
             if (threadIdx.x < ATT_WARPGROUP) {
-                setmaxnreg_inc<ATT_SCORE_REGS>();
+                setmaxnreg_inc<F.consumer_regs>();
                 if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF)
                     wide_twobuf_consumer<RB, 0, ROW_Q, wide_twobuf_rope_f16<RB, ROW_Q>()>(a, pl, smem, threadIdx.x);
                 else
                     wide_ring_consumer<RB, 0, ROW_Q>(a, pl, smem, threadIdx.x);
             } else {
-                if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF) {
-                    setmaxnreg_inc<ATT_VALUE_REGS>();
+                if constexpr (F.value_regs > schedule_launch_regs(SCHEDULE)) setmaxnreg_inc<F.value_regs>();
+                else setmaxnreg_dec<F.value_regs>();
+                if constexpr (SCHEDULE == SCHEDULE_WIDE_TWOBUF)
                     wide_twobuf_consumer<RB, 1, ROW_Q, wide_twobuf_rope_f16<RB, ROW_Q>()>(a, pl, smem, threadIdx.x);
-                } else {
-                    setmaxnreg_dec<ATT_VALUE_REGS>();
+                else
                     wide_ring_consumer<RB, 1, ROW_Q>(a, pl, smem, threadIdx.x);
-                }
             }
 #endif
         } else {

@@ -60,6 +60,11 @@ ATT_CONST attend_schedule_facts schedule_facts(int schedule) {
 ATT_CONST int schedule_threads(int schedule) {
     return attend_schedules[schedule].consumers + attend_schedules[schedule].producers;
 }
+/* Registers a thread of a schedule's launch starts with: 65536 / threads, rounded down to
+ * setmaxnreg's multiple of 8. */
+ATT_CONST int schedule_launch_regs(int schedule) {
+    return 65536 / schedule_threads(schedule) / 8 * 8;
+}
 ATT_CONST int kind_threads(int kind, int record_bytes) {
     return schedule_threads(schedule_of_kind(kind, record_bytes));
 }

@@ -169,7 +169,9 @@ typedef struct attend_schedule_facts {
     int32_t wgmma;          /* 1: its consumers run wgmma (sm_90a only) */
     int32_t consumers;      /* consumer threads */
     int32_t producers;      /* producer threads (also the in-launch merge's width) */
-    int32_t producer_regs;  /* the producers' setmaxnreg count; 0: no rebalance */
+    int32_t consumer_regs;  /* consumer warpgroup 0's setmaxnreg count (raised); 0: no rebalance */
+    int32_t value_regs;     /* the wide consumer's warpgroup 1 count (raised or lowered from the launch's); 0: none */
+    int32_t producer_regs;  /* the producers' setmaxnreg count (lowered); 0: no rebalance */
     int32_t empty_arrivals; /* arrivals that free an operand block */
     int32_t red_bytes;      /* its fixed area at off_red (the <name>_red struct of its map) */
     int32_t variant;        /* its instantiation besides VARIANT_PLAIN (attend_plan.h) */
