@@ -23,10 +23,13 @@ static_assert(sizeof(narrow_red) == 2 * 4 * 32 * 4, "narrow_red: two [4 warps][3
 /* The two forms' rows of attend_schedules: mma.sync (no rebalance) and wgmma (two producer
  * warpgroups: one latency-bound warpgroup set the tile time; docs/performance-notes.md,
  * kind_producers). Every consumer thread frees every block. */
-#define NARROW_SYNC_FACTS {0, ATT_WARPGROUP, ATT_WARPGROUP, 0, 0, 0, ATT_WARPGROUP, ATT_NARROW_RED_BYTES, VARIANT_MERGE_IN_LAUNCH}
+/* In the order of attend_schedule_facts (lib/attend_map.h): wgmma, consumers, producers,
+ * consumer_regs, value_regs, producer_regs, empty_arrivals, red_bytes, variant. */
+#define NARROW_SYNC_FACTS                                                                                              \
+    {0, ATT_WARPGROUP, ATT_WARPGROUP, 0, 0, 0, ATT_WARPGROUP, ATT_NARROW_RED_BYTES, VARIANT_MERGE_IN_LAUNCH}
 #define NARROW_WGMMA_FACTS                                                                                             \
-    {1,                           ATT_WARPGROUP,        2 * ATT_WARPGROUP, ATT_NARROW_CONSUMER_REGS, 0,                 \
-     ATT_NARROW_PRODUCER_REGS,    ATT_WARPGROUP,        ATT_NARROW_RED_BYTES, VARIANT_MERGE_IN_LAUNCH}
+    {1, ATT_WARPGROUP, 2 * ATT_WARPGROUP, ATT_NARROW_CONSUMER_REGS, 0, ATT_NARROW_PRODUCER_REGS, ATT_WARPGROUP,        \
+     ATT_NARROW_RED_BYTES, VARIANT_MERGE_IN_LAUNCH}
 
 #ifndef __cplusplus /* the plan's (attend_plan.c); the kernels read only the numbers */
 /* The map for `heads` (16 or 32) under `budget` bytes: Q, the P tile, then the ring (up to 4 raw

@@ -14,8 +14,8 @@ static_assert(ATT_VALUE_REGS <= ATT_LAUNCH_REGS, "wide ring: warpgroup 1 lowers 
 
 /* Its row of attend_schedules: a block is freed by the one warpgroup that reads it last. */
 #define WIDE_RING_FACTS                                                                                                \
-    {1,                     ATT_WIDE_CONSUMERS, ATT_WARPGROUP, ATT_SCORE_REGS, ATT_VALUE_REGS, ATT_RING_PRODUCER_REGS,  \
-     ATT_WARPGROUP,         ATT_WIDE_RED_BYTES, VARIANT_ROW_Q}
+    {1, ATT_WIDE_CONSUMERS, ATT_WARPGROUP, ATT_SCORE_REGS, ATT_VALUE_REGS, ATT_RING_PRODUCER_REGS, ATT_WARPGROUP,      \
+     ATT_WIDE_RED_BYTES, VARIANT_ROW_Q}
 
 #ifndef __cplusplus /* the plan's (attend_plan.c); the kernels read only the numbers */
 /* The map: Q 72 KB, the shared P tile 8 KB, then a resident ring (up to 3 raw stages; no streaming). */

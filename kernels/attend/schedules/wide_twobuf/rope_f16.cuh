@@ -1,29 +1,19 @@
-/* The RoPE block in f16: where an instantiation of the two-buffer wide schedule takes it
- * (ROPE_F16, wide_twobuf_rope_f16: 368-byte records), the two-buffer producer writes the keys' RoPE codes
- * through the hardware E4M3 -> f16 conversion (e4m3x16_f16: 2 instructions a code pair where the
- * bf16 bit moves take 5), and the wide consumer runs the RoPE k-steps as f16 wgmma against Q's RoPE
- * part converted to f16 when Q is loaded. The latent blocks and Q's latent part stay bf16.
+/* The RoPE block in f16, where an instantiation of the two-buffer schedule takes it (ROPE_F16,
+ * wide_twobuf_rope_f16: 368-byte records): the producer writes the keys' RoPE codes through the
+ * hardware E4M3 -> f16 conversion (e4m3x16_f16), the consumer runs the RoPE k-steps as f16 wgmma
+ * against Q's RoPE part converted to f16 when Q is loaded; the latent stays bf16.
  *
- * Q's RoPE part in f16: the rule for values outside f16's range. A bf16 value is exact in f16 when
- * its exponent is -17..15 (8 significant bits: at 2^-17 they reach f16's subnormal spacing 2^-24;
- * the largest bf16 below 2^16 is 65280 < 65504). A row (a head) whose finite nonzero RoPE values
- * all lie there, or are zero, is converted as it is (shift 0): every product and every f32 sum of
- * the wgmma is then the bf16 kind's. Any other row is converted times 2^s, one power of two for
- * the row, s = 15 - (the row's largest exponent), at most 126: its largest value lands in
- * [2^15, 2^16), so nothing overflows, and every value within 32 binades of it (all of the row's
- * values, for any row of ordinary spread) is exact; only values more than 2^32 times smaller than
- * the row's largest are rounded, by at most 2^-25 of f16's unit, 2^-40 of the row's largest (no
- * attention output can see that). Multiplying by a power of two is exact, so the f32 score the
- * wgmma returns is the unshifted score times 2^s with the same roundings, and the softmax multiplies
- * it by 2^-s (rope_unshift) before it uses it: exact again, unless the true score leaves f32's
- * range, where the bf16 kind's sums overflow or go subnormal as well. The factors 2^-s (2^-126 ..
- * 2^112, normal f32) wait beside Q in the wide consumer's xl array (wide_red.x: the rows' 1 / l,
- * written only in the epilogue, after the item's last softmax; no plan change), and the consumer
- * multiplies only in warps that hold a shifted row (a warp-uniform branch; ordinary rows never do).
- * Why a shift a row and not a clamp or a flush: a clamp changes scores of rows with large Q, a flush
- * drops small Q's RoPE terms, both where the bf16 kind was exact; and a row's shift costs two loads
- * and a vote a tile. NaN and +-Inf in Q pass unchanged (their exponent does not count towards s;
- * times 2^s they stay what they were), so their scores are NaN or +-Inf as in the bf16 kind. */
+ * Q's RoPE part in f16. A bf16 value is exact in f16 when its exponent is -17..15. A row (a head)
+ * whose finite nonzero RoPE values all lie there is converted as it is: every product and f32 sum
+ * of the wgmma is then the bf16 form's. Any other row is converted times 2^s, one power of two for
+ * the row, s = 15 - (its largest exponent), at most 126: nothing overflows, every value within 32
+ * binades of the row's largest is exact, and smaller ones are rounded by at most 2^-40 of it. The f32
+ * score is then the unshifted one times 2^s with the same roundings, and the softmax multiplies it
+ * by 2^-s (rope_unshift) first: exact again, unless the true score leaves f32's range, where the
+ * bf16 form's sums overflow too. The factors 2^-s wait in the wide consumer's xl array (wide_red.x:
+ * the rows' 1 / l, written only in the epilogue), and only warps holding a shifted row multiply. A
+ * shift, not a clamp or a flush: those change scores where the bf16 form was exact. NaN and +-Inf
+ * in Q pass unchanged (their exponent does not count towards s), as in the bf16 form. */
 #ifndef NVFP4_MLA_ROPE_F16_CUH
 #define NVFP4_MLA_ROPE_F16_CUH
 

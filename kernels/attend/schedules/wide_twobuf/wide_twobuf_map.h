@@ -32,8 +32,8 @@ static_assert(sizeof(wide_twobuf_red) == ATT_WIDE_RED_BYTES + ATT_SLOT_RING * AT
 /* Its row of attend_schedules: 256 consumers, 256 producers (a quarter record a thread, four a
  * key); a block is freed by the one warpgroup that reads it last. */
 #define WIDE_TWOBUF_FACTS                                                                                              \
-    {1,                     ATT_WIDE_CONSUMERS,   2 * ATT_WARPGROUP, ATT_SCORE_REGS, ATT_VALUE_REGS,                    \
-     ATT_TWOBUF_PRODUCER_REGS, ATT_WARPGROUP,     ATT_TWOBUF_RED_BYTES, VARIANT_ROW_Q}
+    {1, ATT_WIDE_CONSUMERS, 2 * ATT_WARPGROUP, ATT_SCORE_REGS, ATT_VALUE_REGS, ATT_TWOBUF_PRODUCER_REGS,              \
+     ATT_WARPGROUP, ATT_TWOBUF_RED_BYTES, VARIANT_ROW_Q}
 
 #ifndef __cplusplus /* the plan's (attend_plan.c); the kernels read only the numbers */
 /* The map: Q 72 KB, two tile buffers of 72 KB, P in each tile's RoPE block (220 KB in all). */
