@@ -46,9 +46,8 @@ ATT_CONST bool wide_uses_twobuf(int record_bytes) {
 
 /* The schedule that runs a kind on records of record_bytes. */
 ATT_CONST int schedule_of_kind(int kind, int record_bytes) {
-    return kind == KIND_WIDE             ? (wide_uses_twobuf(record_bytes) ? SCHEDULE_WIDE_TWOBUF : SCHEDULE_WIDE_RING)
-           : kind >= KIND_N16_WGMMA      ? SCHEDULE_NARROW_WGMMA
-                                         : SCHEDULE_NARROW_SYNC;
+    if (kind == KIND_WIDE) return wide_uses_twobuf(record_bytes) ? SCHEDULE_WIDE_TWOBUF : SCHEDULE_WIDE_RING;
+    return kind >= KIND_N16_WGMMA ? SCHEDULE_NARROW_WGMMA : SCHEDULE_NARROW_SYNC;
 }
 /* Heads an item of a kind (its MMA's N, or the wide consumer's 64). */
 ATT_CONST int kind_heads(int kind) {
@@ -68,10 +67,30 @@ ATT_CONST int schedule_launch_regs(int schedule) {
 ATT_CONST int kind_threads(int kind, int record_bytes) {
     return schedule_threads(schedule_of_kind(kind, record_bytes));
 }
+/* Whether a kind has an instantiation of `variant` (the two wide schedules have the same variants:
+ * checked below). */
 ATT_CONST bool kind_has_variant(int kind, int variant) {
     return variant == VARIANT_PLAIN ||
            variant == attend_schedules[schedule_of_kind(kind, NVFP4_MLA_RECORD_BYTES_368)].variant;
 }
+
+#ifdef __cplusplus
+/* A row's register split within the register file: warpgroup 0 at consumer_regs, the wide
+ * consumer's warpgroup 1 at value_regs, the producers at producer_regs (0: the launch's count).
+ * Checked where the kernels compile, so that a new row cannot overdraw it. */
+ATT_CONST bool schedule_regs_fit(int schedule) {
+    const attend_schedule_facts f = attend_schedules[schedule];
+    const int launch = schedule_launch_regs(schedule);
+    const int wg0 = f.consumer_regs ? f.consumer_regs : launch, wg1 = f.value_regs ? f.value_regs : launch;
+    const int producer = f.producer_regs ? f.producer_regs : launch;
+    return ATT_WARPGROUP * wg0 + (f.consumers - ATT_WARPGROUP) * wg1 + f.producers * producer <= 65536;
+}
+static_assert(schedule_regs_fit(SCHEDULE_NARROW_SYNC) && schedule_regs_fit(SCHEDULE_NARROW_WGMMA) &&
+                  schedule_regs_fit(SCHEDULE_WIDE_TWOBUF) && schedule_regs_fit(SCHEDULE_WIDE_RING),
+              "attend_schedules: a row's registers over the register file");
+static_assert(attend_schedules[SCHEDULE_WIDE_TWOBUF].variant == attend_schedules[SCHEDULE_WIDE_RING].variant,
+              "kind_has_variant: the wide kind's variants are both wide schedules'");
+#endif
 
 /* ---- the plan (its struct: lib/attend_map.h) ---- */
 
