@@ -100,6 +100,35 @@ static __device__ __forceinline__ void wide_rescale(wide_state &st, const float 
     }
 }
 
+/* Warpgroup 1's rescale: the rows' alpha that warpgroup 0 left in xalpha before BAR_WIDE_P. */
+static __device__ __forceinline__ void wide_rescale_from(wide_state &st, const float *xalpha, int warp, int lane) {
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) alpha[h] = xalpha[16 * warp + (lane >> 2) + 8 * h];
+    wide_rescale(st, alpha);
+}
+
+/* An item's Q, this warpgroup's 32 rows: by rows for short items (ROW_Q), else by chunks
+ * (lib/attend_consumer.cuh says why). */
+template <bool ROW_Q>
+static __device__ __forceinline__ void wide_load_q(const nvfp4_mla_attend_kernel_args_t &a, const attend_plan &pl,
+                                                   uint8_t *smem, const item_span &span, int cw, int t) {
+    if constexpr (ROW_Q)
+        load_q_rows<32>(a, span.q, (int64_t)span.group * 64, 32 * cw, smem + pl.off_q, ATT_BLOCK, t & 127);
+    else
+        load_q_chunks(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127,
+                      ATT_WARPGROUP);
+}
+/* A new item's O, m and l. */
+static __device__ __forceinline__ void wide_state_clear(wide_state &st) {
+#pragma unroll
+    for (int b = 0; b < 4; b++)
+#pragma unroll
+        for (int i = 0; i < 32; i++) st.o[b][i] = 0.0f;
+    st.m[0] = st.m[1] = -INFINITY;
+    st.l[0] = st.l[1] = 0.0f;
+}
+
 /* Softmax over the tile's 64 keys (warpgroup 0, which holds whole rows: no maxima cross
  * warpgroups): updates m, l, leaves P' = p * s as this warpgroup's A fragments, writes P' to the P
  * tile at pbuf and the rows' alpha to xalpha for warpgroup 1, and rescales this warpgroup's O. */

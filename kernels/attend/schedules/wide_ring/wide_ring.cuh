@@ -32,19 +32,10 @@ static __device__ void wide_ring_consumer(const nvfp4_mla_attend_kernel_args_t &
     for (int64_t item = blockIdx.x; item < pl.items; item += gridDim.x) {
         const item_span span = item_at(a, pl, item);
         const int64_t tiles = item_tiles(span);
-        if constexpr (ROW_Q)
-            load_q_rows<32>(a, span.q, (int64_t)span.group * 64, 32 * cw, smem + pl.off_q, ATT_BLOCK, t & 127);
-        else
-            load_q_chunks(a, span.q, (int64_t)span.group * 64, 32 * cw, 32, smem + pl.off_q, ATT_BLOCK, t & 127,
-                          ATT_WARPGROUP);
+        wide_load_q<ROW_Q>(a, pl, smem, span, cw, t);
         named_sync(BAR_WIDE_ITEM, ATT_WIDE_CONSUMERS);
         wide_state st;
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-#pragma unroll
-            for (int i = 0; i < 32; i++) st.o[b][i] = 0.0f;
-        st.m[0] = st.m[1] = -INFINITY;
-        st.l[0] = st.l[1] = 0.0f;
+        wide_state_clear(st);
         for (int64_t k = 0; k < tiles; k++, tile++, pos += ATT_TILE_BLOCKS) {
             const wide_tile<false> tl(smem, pl, pos, tile);
             uint8_t *pbuf = smem + pl.off_p;
@@ -59,10 +50,7 @@ static __device__ void wide_ring_consumer(const nvfp4_mla_attend_kernel_args_t &
             } else {
                 named_sync(BAR_WIDE_P, ATT_WIDE_CONSUMERS);
                 tl.wait(bars, pl, ATT_LATENT_BLOCKS); /* complete already (warpgroup 0 waited); this thread's acquire */
-                float alpha[2];
-#pragma unroll
-                for (int h = 0; h < 2; h++) alpha[h] = xalpha[16 * warp + (lane >> 2) + 8 * h];
-                wide_rescale(st, alpha);
+                wide_rescale_from(st, xalpha, warp, lane);
                 wide_pv<false, false>(pl, smem, bars, st, tl, 5, nullptr, pbuf);
                 if (k + 1 < tiles) named_sync(BAR_WIDE_P_FREE, ATT_WIDE_CONSUMERS);
             }
