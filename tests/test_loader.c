@@ -564,7 +564,7 @@ static Elf64_Dyn *dynamic_section(unsigned char *bytes, size_t *count) {
 }
 
 static Elf64_Dyn *dynamic_entry(unsigned char *bytes, Elf64_Sxword tag) {
-    size_t n;
+    size_t n = 0; /* set by dynamic_section, which fails the test when there is none */
     Elf64_Dyn *d = dynamic_section(bytes, &n);
     for (size_t i = 0; i < n; i++) {
         if (d[i].d_tag == tag) return &d[i];
@@ -576,7 +576,7 @@ static Elf64_Dyn *dynamic_entry(unsigned char *bytes, Elf64_Sxword tag) {
 /* The corruptions of issue 58 (N2): bytes changed in place, the size kept, so the ELF check passes. */
 enum { CORRUPTIONS = 18 };
 static void corrupt(unsigned char *bytes, size_t len, int which) {
-    size_t n;
+    size_t n = 0;
     unsigned char *dyn = (unsigned char *)dynamic_section(bytes, &n);
     static const Elf64_Sxword pointers[] = {DT_STRTAB, DT_SYMTAB, DT_GNU_HASH, DT_RELA};
     unsigned long long x = 0x9E3779B97F4A7C15ull * (unsigned)(which + 1); /* a fixed pseudo-random stream */

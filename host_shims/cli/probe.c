@@ -196,7 +196,7 @@ static int vllm_scales_rule(const probe_t *p, char *why, size_t size) {
 static int create_config(probe_t *p, nvfp4_mla_config_request_t *req, const char **env, size_t cap, char own[2][64],
                          int quiet) {
     const nvfp4_mla_plugin_t *t = p->loader.table;
-    char why[8];
+    char why[512]; /* only the rule's verdict is used here; sized so its message fits (no truncation warning) */
     if (t->config_create(req, &p->cfg) != NVFP4_MLA_OK || t->config_info(p->cfg, &p->info) != NVFP4_MLA_OK) {
         return -1;
     }
