@@ -17,7 +17,8 @@ by hand. Everything else is prose without measured figures: --check fails on a t
 
 Device code (issue 57): every results file records the digest of the device code it measured
 (provenance.device_code, bench/device_code.py); a file whose digest is not the tree's, or that
-records none, is STALE, and every caption, README line, summary row and quote line of its figures
+records none, is STALE (unless results/device_code_equivalence.tsv links its digest to the tree's:
+machine code identical, bench/device_code.py EQUIVALENCE), and every caption, README line, summary row and quote line of its figures
 says so in the text itself. So a kernel edit makes --check fail until this script has marked the
 figures it made stale (or a GPU run has replaced them).
 
@@ -66,10 +67,10 @@ def load_results(folder, root=None):
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         with open(path) as f:
             out[os.path.basename(path)] = figures.upgrade(os.path.basename(path), json.load(f))
-    return figures.mark_code(out, device_code.digest(root or ROOT), device_code.of_results)
+    return figures.mark_code(out, device_code.current(root or ROOT), device_code.of_results)
 
 
-def quote_line(root, tree, names):
+def quote_line(root, current, names):
     """The line this script writes under a quotes marker: each quoted file and its device code."""
     parts = []
     for name in names.split():
@@ -80,7 +81,7 @@ def quote_line(root, tree, names):
         if name.endswith(".json"):
             with open(path) as f:
                 rec = device_code.of_results(json.load(f))
-        d = {"_code": {"recorded": rec, "stale": rec != tree}}
+        d = {"_code": figures.code_of(rec, current)}
         parts.append(f"`results/{name}`" + figures.code_words(d).replace("; ", ": ", 1))
     return "_Quoted from " + "; ".join(parts) + "._\n"
 
@@ -118,13 +119,13 @@ def fill(text, blocks, name):
 def documents(root, res):
     """{path: new text} of the documents and the provenance index."""
     blocks = figures.blocks(res)
-    tree = device_code.digest(root)
+    current = device_code.current(root)
     out, used = {}, set()
     for doc in ("BENCHMARKS.md", "README.md"):
         path = os.path.join(root, doc)
         with open(path) as f:
             text, seen = fill(f.read(), blocks, doc)
-        text = QUOTES.sub(lambda m: m.group(1) + quote_line(root, tree, m.group(2)) + m.group(4) + m.group(5), text)
+        text = QUOTES.sub(lambda m: m.group(1) + quote_line(root, current, m.group(2)) + m.group(4) + m.group(5), text)
         out[path] = text
         used |= seen
     missing = sorted(set(blocks) - used)

@@ -20,11 +20,23 @@ changes it (the path is part of it): a moved kernel is a new build to measure.
     python3 bench/device_code.py --stamp F.json  add {"provenance": {"device_code": ...}} to a results
                                                  file that lacks it (nvfp4-mla-bench's, from C; .ci/gpu
                                                  stamps right after the run, on the tree it built)
+    python3 bench/device_code.py --equivalent REV --evidence TEXT
+                                                 record that git REV's device code compiles to the same
+                                                 kernels as the tree's (EQUIVALENCE below): a row of
+                                                 results/device_code_equivalence.tsv
     python3 bench/device_code.py --reconstruct F.json
                                                  for a file measured before issue 57: the digest of the
                                                  commit its plugin reports (git archive of that revision;
                                                  refused for a "-modified" or "unknown" build, whose code
                                                  git cannot give back), marked as reconstructed
+EQUIVALENCE: a digest is of sources, so a pure move (a rename, a helper extracted, a comment) makes
+every results file STALE although no kernel changed. results/device_code_equivalence.tsv records such
+moves: `measured<TAB>same_as<TAB>evidence`, two full digests and the proof that the first's kernels
+are the second's byte for byte (tools/kernel-text-compare's verdict over every architecture, with its
+command). A results file is current when its digest is the tree's or reaches the tree's through those
+rows; the captions then say so. A row is a claim checked by its evidence, not by this script: write one
+only with a verdict of identical machine code.
+
 Standard library only.
 """
 import argparse
@@ -44,6 +56,8 @@ SCOPE_FILES = ("meson.build", "meson.options", "meson_options.txt")
 _SKIP_SUFFIXES = (".pyc", "~", ".orig", ".rej", ".swp")
 _SKIP_DIRS = ("__pycache__",)
 SHORT = 12
+EQUIVALENCE = os.path.join("results", "device_code_equivalence.tsv")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def files(root=ROOT):
@@ -112,6 +126,65 @@ def of_results(data):
     return d if isinstance(d, str) and d else None
 
 
+def equivalences(root=ROOT):
+    """[(measured, same_as, evidence)] of results/device_code_equivalence.tsv ([] without the file);
+    a malformed row stops with the file, line and what is wrong."""
+    path = os.path.join(root, EQUIVALENCE)
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            cols = line.split("\t")
+            if len(cols) != 3 or not all(_HEX64.fullmatch(c) for c in cols[:2]) or not cols[2].strip():
+                raise SystemExit(f"{EQUIVALENCE}:{n}: expected measured<TAB>same_as<TAB>evidence, two 64-hex "
+                                 f"digests and a non-empty evidence: {line[:80]!r}")
+            rows.append((cols[0], cols[1], cols[2].strip()))
+    return rows
+
+
+def current(root=ROOT):
+    """{digest: None for the tree's own, else the evidence of the row that links it} of every digest
+    whose figures describe the tree's kernels: the tree's and those the equivalence rows chain to it."""
+    out = {digest(root): None}
+    rows = equivalences(root)
+    grew = True
+    while grew:
+        grew = False
+        for measured, same_as, evidence in rows:
+            if same_as in out and measured not in out:
+                out[measured] = evidence
+                grew = True
+    return out
+
+
+def record_equivalence(rev, evidence, root=ROOT):
+    """Appends `digest of git REV<TAB>the tree's<TAB>evidence`. 0, or 1 with a message."""
+    try:
+        old = digest_of_rev(rev, root)
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
+    here = digest(root)
+    if old == here:
+        print(f"{rev}: its device code is the tree's ({short(here)}): nothing to record")
+        return 0
+    if not evidence.strip() or "\t" in evidence or "\n" in evidence:
+        print("--evidence: one line of text without tabs (the verdict and its command)", file=sys.stderr)
+        return 1
+    path = os.path.join(root, EQUIVALENCE)
+    new = not os.path.exists(path)
+    with open(path, "a") as f:
+        if new:
+            f.write("# measured\tsame_as\tevidence (bench/device_code.py, EQUIVALENCE: machine code identical)\n")
+        f.write(f"{old}\t{here}\t{evidence.strip()}\n")
+    print(f"{EQUIVALENCE}: {short(old)} ({rev}) = {short(here)} (the tree's)")
+    return 0
+
+
 def stamp(path, root=ROOT):
     """Adds the tree's device_code to a results file's provenance; refuses a file that records
     another digest (it was measured on other code) and says so. Returns 0, or 1 with a message."""
@@ -160,22 +233,34 @@ def reconstruct(path, root=ROOT):
     if not rev or rev == "unknown" or rev.endswith("-modified"):
         print(f"{path}: plugin revision {rev!r}: not a clean commit, its code cannot be read back", file=sys.stderr)
         return 1
+    try:
+        rec = record_of_rev(rev, root)
+    except RuntimeError as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        return 1
+    rec["reconstructed_from"] = f"git {rev} (the plugin's clean revision; digest of that commit's files)"
+    _write(path, rec)
+    print(f"{path}: device code {short(rec['digest'])} (reconstructed from git {rev})")
+    return 0
+
+
+def record_of_rev(rev, root=ROOT):
+    """record() of git revision REV's files in scope (git archive); RuntimeError naming the revision."""
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", root, "archive", "--format=tar", rev, "--", *SCOPE_DIRS]
                                  + [f for f in SCOPE_FILES if _in_rev(root, rev, f)], capture_output=True)
         if archive.returncode != 0:
-            print(f"{path}: git archive {rev}: {archive.stderr.decode().strip()}", file=sys.stderr)
-            return 1
+            raise RuntimeError(f"git archive {rev}: {archive.stderr.decode().strip()}")
         tar_path = os.path.join(tmp, "code.tar")
         with open(tar_path, "wb") as f:
             f.write(archive.stdout)
         with tarfile.open(tar_path) as t:
             t.extractall(os.path.join(tmp, "tree"))
-        rec = record(os.path.join(tmp, "tree"))
-    rec["reconstructed_from"] = f"git {rev} (the plugin's clean revision; digest of that commit's files)"
-    _write(path, rec)
-    print(f"{path}: device code {short(rec['digest'])} (reconstructed from git {rev})")
-    return 0
+        return record(os.path.join(tmp, "tree"))
+
+
+def digest_of_rev(rev, root=ROOT):
+    return record_of_rev(rev, root)["digest"]
 
 
 def _in_rev(root, rev, name):
@@ -189,7 +274,11 @@ def main(argv=None):
     ap.add_argument("--files", action="store_true")
     ap.add_argument("--stamp", nargs="+", metavar="FILE")
     ap.add_argument("--reconstruct", nargs="+", metavar="FILE")
+    ap.add_argument("--equivalent", metavar="REV", help="record REV's device code as the tree's (needs --evidence)")
+    ap.add_argument("--evidence", default="", help="the verdict that proves it, with its command (one line)")
     args = ap.parse_args(argv)
+    if args.equivalent:
+        return record_equivalence(args.equivalent, args.evidence, args.root)
     if args.stamp:
         return max(stamp(p, args.root) for p in args.stamp)
     if args.reconstruct:

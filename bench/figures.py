@@ -136,14 +136,19 @@ def upgrade(name, data):
 STALE = "STALE"
 
 
-def mark_code(res, tree, recorded_of):
-    """Each file's "_code": {"recorded": its digest or None, "stale": whether it differs from the
-    tree's digest `tree`}; recorded_of(data) reads a file's digest (bench/device_code.py)."""
+def mark_code(res, current, recorded_of):
+    """Each file's "_code": {"recorded": its digest or None, "stale": whether it is none of
+    `current`, "same_as": the equivalence's evidence when it is current through one}; current is
+    bench/device_code.py's current() ({the tree's digest: None, an equivalent digest: its evidence}),
+    recorded_of(data) reads a file's digest."""
     for d in res.values():
         if isinstance(d, dict):
-            rec = recorded_of(d)
-            d["_code"] = {"recorded": rec, "stale": rec != tree}
+            d["_code"] = code_of(recorded_of(d), current)
     return res
+
+
+def code_of(rec, current):
+    return {"recorded": rec, "stale": rec not in current, "same_as": current.get(rec)}
 
 
 def stale(d):
@@ -162,6 +167,8 @@ def code_words(d):
     short = code["recorded"][:12]
     if code["stale"]:
         return f"; **{STALE}**: measured on device code {short}, not the tree's (bench/device_code.py): rerun"
+    if code.get("same_as"):
+        return f"; device code {short}, machine code identical to the tree's (results/device_code_equivalence.tsv)"
     return f"; device code {short} (the tree's)"
 
 

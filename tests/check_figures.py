@@ -8,7 +8,9 @@ temporary folder (standard library only, no GPU):
     file (captions, README lines, summary rows, quoted prose) then does;
   - a measured figure in prose outside a figures or quotes block fails --check; a ratio of record
     sizes (656 / 368 = 1.78x) does not;
-  - a results file without a digest is STALE; a stamp never overwrites another digest.
+  - a results file without a digest is STALE; a stamp never overwrites another digest;
+  - results/device_code_equivalence.tsv: a file whose digest a row (or a chain of rows) links to the
+    tree's is current, captioned as machine code identical; a malformed row stops the script.
     usage: check_figures.py SOURCE_ROOT
 """
 import contextlib
@@ -158,6 +160,42 @@ def marking_rules(tmp):
     expect(quiet(compare_table.main, ["--check", "--root", tmp])[0] == 0, "--check passes once they are marked")
 
 
+def equivalence_rules(tmp):
+    """After marking_rules (every file measured on the code before an edit, now STALE): a row of
+    results/device_code_equivalence.tsv that links the measured digest to the tree's makes them
+    current again, captioned as machine code identical; a chain of rows too; a row to another
+    digest does not; a malformed row stops the script with the file and line."""
+    with open(os.path.join(tmp, "results", "bench.json")) as f:
+        measured = device_code.of_results(json.load(f))
+    here = device_code.digest(tmp)
+    path = os.path.join(tmp, device_code.EQUIVALENCE)
+
+    def readme_after(rows):
+        with open(path, "w") as f:
+            f.write("# measured\tsame_as\tevidence\n" + "".join(f"{a}\t{b}\tkernel-text-compare: identical\n"
+                                                               for a, b in rows))
+        code, out = quiet(compare_table.main, ["--root", tmp])
+        with open(os.path.join(tmp, "README.md")) as f:
+            return code, out, block(f.read(), "readme")
+
+    code, out, readme = readme_after([(measured, here)])
+    expect(code == 0 and measured != here and "STALE" not in readme and "machine code identical" in readme,
+           "a recorded equivalence to the tree's digest: current, captioned as machine code identical")
+    middle = "ab" * 32
+    code, out, readme = readme_after([(measured, middle), (middle, here)])
+    expect(code == 0 and "STALE" not in readme, "a chain of two rows reaches the tree's digest: current")
+    code, out, readme = readme_after([(measured, middle)])
+    expect(code == 0 and "STALE" in readme, "a row to a digest that is not the tree's: still STALE")
+    with open(path, "w") as f:
+        f.write(f"{measured}\t{here[:12]}\tshort digest\n")
+    code, out = quiet(compare_table.main, ["--root", tmp])
+    expect(isinstance(code, str) and "device_code_equivalence.tsv:1: expected measured<TAB>same_as" in code,
+           f"a malformed row stops the script, naming the file and line: {code!r}")
+    os.remove(path)
+    quiet(compare_table.main, ["--root", tmp])
+    expect(quiet(compare_table.main, ["--check", "--root", tmp])[0] == 0, "the row taken out: marked STALE again")
+
+
 def prose_rules(tmp):
     path = os.path.join(tmp, "BENCHMARKS.md")
     with open(path) as f:
@@ -200,6 +238,7 @@ if __name__ == "__main__":
         digest_rules(tmp)
         stamp_rules(tmp)
         marking_rules(tmp)
+        equivalence_rules(tmp)
         prose_rules(tmp)
         no_digest_rule(tmp)
     code, text = quiet(compare_table.main, ["--check", "--root", root])
