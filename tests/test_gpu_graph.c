@@ -164,6 +164,9 @@ static void step_init(step_t *s, int64_t batch, int64_t heads) {
     CK(cudaMemcpy(s->kv, kv, (size_t)HISTORY * 576 * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(s->slots, slots, (size_t)HISTORY * 8, cudaMemcpyHostToDevice));
     free(kv), free(slots);
+    /* cudaMemcpy from pageable memory may return before its DMA lands, and the calls below run on a
+     * non-blocking stream that does not wait for the legacy one: let the inputs land first. */
+    CK(cudaDeviceSynchronize());
     CK(cudaMemset(s->cache[0], 0, CACHE_BYTES));
     int64_t b = s->batch;
     s->batch = HISTORY; /* the history write, through the same struct builder */
@@ -207,6 +210,7 @@ static void refill(step_t *s, int step) {
     CK(cudaMemcpy(s->slots, slots, (size_t)b * 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(s->topk, topk, (size_t)b * TOPK * 4, cudaMemcpyHostToDevice));
     free(kv), free(q), free(slots), free(topk);
+    CK(cudaDeviceSynchronize()); /* as in step_init: the new inputs have landed before the non-blocking stream reads them */
 }
 
 /* The graph's and the eager run's buffer `r0`/`r1` hold the same bytes. */

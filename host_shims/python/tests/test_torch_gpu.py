@@ -21,6 +21,7 @@ def test_torch_cuda_tensors_on_a_side_stream_should_match_the_cpu_backend(plugin
     rows = torch.empty(T, 576, dtype=torch.bfloat16, device="cuda")
     gslots = slots.to(torch.int32)
     side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())  # x, slots and the zeroed cache were made on the default stream
     with nvfp4_mla.Context(plugin, "cuda:0") as gpu, nvfp4_mla.Context(plugin) as cpu:
         assert "sm_" in gpu.device_name
         with torch.cuda.stream(side):
