@@ -30,7 +30,8 @@ WHAT = {  # file: (what it holds, the command that makes it on the GPU machine)
                            "python3 bench/attend_probes.py --probes build-gpu/bench --json attend_probes.json "
                            "(probes: meson -Dattend_probes=true)"),
     "quality.json": ("reconstruction error per layer and mode (CPU; QUALITY.md)",
-                     "build/host_shims/cli/nvfp4-mla quality --tokens 512 --json results/quality.json"),
+                     "build/host_shims/cli/nvfp4-mla quality --tokens 512 --json results/quality.json; "
+                     "python3 bench/device_code.py --stamp results/quality.json"),
 }
 
 

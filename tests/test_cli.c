@@ -380,6 +380,11 @@ static void writer_policy_should_be_selectable_from_the_tools(void **state) {
     snprintf(path, sizeof path, "%s/q.json", tmp);
     slurp(path, json, sizeof json);
     assert_non_null(strstr(json, "\"seed\": 1, \"writer_policy\": \"mse\", \"layers\": ["));
+    /* where the file came from, in the keys bench/compare_table.py reads (issue 57) */
+    assert_non_null(strstr(json, "{\"provenance\": {\"plugin\":{\"path\":"));
+    assert_non_null(strstr(json, "\"name\":\"nvfp4-mla\",\"version\":"));
+    assert_non_null(strstr(json, "\"device\":{\"name\":\"the CPU backend\",\"driver\":\"none (no GPU used)\"}"));
+    assert_non_null(strstr(json, "\"command\":\"nvfp4-mla quality --tokens 16 --json "));
     assert_non_null(strstr(json, "\"mode\": \"per-token-mse\", \"rel_rms\": "));
     assert_non_null(strstr(json, "{\"attend\": true, \"layer\": 1, \"mode\": \"static-mse\", \"rel_rms\": "));
     assert_int_equal(run(NULL, "demo --policy rtn"), 0);

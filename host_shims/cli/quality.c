@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "synth.h"
@@ -110,11 +111,45 @@ static char *json_string(const char *text) {
     return out;
 }
 
+/* Where a --json file came from (the keys bench/provenance.py and nvfp4-mla-bench write, which
+ * bench/compare_table.py reads): the plugin as it reports itself, this tool's build, the backend
+ * (always the CPU one: the figures are arithmetic, the same on any machine), the date and the
+ * command. bench/device_code.py --stamp then adds the device code's digest (issue 57). NULL when out
+ * of memory; the caller frees. */
+static char *provenance_json(const cli_host_t *host, int argc, char **argv) {
+    cJSON *prov = cJSON_CreateObject(), *p = cJSON_AddObjectToObject(prov, "plugin");
+    cJSON *build = cJSON_AddObjectToObject(prov, "build"), *dev = cJSON_AddObjectToObject(prov, "device");
+    char date[32], command[4096] = "nvfp4-mla";
+    const time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    for (int i = 0; i < argc; i++) {
+        const size_t used = strlen(command);
+        snprintf(command + used, sizeof command - used, " %s", argv[i]);
+    }
+    cJSON_AddStringToObject(prov, "schema", "nvfp4-mla provenance 1");
+    cJSON_AddStringToObject(prov, "date_utc", date);
+    cJSON_AddStringToObject(prov, "command", command);
+    cJSON_AddStringToObject(p, "path", host->loader.path);
+    cJSON_AddStringToObject(p, "name", host->table->plugin_name);
+    cJSON_AddStringToObject(p, "version", host->table->version);
+    cJSON_AddStringToObject(p, "git_revision", host->table->git_revision);
+    cJSON_AddStringToObject(p, "cuda_archs", host->table->cuda_archs);
+    cJSON_AddStringToObject(p, "record_format", host->table->record_format);
+    cJSON_AddStringToObject(build, "buildtype", NVFP4_MLA_CLI_BUILDTYPE);
+    cJSON_AddStringToObject(dev, "name", "the CPU backend");
+    cJSON_AddStringToObject(dev, "driver", "none (no GPU used)");
+    char *text = cJSON_PrintUnformatted(prov);
+    cJSON_Delete(prov);
+    return text;
+}
+
 /* A run: the profile, its static scales from the plugin, the open plugin, the token buffer and the
  * optional JSON output (with --json, rows go to `out` as they are measured, comma-separated after
  * the first). */
 typedef struct quality_run {
     quality_opts_t o;
+    int argc;         /* the command line, for the JSON's provenance */
+    char **argv;
     cli_profile_t profile;
     cli_host_t host;
     float *scales;    /* [profile.layers] */
@@ -253,11 +288,13 @@ static int quality_open(quality_run_t *r) {
         return 1;
     }
     if (r->o.json_path) {
-        char *label = json_string(r->profile.label);
+        char *label = json_string(r->profile.label), *prov = provenance_json(&r->host, r->argc, r->argv);
         cli_out_printf(&r->out,
-                       "{\"scales_file\": %s, \"tokens_per_layer\": %lld, \"seed\": %llu, \"writer_policy\": \"%s\", "
-                       "\"layers\": [\n", label ? label : "null", r->o.count, r->o.seed, policy);
+                       "{\"provenance\": %s,\n\"scales_file\": %s, \"tokens_per_layer\": %lld, \"seed\": %llu, "
+                       "\"writer_policy\": \"%s\", \"layers\": [\n",
+                       prov ? prov : "{}", label ? label : "null", r->o.count, r->o.seed, policy);
         free(label);
+        free(prov);
     }
     return 0;
 }
@@ -265,6 +302,7 @@ static int quality_open(quality_run_t *r) {
 int cli_quality_cmd(int argc, char **argv) {
     static quality_run_t r;
     memset(&r, 0, sizeof r);
+    r.argc = argc, r.argv = argv;
     if (parse_quality(argc, argv, &r.o) || cli_profile_load("quality", r.o.scales, &r.profile)) {
         return 1;
     }
