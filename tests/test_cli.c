@@ -283,7 +283,7 @@ static void demo_and_quality_should_work_from_any_folder(void **state) {
     char json[4300];
     snprintf(json, sizeof json, "%s/q.json", where);
     slurp(json, out_text, sizeof out_text);
-    assert_non_null(strstr(out_text, "{\"scales_file\": \"built-in glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json\""));
+    assert_non_null(strstr(out_text, "\n\"scales_file\": \"built-in glm52-nvfp4-nf3-hybrid_mla_outer_scales_v1.json\""));
     /* The copy of the built-in profile the plugin read is gone again: only q.json is left. */
     DIR *d = opendir(where);
     int entries = 0;
