@@ -17,13 +17,7 @@ sys.path.insert(0, os.path.join(root, "bench"))
 import attend_probes as ap  # noqa: E402
 import figures  # noqa: E402
 
-failures = []
-
-
-def expect(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
+from check_harness import expect, finish  # noqa: E402  (tests/, beside this script)
 
 
 def help_without_torch():
@@ -99,5 +93,4 @@ if __name__ == "__main__":
     switches_match_sources()
     finds_probes()
     rows_render()
-    print(f"{len(failures)} failed" if failures else "all passed")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())

@@ -41,13 +41,7 @@ import provenance  # noqa: E402
 
 PLUGIN = os.environ["NVFP4_MLA_PLUGIN_PATH"]
 N, NQ, H, SM = 8192, 6, 16, 1.0 / math.sqrt(576)
-failures = []
-
-
-def expect(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
+from check_harness import expect, finish  # noqa: E402  (tests/, beside this script)
 
 
 def summary(c):
@@ -356,5 +350,4 @@ if __name__ == "__main__":
     documents_from_new_files(report, hot_path_cpu())
     dry_run_cpu()
     probes_dry_run_cpu()
-    print(f"{len(failures)} failed" if failures else "all passed")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())

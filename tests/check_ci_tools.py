@@ -15,13 +15,7 @@ import sys
 import tempfile
 
 root = os.path.abspath(sys.argv[1])
-failures = []
-
-
-def expect(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
+from check_harness import expect, finish  # noqa: E402  (tests/, beside this script)
 
 
 def load(name):
@@ -100,5 +94,4 @@ def skips_rules():
 if __name__ == "__main__":
     ptxas_rules()
     skips_rules()
-    print(f"{len(failures)} failed" if failures else "all passed")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())

@@ -26,13 +26,7 @@ sys.path.insert(0, os.path.join(root, "bench"))
 import compare_table  # noqa: E402
 import device_code  # noqa: E402
 
-failures = []
-
-
-def expect(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
+from check_harness import expect, finish  # noqa: E402  (tests/, beside this script)
 
 
 def quiet(fn, *args):
@@ -244,5 +238,4 @@ if __name__ == "__main__":
     code, text = quiet(compare_table.main, ["--check", "--root", root])
     print(text.strip())
     expect(code == 0, "this checkout: the documents hold what results/ gives, stale figures marked")
-    print(f"{len(failures)} failed" if failures else "all passed")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())

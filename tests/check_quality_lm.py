@@ -35,13 +35,7 @@ import writers  # noqa: E402
 from nvfp4_mla import Context, _abi, load, torch_ops  # noqa: E402
 
 torch.set_num_threads(2)
-failures = []
-
-
-def expect(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+from check_harness import expect, finish  # noqa: E402  (tests/, beside this script)
 
 
 def check_writers(ctx):
@@ -181,8 +175,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_chain(tmp)
         check_needle(tmp)
-    print(f"{len(failures)} failed" if failures else "all passed")
-    return 1 if failures else 0
+    return finish()
 
 
 if __name__ == "__main__":
