@@ -176,6 +176,11 @@ int cli_encode_cmd(int argc, char **argv);
 int cli_decode_cmd(int argc, char **argv);
 int cli_inspect_cmd(int argc, char **argv);
 int cli_quality_cmd(int argc, char **argv);
+
+/* provenance.c: a results file's shared provenance keys (plugin, schema, date_utc, command with
+ * `program` first when not NULL, cwd, environment) as a new cJSON object the caller owns and adds
+ * "build" and "device" to. NULL when out of memory. */
+struct cJSON *cli_provenance(const cli_host_t *host, const char *program, int argc, char **argv);
 int cli_calibrate_cmd(int argc, char **argv);
 int cli_demo_cmd(int argc, char **argv);
 

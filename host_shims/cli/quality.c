@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 #include "synth.h"
@@ -111,30 +110,12 @@ static char *json_string(const char *text) {
     return out;
 }
 
-/* Where a --json file came from (the keys bench/provenance.py and nvfp4-mla-bench write, which
- * bench/compare_table.py reads): the plugin as it reports itself, this tool's build, the backend
- * (always the CPU one: the figures are arithmetic, the same on any machine), the date and the
- * command. bench/device_code.py --stamp then adds the device code's digest (issue 57). NULL when out
- * of memory; the caller frees. */
+/* Where a --json file came from: the shared keys (provenance.c), this tool's build and the backend
+ * (always the CPU one: the figures are arithmetic, the same on any machine). bench/device_code.py
+ * --stamp then adds the device code's digest (issue 57). NULL when out of memory; the caller frees. */
 static char *provenance_json(const cli_host_t *host, int argc, char **argv) {
-    cJSON *prov = cJSON_CreateObject(), *p = cJSON_AddObjectToObject(prov, "plugin");
+    cJSON *prov = cli_provenance(host, "nvfp4-mla", argc, argv);
     cJSON *build = cJSON_AddObjectToObject(prov, "build"), *dev = cJSON_AddObjectToObject(prov, "device");
-    char date[32], command[4096] = "nvfp4-mla";
-    const time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    for (int i = 0; i < argc; i++) {
-        const size_t used = strlen(command);
-        snprintf(command + used, sizeof command - used, " %s", argv[i]);
-    }
-    cJSON_AddStringToObject(prov, "schema", "nvfp4-mla provenance 1");
-    cJSON_AddStringToObject(prov, "date_utc", date);
-    cJSON_AddStringToObject(prov, "command", command);
-    cJSON_AddStringToObject(p, "path", host->loader.path);
-    cJSON_AddStringToObject(p, "name", host->table->plugin_name);
-    cJSON_AddStringToObject(p, "version", host->table->version);
-    cJSON_AddStringToObject(p, "git_revision", host->table->git_revision);
-    cJSON_AddStringToObject(p, "cuda_archs", host->table->cuda_archs);
-    cJSON_AddStringToObject(p, "record_format", host->table->record_format);
     cJSON_AddStringToObject(build, "buildtype", NVFP4_MLA_CLI_BUILDTYPE);
     cJSON_AddStringToObject(dev, "name", "the CPU backend");
     cJSON_AddStringToObject(dev, "driver", "none (no GPU used)");
