@@ -1,22 +1,35 @@
-"""Same-process A/B of two plugin builds on identical data (BENCHMARKS.md: "no slower" checks of a
-kernel change): prefill 4096 queries x h = 128 / 16 and decode batch 128 x h = 128 / 64, eager
-back-to-back launches of each build's prepared attend, the builds alternated (ABAB, then BABA),
-and whether their outputs are bit-identical. `--decode-heads H...` replaces those shapes with decode
-batch 128 at each h given (issue 34's "batch 128 no slower" at every h).
+"""Same-process A/B of plugin builds on identical data (BENCHMARKS.md: "no slower" checks of a kernel
+change): prefill 4096 queries x h = 128 / 16 and decode batch 128 x h = 128 / 64, eager back-to-back
+launches of each build's prepared attend, the builds alternated (the order rotates every sample), and
+whether each build's output is bit-identical to the first build's. `--decode-heads H...` replaces those
+shapes with decode batch 128 at each h given (issue 34's "batch 128 no slower" at every h).
+
+The first plugin is the base; every other is timed against it on the same cache, queries and top-k
+(issue 54 times several candidate designs in one device call: one cache write and one reference a
+shape, whatever the number of builds).
+
+Check: every build's output of its last timed launch, and its lse, against a float32 attention over
+the records' values (bench/attend_reference.py, the bounds of tests/test_gpu_attend.c), so that a
+design that is not bit-identical (a reordered sum, a folded score) is held to the tests' numerics in
+the run that times it. A failed check: the row says FAIL and the exit status is 1.
 
 `--records 656` writes FlashMLA's 656-byte fp8_ds_mla records (bench/attend_reference.py's rule) and
 times the 656 reader instead. `--small` times light calls the way an engine runs them: batch 1, 2, 4, 8
 x h 64 / 128 (s_q 1), each build's call captured 20 times in one CUDA graph and the graphs replayed
 between events, builds alternated (issue 54's small-batch regression).
 
-Usage (GPU machine): PYTHONPATH=host_shims/python python3 bench/attend_ab.py OLD_PLUGIN.so NEW_PLUGIN.so
-    [--decode-heads 16 32 64 128] [--records 368|656] [--small]
+Usage (GPU machine): PYTHONPATH=host_shims/python python3 bench/attend_ab.py BASE.so NEW.so [NEW2.so ...]
+    [--decode-heads 16 32 64 128 | --shapes LABEL:QUERIES:HEADS:LAUNCHES,...] [--records 368|656] [--small]
+A build is named by its build folder (build-d2/plugin/libnvfp4_mla.so: "build-d2").
+tests/check_bench_scripts.py runs it on the CPU backend (DEVICE "cpu", small shapes: its times are
+wall-clock and mean nothing there).
 """
-import os
-import sys
 import argparse
 import math
+import os
 import statistics
+import sys
+import time
 
 import torch
 
@@ -26,7 +39,10 @@ from nvfp4_mla import _abi
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attend_reference as ref  # noqa: E402  (bench/, beside this file)
 
-D, DV, TOPK = 576, 512, 2048
+D, DV = 576, 512
+# The run's device, cache size and top-k; the CPU check (tests/check_bench_scripts.py) makes them small.
+DEVICE, TOKENS, TOPK = "cuda", 2 << 20, 2048
+SAMPLES = 7  # timed samples a build and shape; the order of the builds rotates every sample
 KW = dict(layout=_abi.LAYOUT_FP8_ROPE_368, scale_mode=_abi.SCALE_PER_TOKEN)
 KW656 = dict(layout=_abi.LAYOUT_FP8_DS_MLA_656, scale_mode=_abi.SCALE_STATIC)
 SMALL = tuple((f"graph b {b} x h {h}", b, h, 20) for h in (64, 128) for b in (1, 2, 4, 8))
@@ -34,71 +50,144 @@ SHAPES = (("prefill 4096 x h 128", 4096, 128, 3), ("prefill 4096 x h 16", 4096, 
           ("decode 128 x h 128", 128, 128, 20), ("decode 128 x h 64", 128, 64, 20))
 
 
-def main():
+def build_names(paths):
+    """A name a plugin: its build folder (the folder above plugin/), made unique with #2, #3."""
+    names = []
+    for p in paths:
+        parent = os.path.dirname(os.path.abspath(p))
+        name = os.path.basename(os.path.dirname(parent)) if os.path.basename(parent) == "plugin" else os.path.basename(p)
+        names.append(name if name not in names else f"{name} #{len(names) + 1}")
+    return names
+
+
+def write_cache(ctx, rb, kw, gen):
+    """TOKENS random tokens (log-normal magnitudes), every record written (by the base's writer for 368)."""
+    cache = torch.empty(TOKENS // 64, 64, rb, dtype=torch.uint8, device=DEVICE)
+    chunk = min(1 << 20, TOKENS)
+    for first in range(0, TOKENS, chunk):
+        x = torch.randn(chunk, D, device=DEVICE, generator=gen)
+        x = (x * torch.exp(0.5 * torch.randn(chunk, 1, device=DEVICE, generator=gen))).to(torch.bfloat16)
+        if rb == 656:
+            cache.view(TOKENS, 656)[first:first + chunk] = ref.fp8_ds_mla_records(x)
+        else:
+            ctx.write(x[:, :DV], x[:, DV:], torch.arange(first, first + chunk, device=DEVICE), cache, **kw)
+    return cache
+
+
+def keys_of_records(cache, rb):
+    """The reference's keys: the records' values by their definition (attend_reference's decoders)."""
+    flat = cache.view(TOKENS, rb)
+    if rb == 656:
+        return lambda ix: ref.decode_656(flat[ix.reshape(-1)]).view(*ix.shape, D)
+    return lambda ix: ref.decode_368(flat[ix.reshape(-1)]).view(*ix.shape, D)
+
+
+class Timer:
+    """CUDA events on the GPU; wall clock on the CPU backend (meaningless there: the dry run)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def time(self, fn):
+        if DEVICE == "cpu":
+            t = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t) * 1e6
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(self.stream):
+            start.record()
+            fn()
+            end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1000
+
+
+def graphs_of(calls, stream, launches):
+    """Each build's call captured `launches` times in one CUDA graph on a side stream, as engines replay."""
+    graphs = {}
+    with torch.cuda.stream(stream):
+        for k, call in calls.items():
+            call.run()  # warm (the plugin builds its own launch state outside a capture)
+            stream.synchronize()
+            graphs[k] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graphs[k], stream=stream):
+                for _ in range(launches):
+                    call.run()
+    return {k: g.replay for k, g in graphs.items()}
+
+
+def one_shape(ctxs, cache, rb, kw, keys_of, shape, gen, small):
+    """Times every build on one shape, checks each output; returns (its lines, whether all passed)."""
+    label, nq, h, launches = shape
+    names = list(ctxs)
+    q = torch.randn(nq, h, D, device=DEVICE, generator=gen).to(torch.bfloat16)
+    idx = torch.randint(0, TOKENS, (nq, TOPK), device=DEVICE, generator=gen, dtype=torch.int32)
+    outs = {k: torch.empty(nq, h, DV, dtype=torch.bfloat16, device=DEVICE) for k in names}
+    lses = {k: torch.empty(nq, h, dtype=torch.float32, device=DEVICE) for k in names}
+    stream = torch.cuda.Stream() if small else (torch.cuda.current_stream() if DEVICE == "cuda" else None)
+    calls = {k: ctx.prepare_attend(q, idx, cache, outs[k], sm_scale=1 / math.sqrt(D), lse=lses[k], stream=stream, **kw)
+             for k, ctx in ctxs.items()}
+    if small:
+        run = graphs_of(calls, stream, launches)
+        per_sample = {k: (lambda r=r: r()) for k, r in run.items()}
+    else:
+        per_sample = {k: (lambda c=c: [c.run() for _ in range(launches)]) for k, c in calls.items()}
+    timer = Timer(stream)
+    times = {k: [] for k in names}
+    for rep in range(SAMPLES):
+        for i in range(len(names)):
+            k = names[(rep + i) % len(names)]
+            times[k].append(timer.time(per_sample[k]) / launches)
+    want, want_lse = ref.reference(q, idx, keys_of, 1 / math.sqrt(D))
+    base = names[0]
+    base_us = statistics.median(times[base])
+    lines, all_pass = [], True
+    for k in names:
+        us = statistics.median(times[k])
+        c = ref.row_check(outs[k], lses[k], want, want_lse)
+        all_pass &= c["check"] == "PASS"
+        same = torch.equal(outs[base].view(torch.int16), outs[k].view(torch.int16))
+        diff = "" if same else (f", max |{base} - {k}| {(outs[base].float() - outs[k].float()).abs().max().item():.3g}")
+        verdict = (f"check PASS (headroom {ref.headroom(c):.2g})" if c["check"] == "PASS" else
+                   f"check FAIL ({c['failed_rows']} of {c['rows']} rows; first {c['first_failed_row']})")
+        ratio = "" if k == base else f" {us / base_us:.3f}x of {base}"
+        lines.append(f"{label}: {k} {us:9.1f} us [{min(times[k]):.1f}-{max(times[k]):.1f}]{ratio} | "
+                     f"bit-identical to {base}: {same}{diff} | {verdict}")
+    return lines, all_pass
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("old_plugin")
-    ap.add_argument("new_plugin")
+    ap.add_argument("plugins", nargs="+", help="BASE.so NEW.so [NEW2.so ...]")
     ap.add_argument("--decode-heads", type=int, nargs="+", help="decode batch 128 at these h instead")
     ap.add_argument("--records", type=int, choices=(368, 656), default=368)
     ap.add_argument("--small", action="store_true", help="light calls in CUDA graphs (batch 1-8, h 64 / 128)")
-    args = ap.parse_args()
+    ap.add_argument("--shapes", help="shapes of one's own instead: 'LABEL:QUERIES:HEADS:LAUNCHES,...' (s_q 1)")
+    args = ap.parse_args(argv)
+    if len(args.plugins) < 2:
+        ap.error("give a base plugin and at least one more to time against it")
+    if args.small and DEVICE != "cuda":
+        ap.error("--small captures CUDA graphs: GPU only")
     shapes = tuple((f"decode 128 x h {h}", 128, h, 20) for h in args.decode_heads) if args.decode_heads else SHAPES
     shapes = SMALL if args.small else shapes
+    if args.shapes:
+        shapes = tuple((lab, int(nq), int(h), int(n)) for lab, nq, h, n in (s.split(":") for s in args.shapes.split(",")))
+    ref.strict_float32()
     rb, kw = (656, KW656) if args.records == 656 else (368, KW)
-    ctxs = {name: nvfp4_mla.Context(nvfp4_mla.load(path), "cuda:0")
-            for name, path in (("old", args.old_plugin), ("new", args.new_plugin))}
-    n = 2 << 20  # tokens: random latents with log-normal token magnitudes, every record written
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    cache = torch.empty(n // 64, 64, rb, dtype=torch.uint8, device="cuda")
-    for first in range(0, n, 1 << 20):
-        x = torch.randn(1 << 20, D, device="cuda", generator=gen)
-        x = (x * torch.exp(0.5 * torch.randn(1 << 20, 1, device="cuda", generator=gen))).to(torch.bfloat16)
-        if rb == 656:
-            cache.view(n, 656)[first:first + (1 << 20)] = ref.fp8_ds_mla_records(x)
-        else:
-            ctxs["new"].write(x[:, :DV], x[:, DV:], torch.arange(first, first + (1 << 20), device="cuda"), cache, **kw)
-    stream = torch.cuda.Stream() if args.small else torch.cuda.current_stream()
-    for label, nq, h, launches in shapes:
-        q = torch.randn(nq, h, D, device="cuda", generator=gen).to(torch.bfloat16)
-        idx = torch.randint(0, n, (nq, TOPK), device="cuda", generator=gen, dtype=torch.int32)
-        outs = {k: torch.empty(nq, h, DV, dtype=torch.bfloat16, device="cuda") for k in ctxs}
-        calls = {k: ctx.prepare_attend(q, idx, cache, outs[k], sm_scale=1 / math.sqrt(D), stream=stream, **kw)
-                 for k, ctx in ctxs.items()}
-        run = {k: c.run for k, c in calls.items()}
-        if args.small:  # each build's calls captured in one graph on a side stream, as engines replay them
-            graphs = {}
-            with torch.cuda.stream(stream):
-                for k in ctxs:
-                    calls[k].run()  # warm (the plugin builds its own launch state outside a capture)
-                    stream.synchronize()
-                    graphs[k] = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graphs[k], stream=stream):
-                        for _ in range(launches):
-                            calls[k].run()
-            run = {k: g.replay for k, g in graphs.items()}
-        times = {k: [] for k in ctxs}
-        for rep in range(7):
-            for k in ("old", "new") if rep % 2 == 0 else ("new", "old"):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                with torch.cuda.stream(stream):
-                    start.record()
-                    if args.small:
-                        run[k]()
-                    else:
-                        for _ in range(launches):
-                            run[k]()
-                    end.record()
-                end.synchronize()
-                times[k].append(start.elapsed_time(end) * 1000 / launches)
-        same = torch.equal(outs["old"].view(torch.int16), outs["new"].view(torch.int16))
-        # A change that is not meant to be bit-identical (a reordered sum): how far apart, against
-        # the old output's largest value (the tests' bounds are what decide; this is a first look).
-        diff = (outs["old"].float() - outs["new"].float()).abs().max().item()
-        scale = outs["old"].float().abs().max().item()
-        line = " | ".join(f"{k} {statistics.median(t):9.1f} us [{min(t):.1f}-{max(t):.1f}]" for k, t in times.items())
-        print(f"{label}: {line} | outputs bit-identical: {same}"
-              + ("" if same else f" (max |old - new| {diff:.3g}, {diff / scale:.2e} of the largest value)"))
+    ctxs = {name: nvfp4_mla.Context(nvfp4_mla.load(path), DEVICE + (":0" if DEVICE == "cuda" else ""))
+            for name, path in zip(build_names(args.plugins), args.plugins)}
+    gen = torch.Generator(device=DEVICE).manual_seed(5)
+    cache = write_cache(next(iter(ctxs.values())), rb, kw, gen)
+    keys_of = keys_of_records(cache, rb)
+    all_pass = True
+    for shape in shapes:
+        lines, ok = one_shape(ctxs, cache, rb, kw, keys_of, shape, gen, args.small)
+        print("\n".join(lines), flush=True)
+        all_pass &= ok
+    if not all_pass:
+        print("a build's output failed its check against the float32 reference: its times do not count")
+    return 0 if all_pass else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -13,10 +13,14 @@
     drifted cell marked and out of the counts;
   - provenance (bench/provenance.py) and hot_path.py --device cpu: the JSON carries it;
   - bench/attend_probes.py end to end, the plugin standing in for its probe builds (issue 46);
+  - bench/attend_ab.py end to end with three builds (the plugin under three names): every build's
+    output checked against the float32 reference, and a wrong reference failing the run (issue 54);
   - bench/attend_roles.py's summary of a made-up Nsight Compute source page (its regions and shares).
 Skips (77) without PyTorch and numpy.
     usage: check_bench_scripts.py SOURCE_ROOT   (NVFP4_MLA_PLUGIN_PATH: the built plugin)
 """
+import contextlib
+import io
 import json
 import math
 import os
@@ -312,6 +316,40 @@ def probes_dry_run_cpu():
     expect("| probe 4 | consumers: no wgmma" in text, "its block renders a row a build")
 
 
+def ab_dry_run_cpu():
+    """bench/attend_ab.py end to end on the CPU backend (issue 54 times several designs in one call):
+    the plugin under three build-folder names, two small shapes, top-k 128. Every build's row is
+    timed against the base, bit-identical to it (one plugin) and checked (PASS); then a reference
+    scaled by 1.01 makes every check FAIL and the exit status 1 (the check reaches the verdict)."""
+    import attend_ab as ab
+    ab.DEVICE, ab.TOKENS, ab.TOPK, ab.SAMPLES = "cpu", 16384, 128, 2
+    shapes = "decode 4 x h 64:4:64:1,prefill 8 x h 16:8:16:1"
+    with tempfile.TemporaryDirectory() as tmp:
+        plugins = []
+        for name in ("build-base", "build-d1", "build-d2"):
+            os.makedirs(os.path.join(tmp, name, "plugin"))
+            plugins.append(os.path.join(tmp, name, "plugin", "libnvfp4_mla.so"))
+            os.symlink(os.path.abspath(PLUGIN), plugins[-1])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = ab.main(plugins + ["--shapes", shapes])
+        lines = out.getvalue().splitlines()
+        print("\n".join(lines))
+        expect(code == 0 and len(lines) == 6 and all("check PASS" in l and "bit-identical to build-base: True" in l
+                                                      for l in lines) and
+               sum("x of build-base" in l for l in lines) == 4 and lines[2].startswith("decode 4 x h 64: build-d2"),
+               "attend_ab.py times three builds a shape against the first, each output checked (PASS) and compared")
+        good_reference = ab.ref.reference
+        ab.ref.reference = lambda *a, **k: tuple(t * 1.01 for t in good_reference(*a, **k))
+        try:
+            with contextlib.redirect_stdout(io.StringIO()) as bad:
+                bad_code = ab.main(plugins[:2] + ["--shapes", shapes])
+        finally:
+            ab.ref.reference = good_reference
+        expect(bad_code == 1 and bad.getvalue().count("check FAIL") == 4 and "do not count" in bad.getvalue(),
+               "attend_ab.py fails the run when an output misses the reference (a 1% error in it)")
+
+
 def roles_summary():
     """attend_roles.py summary: regions split at the setmaxnreg points, shares of the samples."""
     import contextlib
@@ -350,4 +388,5 @@ if __name__ == "__main__":
     documents_from_new_files(report, hot_path_cpu())
     dry_run_cpu()
     probes_dry_run_cpu()
+    ab_dry_run_cpu()
     sys.exit(finish())
