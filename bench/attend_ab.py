@@ -1,6 +1,6 @@
 """Same-process A/B of plugin builds on identical data (BENCHMARKS.md: "no slower" checks of a kernel
 change): prefill 4096 queries x h = 128 / 16 and decode batch 128 x h = 128 / 64, eager back-to-back
-launches of each build's prepared attend, the builds alternated (the order rotates every sample), and
+launches of each build's prepared attend, the builds interleaved (flashmla_compare's timers), and
 whether each build's output is bit-identical to the first build's. `--decode-heads H...` replaces those
 shapes with decode batch 128 at each h given (issue 34's "batch 128 no slower" at every h).
 
@@ -21,30 +21,28 @@ between events, builds alternated (issue 54's small-batch regression).
 Usage (GPU machine): PYTHONPATH=host_shims/python python3 bench/attend_ab.py BASE.so NEW.so [NEW2.so ...]
     [--decode-heads 16 32 64 128 | --shapes LABEL:QUERIES:HEADS:LAUNCHES,...] [--records 368|656] [--small]
 A build is named by its build folder (build-d2/plugin/libnvfp4_mla.so: "build-d2").
-tests/check_bench_scripts.py runs it on the CPU backend (DEVICE "cpu", small shapes: its times are
-wall-clock and mean nothing there).
+tests/check_bench_scripts.py runs it on the CPU backend (flashmla_compare.DEVICE "cpu", small shapes:
+its times are wall-clock and mean nothing there).
 """
 import argparse
 import math
 import os
 import statistics
 import sys
-import time
 
 import torch
 
 import nvfp4_mla
-from nvfp4_mla import _abi
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attend_reference as ref  # noqa: E402  (bench/, beside this file)
+import flashmla_compare as fc  # noqa: E402  (its device, layouts, data and timers: the comparison's own)
 
 D, DV = 576, 512
-# The run's device, cache size and top-k; the CPU check (tests/check_bench_scripts.py) makes them small.
-DEVICE, TOKENS, TOPK = "cuda", 2 << 20, 2048
-SAMPLES = 7  # timed samples a build and shape; the order of the builds rotates every sample
-KW = dict(layout=_abi.LAYOUT_FP8_ROPE_368, scale_mode=_abi.SCALE_PER_TOKEN)
-KW656 = dict(layout=_abi.LAYOUT_FP8_DS_MLA_656, scale_mode=_abi.SCALE_STATIC)
+# The cache size and top-k; the CPU check (tests/check_bench_scripts.py) makes them small, and sets
+# fc.DEVICE, the device everything here runs on.
+TOKENS, TOPK = 2 << 20, 2048
+SAMPLES = 7  # timed samples a build and shape, the builds interleaved
 SMALL = tuple((f"graph b {b} x h {h}", b, h, 20) for h in (64, 128) for b in (1, 2, 4, 8))
 SHAPES = (("prefill 4096 x h 128", 4096, 128, 3), ("prefill 4096 x h 16", 4096, 16, 3),
           ("decode 128 x h 128", 128, 128, 20), ("decode 128 x h 64", 128, 64, 20))
@@ -60,84 +58,54 @@ def build_names(paths):
     return names
 
 
-def write_cache(ctx, rb, kw, gen):
-    """TOKENS random tokens (log-normal magnitudes), every record written (by the base's writer for 368)."""
-    cache = torch.empty(TOKENS // 64, 64, rb, dtype=torch.uint8, device=DEVICE)
-    chunk = min(1 << 20, TOKENS)
-    for first in range(0, TOKENS, chunk):
-        x = torch.randn(chunk, D, device=DEVICE, generator=gen)
-        x = (x * torch.exp(0.5 * torch.randn(chunk, 1, device=DEVICE, generator=gen))).to(torch.bfloat16)
+def write_cache(ctx, rb, gen):
+    """TOKENS of the comparison's tokens (fc.make_tokens), every record written: 368 by the base's
+    writer, 656 by FlashMLA's rule (attend_reference.fp8_ds_mla_records)."""
+    cache = torch.empty(TOKENS // 64, 64, rb, dtype=torch.uint8, device=fc.DEVICE)
+    flat = cache.view(TOKENS, rb)
+
+    def fill(first, x):
         if rb == 656:
-            cache.view(TOKENS, 656)[first:first + chunk] = ref.fp8_ds_mla_records(x)
+            flat[first:first + x.shape[0]] = ref.fp8_ds_mla_records(x)
         else:
-            ctx.write(x[:, :DV], x[:, DV:], torch.arange(first, first + chunk, device=DEVICE), cache, **kw)
+            ctx.write(x[:, :DV], x[:, DV:], torch.arange(first, first + x.shape[0], device=fc.DEVICE), cache, **fc.L368)
+
+    fc.make_tokens(TOKENS, gen, fill)
     return cache
 
 
-def keys_of_records(cache, rb):
-    """The reference's keys: the records' values by their definition (attend_reference's decoders)."""
-    flat = cache.view(TOKENS, rb)
-    if rb == 656:
-        return lambda ix: ref.decode_656(flat[ix.reshape(-1)]).view(*ix.shape, D)
-    return lambda ix: ref.decode_368(flat[ix.reshape(-1)]).view(*ix.shape, D)
-
-
-class Timer:
-    """CUDA events on the GPU; wall clock on the CPU backend (meaningless there: the dry run)."""
-
-    def __init__(self, stream):
-        self.stream = stream
-
-    def time(self, fn):
-        if DEVICE == "cpu":
-            t = time.perf_counter()
-            fn()
-            return (time.perf_counter() - t) * 1e6
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(self.stream):
-            start.record()
-            fn()
-            end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1000
-
-
-def graphs_of(calls, stream, launches):
-    """Each build's call captured `launches` times in one CUDA graph on a side stream, as engines replay."""
-    graphs = {}
-    with torch.cuda.stream(stream):
-        for k, call in calls.items():
+def timers_of(calls, outs, lses, launches, small, side):
+    """Each build's timer (us a call): `launches` eager calls, or with --small one CUDA graph of
+    them replayed (fc.Graph, captured on `side`); its out and lse filled with NaN before every sample,
+    outside the events, so that the check reads what the last timed launch wrote."""
+    timers = {}
+    for k, call in calls.items():
+        poison = (lambda k=k: fc.nan_(outs[k], lses[k]))
+        if small:
             call.run()  # warm (the plugin builds its own launch state outside a capture)
-            stream.synchronize()
-            graphs[k] = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graphs[k], stream=stream):
-                for _ in range(launches):
-                    call.run()
-    return {k: g.replay for k, g in graphs.items()}
+            fc.sync()
+            graph = fc.Graph(call.run, launches, side)
+            timers[k] = lambda graph=graph, poison=poison: (poison(), graph.time())[1]
+        else:
+            timers[k] = fc.launches_us(call.run, launches, poison)
+    return timers
 
 
-def one_shape(ctxs, cache, rb, kw, keys_of, shape, gen, small):
+def one_shape(ctxs, cache, rb, keys_of, shape, gen, small):
     """Times every build on one shape, checks each output; returns (its lines, whether all passed)."""
     label, nq, h, launches = shape
     names = list(ctxs)
-    q = torch.randn(nq, h, D, device=DEVICE, generator=gen).to(torch.bfloat16)
-    idx = torch.randint(0, TOKENS, (nq, TOPK), device=DEVICE, generator=gen, dtype=torch.int32)
-    outs = {k: torch.empty(nq, h, DV, dtype=torch.bfloat16, device=DEVICE) for k in names}
-    lses = {k: torch.empty(nq, h, dtype=torch.float32, device=DEVICE) for k in names}
-    stream = torch.cuda.Stream() if small else (torch.cuda.current_stream() if DEVICE == "cuda" else None)
-    calls = {k: ctx.prepare_attend(q, idx, cache, outs[k], sm_scale=1 / math.sqrt(D), lse=lses[k], stream=stream, **kw)
+    kw = fc.L656 if rb == 656 else fc.L368
+    q = torch.randn(nq, h, D, device=fc.DEVICE, generator=gen).to(torch.bfloat16)
+    idx = torch.randint(0, TOKENS, (nq, TOPK), device=fc.DEVICE, generator=gen, dtype=torch.int32)
+    outs = {k: torch.empty(nq, h, DV, dtype=torch.bfloat16, device=fc.DEVICE) for k in names}
+    lses = {k: torch.empty(nq, h, dtype=torch.float32, device=fc.DEVICE) for k in names}
+    side = torch.cuda.Stream() if small and fc.DEVICE == "cuda" else fc.current_stream()
+    calls = {k: ctx.prepare_attend(q, idx, cache, outs[k], sm_scale=1 / math.sqrt(D), lse=lses[k], stream=side, **kw)
              for k, ctx in ctxs.items()}
-    if small:
-        run = graphs_of(calls, stream, launches)
-        per_sample = {k: (lambda r=r: r()) for k, r in run.items()}
-    else:
-        per_sample = {k: (lambda c=c: [c.run() for _ in range(launches)]) for k, c in calls.items()}
-    timer = Timer(stream)
-    times = {k: [] for k in names}
-    for rep in range(SAMPLES):
-        for i in range(len(names)):
-            k = names[(rep + i) % len(names)]
-            times[k].append(timer.time(per_sample[k]) / launches)
+    timers = timers_of(calls, outs, lses, launches, small, side)
+    times = dict(zip(names, fc.interleaved([timers[k] for k in names], SAMPLES, warmup=1)))
+    fc.sync()
     want, want_lse = ref.reference(q, idx, keys_of, 1 / math.sqrt(D))
     base = names[0]
     base_us = statistics.median(times[base])
@@ -166,22 +134,21 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if len(args.plugins) < 2:
         ap.error("give a base plugin and at least one more to time against it")
-    if args.small and DEVICE != "cuda":
-        ap.error("--small captures CUDA graphs: GPU only")
     shapes = tuple((f"decode 128 x h {h}", 128, h, 20) for h in args.decode_heads) if args.decode_heads else SHAPES
     shapes = SMALL if args.small else shapes
     if args.shapes:
         shapes = tuple((lab, int(nq), int(h), int(n)) for lab, nq, h, n in (s.split(":") for s in args.shapes.split(",")))
     ref.strict_float32()
-    rb, kw = (656, KW656) if args.records == 656 else (368, KW)
-    ctxs = {name: nvfp4_mla.Context(nvfp4_mla.load(path), DEVICE + (":0" if DEVICE == "cuda" else ""))
+    rb = args.records
+    ctxs = {name: nvfp4_mla.Context(nvfp4_mla.load(path), "cuda:0" if fc.DEVICE == "cuda" else "cpu")
             for name, path in zip(build_names(args.plugins), args.plugins)}
-    gen = torch.Generator(device=DEVICE).manual_seed(5)
-    cache = write_cache(next(iter(ctxs.values())), rb, kw, gen)
-    keys_of = keys_of_records(cache, rb)
+    gen = torch.Generator(device=fc.DEVICE).manual_seed(5)
+    cache = write_cache(next(iter(ctxs.values())), rb, gen)
+    decode = ref.decode_656 if rb == 656 else ref.decode_368
+    keys_of = lambda ix: decode(cache.view(TOKENS, rb)[ix.reshape(-1)]).view(*ix.shape, D)  # noqa: E731
     all_pass = True
     for shape in shapes:
-        lines, ok = one_shape(ctxs, cache, rb, kw, keys_of, shape, gen, args.small)
+        lines, ok = one_shape(ctxs, cache, rb, keys_of, shape, gen, args.small)
         print("\n".join(lines), flush=True)
         all_pass &= ok
     if not all_pass:

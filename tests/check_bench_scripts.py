@@ -322,7 +322,7 @@ def ab_dry_run_cpu():
     timed against the base, bit-identical to it (one plugin) and checked (PASS); then a reference
     scaled by 1.01 makes every check FAIL and the exit status 1 (the check reaches the verdict)."""
     import attend_ab as ab
-    ab.DEVICE, ab.TOKENS, ab.TOPK, ab.SAMPLES = "cpu", 16384, 128, 2
+    fc.DEVICE, ab.TOKENS, ab.TOPK, ab.SAMPLES = "cpu", 16384, 128, 2
     shapes = "decode 4 x h 64:4:64:1,prefill 8 x h 16:8:16:1"
     with tempfile.TemporaryDirectory() as tmp:
         plugins = []
